@@ -1,0 +1,258 @@
+"""MNIST as a TFDS dataset: offline preparation from IDX files, and the input_fn.
+
+The same `input_fn(mode, input_context)` feeds both backends: Keras calls it
+through `strategy.distribute_datasets_from_function`, the Estimator through
+`train_and_evaluate`. Each call builds one input pipeline; with an
+`InputContext` it reads only its shard and batches per replica.
+"""
+
+import gzip
+import os
+import shutil
+import tempfile
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from absl import logging
+from tensorflow_datasets.image_classification import mnist as tfds_mnist
+
+DATASET = "mnist"
+TRAIN = "train"  # Same strings as tf.estimator.ModeKeys, without importing it:
+EVAL = "eval"  # the Keras path must work on TensorFlow >= 2.16 too.
+SPLIT_FOR_MODE = {TRAIN: "train", EVAL: "test"}
+IMAGE_SHAPE = (28, 28, 1)
+NUM_CLASSES = 10
+SHUFFLE_BUFFER = 10_000
+IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+PREPARE_HINT = (
+    "Prepare it offline from the four MNIST IDX files with "
+    "`python -m data.prepare --idx_dir=DIR{data_dir_flag}` "
+    "(DIR holds train-images-idx3-ubyte.gz and the other three files)."
+)
+_IDX_DTYPES = {0x08: np.uint8}
+
+
+class MissingDataError(RuntimeError):
+  """The TFDS `mnist` dataset is not prepared in the data directory."""
+
+
+class IdxFormatError(ValueError):
+  """An IDX file is missing, truncated, or not an MNIST image or label file."""
+
+
+def read_idx(path: str) -> np.ndarray:
+  """Reads one IDX file (gzip'd or plain) of any length into a uint8 array.
+
+  Args:
+    path: the file; `.gz` files are decompressed.
+
+  Returns:
+    An array with the shape the IDX header declares.
+
+  Raises:
+    IdxFormatError: if the header or the payload size is wrong.
+  """
+  try:
+    with open(path, "rb") as f:
+      raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+      raw = gzip.decompress(raw)
+  except (OSError, EOFError, gzip.BadGzipFile) as e:
+    raise IdxFormatError(f"cannot read IDX file {path}: {e}") from e
+  if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+    raise IdxFormatError(
+        f"{path} is not an unsigned-byte IDX file (bad magic number "
+        f"{raw[:4].hex() or 'empty'}); expected 00000801 or 00000803."
+    )
+  ndim = raw[3]
+  header = 4 + 4 * ndim
+  if len(raw) < header:
+    raise IdxFormatError(f"{path} is truncated inside its IDX header.")
+  shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+  expected = header + int(np.prod(shape))
+  if len(raw) != expected:
+    raise IdxFormatError(
+        f"{path} has {len(raw)} bytes but its header declares shape {shape} "
+        f"({expected} bytes): the file is truncated or corrupt."
+    )
+  return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def _find_idx(idx_dir: str, stem: str) -> str:
+  for name in (stem + ".gz", stem):
+    path = os.path.join(idx_dir, name)
+    if os.path.exists(path):
+      return path
+  raise IdxFormatError(f"{stem}.gz (or {stem}) is missing from {idx_dir}.")
+
+
+def read_idx_split(idx_dir: str, split: str) -> Tuple[np.ndarray, np.ndarray]:
+  """Reads and validates one split's images (N, 28, 28) and labels (N,)."""
+  image_path, label_path = (_find_idx(idx_dir, s) for s in IDX_FILES[split])
+  images, labels = read_idx(image_path), read_idx(label_path)
+  if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE[:2]:
+    raise IdxFormatError(
+        f"{image_path} holds arrays of shape {images.shape}; MNIST images are (N, 28, 28)."
+    )
+  if labels.ndim != 1 or len(labels) != len(images):
+    raise IdxFormatError(
+        f"{label_path} holds {labels.shape} labels for {len(images)} images in "
+        f"{image_path}: the pair does not match."
+    )
+  if labels.size and labels.max() >= NUM_CLASSES:
+    raise IdxFormatError(f"{label_path} has label {labels.max()}; MNIST labels are 0-9.")
+  return images, labels
+
+
+class _IdxMnist(tfds_mnist.MNIST, skip_registration=True):
+  """TFDS's own MNIST builder (same name, version, features), fed from arrays.
+
+  TFDS's builder downloads the official files and checks their checksums and
+  lengths; this one writes the same dataset from IDX files of any length.
+  """
+
+  name = DATASET
+
+  def __init__(self, *, arrays: Dict[str, Tuple[np.ndarray, np.ndarray]], **kwargs):
+    self._arrays = arrays
+    super().__init__(**kwargs)
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # Nothing to download.
+    return {split: self._generate_examples(*arrays) for split, arrays in self._arrays.items()}
+
+  def _generate_examples(self, images, labels):  # pylint: disable=arguments-differ
+    for index, (image, label) in enumerate(zip(images, labels)):
+      yield index, {"image": image[..., None], "label": int(label)}
+
+
+def dataset_path(data_dir: Optional[str]) -> str:
+  """Where the prepared dataset lives (honours `TFDS_DATA_DIR` when None)."""
+  return os.fspath(tfds.builder(DATASET, data_dir=data_dir).data_path)
+
+
+def is_prepared(data_dir: Optional[str]) -> bool:
+  return tfds.builder(DATASET, data_dir=data_dir).is_prepared()
+
+
+def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = False) -> Dict[str, int]:
+  """Writes the TFDS `mnist` dataset from gzip'd IDX files, with no network.
+
+  The dataset is built in a temporary directory beside its destination and
+  moved in only when complete, so a failure leaves any earlier copy intact.
+
+  Args:
+    idx_dir: directory with the four standard MNIST IDX files.
+    data_dir: TFDS data directory; None means TFDS's default.
+    overwrite: replace a dataset that is already prepared.
+
+  Returns:
+    The number of examples in each split.
+
+  Raises:
+    IdxFormatError: if a file is missing or malformed.
+    FileExistsError: if the dataset exists and `overwrite` is False.
+  """
+  final = dataset_path(data_dir)
+  if os.path.exists(final) and not overwrite:
+    raise FileExistsError(
+        f"MNIST is already prepared at {final}; pass --overwrite to rebuild it."
+    )
+  arrays = {split: read_idx_split(idx_dir, split) for split in IDX_FILES}
+  root = os.path.dirname(os.path.dirname(final))  # <data_dir>/mnist/<version>
+  os.makedirs(root, exist_ok=True)
+  staging = tempfile.mkdtemp(prefix=".mnist-prepare-", dir=root)
+  try:
+    builder = _IdxMnist(arrays=arrays, data_dir=staging)
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(
+            compute_stats=tfds.download.ComputeStatsMode.SKIP
+        )
+    )
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    if os.path.exists(final):
+      shutil.rmtree(final)
+    os.replace(os.fspath(builder.data_path), final)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  counts = {split: len(labels) for split, (_, labels) in arrays.items()}
+  logging.info("Prepared MNIST at %s: %s", final, counts)
+  return counts
+
+
+def check_prepared(data_dir: Optional[str]) -> None:
+  """Raises MissingDataError, naming the fix, unless the dataset is prepared."""
+  if not is_prepared(data_dir):
+    flag = f" --data_dir={data_dir}" if data_dir else ""
+    raise MissingDataError(
+        f"MNIST is not prepared at {dataset_path(data_dir)}, and this machine "
+        f"cannot download it. " + PREPARE_HINT.format(data_dir_flag=flag)
+    )
+
+
+def num_examples(split: str, data_dir: Optional[str]) -> int:
+  """Number of examples in a prepared split ('train' or 'test')."""
+  check_prepared(data_dir)
+  return tfds.builder(DATASET, data_dir=data_dir).info.splits[split].num_examples
+
+
+def _scale(image: tf.Tensor, label: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+  return tf.cast(image, tf.float32) / 255.0, label
+
+
+def input_fn(
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    *,
+    global_batch_size: int,
+    data_dir: Optional[str] = None,
+    seed: int = 0,
+) -> tf.data.Dataset:
+  """Builds one input pipeline of (image, label) batches for both backends.
+
+  Args:
+    mode: "train" (the train split, shuffled, repeated, full batches) or
+      "eval" (the test split, one pass, in order).
+    input_context: set by the strategy when each worker builds its own
+      pipeline; then this pipeline reads shard `input_pipeline_id` of
+      `num_input_pipelines` and yields per-replica batches.
+    global_batch_size: examples per step across all replicas.
+    data_dir: TFDS data directory; None means TFDS's default.
+    seed: shuffle seed.
+
+  Returns:
+    A `tf.data.Dataset` of (float32 images in [0, 1] of shape (B, 28, 28, 1),
+    int64 labels of shape (B,)).
+  """
+  if mode not in SPLIT_FOR_MODE:
+    raise ValueError(f"mode must be one of {sorted(SPLIT_FOR_MODE)}, got {mode!r}")
+  check_prepared(data_dir)
+  training = mode == TRAIN
+  ds = tfds.load(
+      DATASET,
+      split=SPLIT_FOR_MODE[mode],
+      data_dir=data_dir,
+      download=False,
+      as_supervised=True,
+      shuffle_files=False,
+  )
+  batch_size = global_batch_size
+  if input_context is not None:
+    # MNIST is one file, so shard by element: every pipeline reads the file
+    # in the same order and keeps every n-th example, which makes the shards
+    # disjoint and, together, the whole split.
+    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    # Each pipeline feeds its worker's replicas one batch each per step.
+    batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+  ds = ds.map(_scale, num_parallel_calls=tf.data.AUTOTUNE).cache()
+  if training:
+    ds = ds.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
+  # Training drops partial batches so every step has the same global batch,
+  # which keeps the gradient the same in both backends.
+  ds = ds.batch(batch_size, drop_remainder=training)
+  return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,159 @@
+"""TF_CONFIG: the one place that writes, reads and validates it.
+
+A local cluster of N training workers has one "chief" task and N-1 "worker"
+tasks, plus, for the Estimator, one "evaluator" task that is not part of the
+training cluster: the layout the Estimator documents, which Keras and
+MultiWorkerMirroredStrategy accept too. TF_CONFIGs written by hand may also
+leave out the chief job; then worker 0 is the chief.
+"""
+
+import dataclasses
+import json
+import os
+import socket
+from typing import Any, Dict, List, Mapping, Optional
+
+CHIEF = "chief"
+WORKER = "worker"
+EVALUATOR = "evaluator"
+TASK_TYPES = (CHIEF, WORKER, EVALUATOR)
+
+
+class TFConfigError(ValueError):
+  """TF_CONFIG is malformed or describes a task this project does not run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """The task this process runs, from TF_CONFIG.
+
+  Attributes:
+    type: "chief", "worker" or "evaluator".
+    index: index within its type.
+    num_workers: number of training tasks (chief and workers) in the cluster.
+    has_chief_job: whether the cluster names a "chief" job.
+  """
+
+  type: str
+  index: int
+  num_workers: int
+  has_chief_job: bool = True
+
+  @property
+  def is_chief(self) -> bool:
+    if self.has_chief_job:
+      return self.type == CHIEF
+    return self.type == WORKER and self.index == 0
+
+  @property
+  def name(self) -> str:
+    return f"{self.type}:{self.index}"
+
+
+def pick_free_ports(count: int, host: str = "localhost") -> List[int]:
+  """Returns `count` distinct ports that are free now.
+
+  All sockets stay open until every port is chosen, so the ports differ; a
+  port can still be taken by another program before a task binds it, which
+  then fails at start-up with TF's "address already in use".
+  """
+  sockets = []
+  try:
+    for _ in range(count):
+      s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+      s.bind((host, 0))
+      sockets.append(s)
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def make_tf_configs(
+    worker_ports: List[int], evaluator: bool = False, host: str = "localhost"
+) -> List[Dict[str, Any]]:
+  """Builds one TF_CONFIG per task: chief, workers in order, then the evaluator.
+
+  Args:
+    worker_ports: one port per training task; the first is the chief's.
+    evaluator: add an "evaluator" task (it needs no port).
+    host: the address every task listens on.
+
+  Returns:
+    The TF_CONFIG dicts, the chief's first.
+  """
+  addresses = [f"{host}:{port}" for port in worker_ports]
+  cluster = {CHIEF: addresses[:1]}
+  if addresses[1:]:
+    cluster[WORKER] = addresses[1:]
+  tasks = [(CHIEF, 0)] + [(WORKER, i) for i in range(len(addresses) - 1)]
+  if evaluator:
+    tasks.append((EVALUATOR, 0))
+  return [{"cluster": cluster, "task": {"type": t, "index": i}} for t, i in tasks]
+
+
+def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Task]:
+  """Reads this process's task from TF_CONFIG.
+
+  Args:
+    environ: the environment; defaults to os.environ.
+
+  Returns:
+    The task, or None when TF_CONFIG is unset or has no cluster (one local
+    process).
+
+  Raises:
+    TFConfigError: naming what is wrong, if TF_CONFIG cannot be run.
+  """
+  environ = os.environ if environ is None else environ
+  raw = environ.get("TF_CONFIG", "").strip()
+  if not raw:
+    return None
+  try:
+    tf_config = json.loads(raw)
+  except json.JSONDecodeError as e:
+    raise TFConfigError(
+        f"TF_CONFIG is not valid JSON ({e}). Unset it to run one local process, "
+        'or set it like {"cluster": {"worker": ["host:port", ...]}, '
+        '"task": {"type": "worker", "index": 0}}.'
+    ) from e
+  if not isinstance(tf_config, dict):
+    raise TFConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'.")
+  cluster = tf_config.get("cluster") or {}
+  if not cluster:
+    return None
+  if not isinstance(cluster, dict):
+    raise TFConfigError("TF_CONFIG cluster must map job names to lists of 'host:port'.")
+  extra_jobs = sorted(set(cluster) - {CHIEF, WORKER})
+  if extra_jobs:
+    raise TFConfigError(
+        f"TF_CONFIG cluster has job(s) {extra_jobs}; this project runs 'chief' and "
+        "'worker' jobs (MultiWorkerMirroredStrategy) plus an optional 'evaluator' task."
+    )
+  for job, addresses in cluster.items():
+    if not isinstance(addresses, list) or not addresses:
+      raise TFConfigError(f"TF_CONFIG cluster.{job} must be a non-empty list of 'host:port'.")
+  if len(cluster.get(CHIEF, [])) > 1:
+    raise TFConfigError("TF_CONFIG cluster.chief must list exactly one task.")
+  task = tf_config.get("task") or {}
+  task_type, index = task.get("type"), task.get("index", 0)
+  if task_type not in TASK_TYPES:
+    raise TFConfigError(
+        f"TF_CONFIG task type {task_type!r} is not run here; use one of {list(TASK_TYPES)}."
+    )
+  if not isinstance(index, int) or index < 0:
+    raise TFConfigError(f"TF_CONFIG task index must be a non-negative integer, got {index!r}.")
+  if task_type == EVALUATOR:
+    if index != 0:
+      raise TFConfigError(f"There is one evaluator, index 0; got index {index}.")
+  elif task_type not in cluster:
+    raise TFConfigError(f"TF_CONFIG task type {task_type!r} has no job in the cluster.")
+  elif index >= len(cluster[task_type]):
+    count = len(cluster[task_type])
+    raise TFConfigError(
+        f"TF_CONFIG task index {index} is out of range: the cluster has {count} "
+        f"{task_type} task(s), indices 0 to {count - 1}."
+    )
+  return Task(type=task_type, index=index,
+              num_workers=sum(len(a) for a in cluster.values()),
+              has_chief_job=CHIEF in cluster)

@@ -1,0 +1,192 @@
+"""Estimator backend: train_and_evaluate with RunConfig(train_distribute=strategy).
+
+tf.estimator exists up to TensorFlow 2.15; on a later TensorFlow this module
+raises ImportError with the fix, and the Keras backend still works.
+"""
+
+import glob
+import os
+import shutil
+import time
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from data import mnist
+from launch import cluster
+from trainers import common
+from trainers import distribute
+from trainers import model as model_lib
+from trainers.config import Config
+
+if not hasattr(tf, "estimator"):
+  raise ImportError(
+      f"TensorFlow {tf.__version__} has no tf.estimator (removed in 2.16). The Estimator "
+      "backend needs tensorflow==2.15.1: `pip install -e .` in a fresh virtualenv installs it. "
+      "The Keras backend (python -m trainers.keras_main) works on newer TensorFlow via tf-keras."
+  )
+
+_ModeKeys = tf.estimator.ModeKeys
+RESULT_WAIT_SECONDS = 600.0
+
+
+def make_model_fn(config: Config):
+  """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics."""
+
+  def model_fn(features, labels, mode):
+    model = model_lib.build_model(config.seed)
+    logits = model(features, training=mode == _ModeKeys.TRAIN)
+    if mode == _ModeKeys.PREDICT:
+      outputs = model_lib.serving_outputs(logits)
+      return tf.estimator.EstimatorSpec(
+          mode, predictions=outputs,
+          export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)})
+    # Mean over this replica's batch only. Under train_distribute the v1
+    # optimizer divides the loss by the number of replicas before the replica
+    # gradients are summed, giving the gradient of the global-batch mean, as
+    # in Keras. Dividing by the global batch here would halve it at 2 workers.
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    if mode == _ModeKeys.EVAL:
+      accuracy = tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, axis=-1))
+      return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    learning_rate = tf.compat.v1.train.cosine_decay(
+        config.learning_rate, global_step, config.train_steps)
+    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
+    train_op = optimizer.minimize(loss, global_step=global_step, var_list=model.trainable_variables)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+  return model_fn
+
+
+def serving_input_fn() -> tf.estimator.export.TensorServingInputReceiver:
+  """Serving input `image`, float32 (None, 28, 28, 1): what Keras exports too."""
+  image = tf.compat.v1.placeholder(tf.float32, (None,) + mnist.IMAGE_SHAPE, name="image")
+  return tf.estimator.export.TensorServingInputReceiver(image, {"image": image})
+
+
+class _TrainTimer(tf.estimator.SessionRunHook):
+  """Wall time from the first to the last training step of this process."""
+
+  def __init__(self):
+    self.started = self.ended = 0.0
+
+  def before_run(self, run_context):
+    if not self.started:
+      self.started = time.time()
+
+  def end(self, session):
+    self.ended = time.time()
+
+
+def _read_eval_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
+  """The evaluator's accuracy and loss at `step`, from its event files."""
+  for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        if event.step != step:
+          continue
+        values = {v.tag: v.simple_value for v in event.summary.value}
+        if "accuracy" in values and "loss" in values:
+          return {"accuracy": values["accuracy"], "loss": values["loss"]}
+    except tf.errors.DataLossError:
+      pass  # The evaluator is still writing this file.
+  return None
+
+
+def _wait_for_eval(model_dir: str, step: int, timeout: float) -> Dict[str, float]:
+  """Waits for the evaluator task to evaluate the final checkpoint."""
+  eval_dir = os.path.join(model_dir, common.EVAL_SUBDIR)
+  deadline = time.monotonic() + timeout
+  logging.info("Waiting for the evaluator's result at step %d in %s", step, eval_dir)
+  while time.monotonic() < deadline:
+    result = _read_eval_result(eval_dir, step)
+    if result:
+      return result
+    time.sleep(1.0)
+  raise TimeoutError(
+      f"No evaluation of step {step} appeared in {eval_dir} within {timeout:.0f} s: "
+      "is the evaluator task running? (launch.local --evaluator starts one)."
+  )
+
+
+def train_and_evaluate(
+    config: Config,
+    model_dir: str,
+    *,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    input_fn: Optional[common.InputFn] = None,
+) -> Optional[Dict[str, Any]]:
+  """Runs tf.estimator.train_and_evaluate as this process's TF_CONFIG task.
+
+  One local process trains and evaluates each checkpoint itself. In a
+  cluster, workers train under MultiWorkerMirroredStrategy and the
+  "evaluator" task evaluates each checkpoint the chief writes; the chief
+  then reads the evaluator's result for the final step.
+
+  Args:
+    config: hyperparameters.
+    model_dir: checkpoints, events, export and summary.json.
+    strategy: the train_distribute strategy; defaults to
+      MultiWorkerMirroredStrategy from TF_CONFIG (none for the evaluator).
+    input_fn: defaults to the shared MNIST input_fn.
+
+  Returns:
+    The summary on the chief; None on other tasks.
+  """
+  task = cluster.parse_tf_config()
+  evaluator = task is not None and task.type == cluster.EVALUATOR
+  if strategy is None and not evaluator:
+    strategy = distribute.create_strategy()
+  num_replicas = strategy.num_replicas_in_sync if strategy else 1
+  config.validate(num_replicas)
+  input_fn = input_fn or common.default_input_fn(config)
+  chief = strategy is not None and distribute.is_chief(strategy)
+  run_config = tf.estimator.RunConfig(
+      model_dir=model_dir,
+      tf_random_seed=config.seed,
+      train_distribute=strategy,
+      save_checkpoints_steps=config.checkpoint_every_steps,
+      save_summary_steps=config.log_every_steps,
+      log_step_count_steps=config.log_every_steps,
+      keep_checkpoint_max=3,
+  )
+  estimator = tf.estimator.Estimator(make_model_fn(config), config=run_config)
+  timer = _TrainTimer()
+  train_spec = tf.estimator.TrainSpec(
+      lambda input_context=None: input_fn(mnist.TRAIN, input_context),
+      max_steps=config.train_steps, hooks=[timer])
+  eval_spec = tf.estimator.EvalSpec(
+      lambda: input_fn(mnist.EVAL, None),
+      steps=None,  # The whole test split.
+      start_delay_secs=0,
+      throttle_secs=0,  # Evaluate every checkpoint.
+  )
+  result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+  if not chief:
+    if task is not None and not evaluator:
+      # MonitoredTrainingSession makes every non-chief worker save its
+      # (collective) checkpoints and summaries under model_dir/tmp_<type>_<i>,
+      # and leaves them there; they are copies of the chief's, so remove them.
+      shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
+    return None
+  global_step = estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+  if result is not None:  # One local process evaluated the final checkpoint itself.
+    metrics = result[0]
+  else:  # In a cluster train_and_evaluate returns None: the evaluator has the numbers.
+    metrics = _wait_for_eval(model_dir, global_step, RESULT_WAIT_SECONDS)
+  logging.info("Test metrics at step %d: %s", global_step, metrics)
+  export_dir = estimator.export_saved_model(
+      os.path.join(model_dir, common.EXPORT_SUBDIR), serving_input_fn).decode()
+  return common.finish(
+      backend="estimator",
+      model_dir=model_dir,
+      workers=distribute.num_workers(strategy),
+      global_step=global_step,
+      metrics=metrics,
+      train_seconds=timer.ended - timer.started,
+      global_batch_size=config.global_batch_size,
+      steps_timed=config.train_steps,
+      export_dir=export_dir,
+  )
