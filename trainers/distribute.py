@@ -28,6 +28,9 @@ def setup_process(task: Optional[cluster.Task]) -> None:
   Args:
     task: this process's task from TF_CONFIG, or None for one local process.
   """
+  # TF's logger has its own stderr handler besides absl's: keep one copy of each line.
+  for handler in list(tf.get_logger().handlers):
+    tf.get_logger().removeHandler(handler)
   if task is None:
     return
   logging.get_absl_handler().setFormatter(_TaskFormatter(task.name))

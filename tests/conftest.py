@@ -1,0 +1,90 @@
+"""Shared fixtures: synthetic IDX files, prepared TFDS dirs, and real MNIST when present."""
+
+import gzip
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data import mnist
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR", REPO.parent / "shared/datasets/mnist"))
+
+# Two logical CPUs let MirroredStrategy run two replicas in one process (the
+# loss-scaling test). This must happen before TensorFlow's runtime starts.
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def write_idx(path: pathlib.Path, array: np.ndarray) -> None:
+  """Writes a gzip'd unsigned-byte IDX file."""
+  header = bytes([0, 0, 0x08, array.ndim]) + b"".join(struct.pack(">I", d) for d in array.shape)
+  with gzip.open(path, "wb") as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+def synthetic_split(n: int, seed: int):
+  """Digits-like images: each label lights its own band of rows, plus noise."""
+  rng = np.random.default_rng(seed)
+  labels = np.arange(n) % 10
+  rng.shuffle(labels)
+  images = rng.integers(0, 60, size=(n, 28, 28))
+  for i, label in enumerate(labels):
+    images[i, 2 + 2 * label:4 + 2 * label, 4:24] = 255
+  return images.astype(np.uint8), labels.astype(np.uint8)
+
+
+def write_idx_dir(directory: pathlib.Path, sizes: Dict[str, int]) -> pathlib.Path:
+  directory.mkdir(parents=True, exist_ok=True)
+  for seed, (split, n) in enumerate(sizes.items()):
+    images, labels = synthetic_split(n, seed)
+    image_name, label_name = mnist.IDX_FILES[split]
+    write_idx(directory / f"{image_name}.gz", images)
+    write_idx(directory / f"{label_name}.gz", labels)
+  return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_idx_dir(tmp_path_factory) -> pathlib.Path:
+  return write_idx_dir(tmp_path_factory.mktemp("idx"), {"train": 600, "test": 200})
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tiny_idx_dir, tmp_path_factory) -> str:
+  """A TFDS data dir with a small synthetic `mnist` (600 train, 200 test)."""
+  data_dir = str(tmp_path_factory.mktemp("tfds"))
+  mnist.prepare(str(tiny_idx_dir), data_dir)
+  return data_dir
+
+
+@pytest.fixture(scope="session")
+def real_data_dir(tmp_path_factory) -> str:
+  """A TFDS data dir with the real MNIST subset from ../shared (CI requires it)."""
+  env_dir = os.environ.get("TFDS_DATA_DIR")
+  if env_dir and mnist.is_prepared(env_dir):
+    return env_dir
+  if not (SHARED_IDX_DIR / "train-images-idx3-ubyte.gz").exists():
+    message = f"real MNIST IDX files not found in {SHARED_IDX_DIR} (set MNIST_IDX_DIR)"
+    if os.environ.get("REQUIRE_REAL_MNIST") == "1":
+      pytest.fail(message)
+    pytest.skip(message)
+  data_dir = str(tmp_path_factory.mktemp("real_tfds"))
+  mnist.prepare(str(SHARED_IDX_DIR), data_dir)
+  return data_dir
+
+
+def run_module(module: str, args: List[str], timeout: float = 600,
+               env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+  """Runs `python -m module args` from the repo root, as a user would."""
+  full_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+  full_env.update(env or {})
+  full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
+  return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=full_env,
+                        capture_output=True, text=True, timeout=timeout, check=False)

@@ -1,0 +1,44 @@
+"""Flags shared by the trainer binaries; defined only when a binary calls define_flags."""
+
+import dataclasses
+
+from absl import flags
+
+from trainers.config import Config
+
+FLAGS = flags.FLAGS
+_HELP = {
+    "train_steps": "Optimizer steps; each consumes one global batch.",
+    "global_batch_size": "Examples per step, summed over all workers.",
+    "learning_rate": "Initial SGD learning rate, cosine-decayed to 0 over --train_steps.",
+    "momentum": "SGD momentum.",
+    "seed": "Seeds the initial weights and the shuffle order.",
+    "data_dir": "TFDS data directory holding mnist/ (default: $TFDS_DATA_DIR or "
+                "~/tensorflow_datasets). Fill it with `python -m data.prepare`.",
+    "eval_batch_size": "Evaluation batch size; a divisor of 10,000 keeps both backends' "
+                       "test loss identical.",
+    "log_every_steps": "Steps between progress logs and loss summaries.",
+    "checkpoint_every_steps": "Steps between checkpoints (and Estimator evaluations).",
+}
+
+
+def define_flags() -> None:
+  """Defines --workers, --model_dir, the launcher flags and one flag per Config field."""
+  flags.DEFINE_integer("workers", 1, "Training workers. Above 1, this process starts a "
+                       "local cluster with one process per worker (plus an evaluator for the "
+                       "Estimator). A process with TF_CONFIG set runs as that task.")
+  flags.DEFINE_string("model_dir", None, "Output directory: events, checkpoints, export, "
+                      "summary.json. Default: a new directory under the system temp dir.")
+  flags.DEFINE_string("task_log_dir", None, "With --workers > 1: where each task's log file goes. "
+                      "Default: <model_dir>/logs.")
+  flags.DEFINE_float("timeout", None, "With --workers > 1: seconds before the whole run is "
+                     "stopped and the launcher exits non-zero.")
+  for field in dataclasses.fields(Config):
+    define = {int: flags.DEFINE_integer, float: flags.DEFINE_float}.get(field.type,
+                                                                       flags.DEFINE_string)
+    define(field.name, field.default, _HELP[field.name])
+
+
+def config_from_flags() -> Config:
+  """The Config the parsed flags describe."""
+  return Config(**{f.name: FLAGS[f.name].value for f in dataclasses.fields(Config)})
