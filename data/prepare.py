@@ -24,7 +24,7 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Rebuild the dataset if it ex
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   try:
     counts = mnist.prepare(_IDX_DIR.value, _DATA_DIR.value, overwrite=_OVERWRITE.value)
   except FileExistsError as e:

@@ -10,17 +10,11 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from data import mnist
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR", REPO.parent / "shared/datasets/mnist"))
-
-# Two logical CPUs let MirroredStrategy run two replicas in one process (the
-# loss-scaling test). This must happen before TensorFlow's runtime starts.
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
 def write_idx(path: pathlib.Path, array: np.ndarray) -> None:

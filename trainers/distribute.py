@@ -5,6 +5,7 @@ from typing import Optional
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.eager import context  # wait_at_barrier has no public API in TF 2.15.
 
 from launch import cluster
 
@@ -65,3 +66,9 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
   return resolver.task_type == "chief" or (
       resolver.task_type == "worker" and resolver.task_id == 0
       and "chief" not in resolver.cluster_spec().as_dict())
+
+
+def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float = 300) -> None:
+  """Waits until every worker of a multi-worker strategy reaches `name`; no-op otherwise."""
+  if num_workers(strategy) > 1:
+    context.context().wait_at_barrier(name, int(timeout_seconds * 1000))

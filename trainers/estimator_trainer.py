@@ -164,6 +164,10 @@ def train_and_evaluate(
       throttle_secs=0,  # Evaluate every checkpoint.
   )
   result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+  if strategy is not None:
+    # A worker that exits while the chief is still closing its gRPC session
+    # stalls that close until the worker's heartbeat times out (measured: 55 s).
+    distribute.barrier(strategy, "estimator_training_done")
   if not chief:
     if task is not None and not evaluator:
       # MonitoredTrainingSession makes every non-chief worker save its

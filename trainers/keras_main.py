@@ -18,7 +18,7 @@ trainer_flags.define_flags()
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   FLAGS = trainer_flags.FLAGS
   sys.exit(runner.run(
       "keras",

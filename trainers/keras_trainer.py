@@ -102,7 +102,7 @@ def _export(model: tf_keras.Model, model_dir: str) -> str:
   export_dir = common.export_path(model_dir)
   # Written beside its final name and renamed, so a crash leaves no half export.
   staging = tempfile.mkdtemp(prefix=".tmp-export-", dir=os.path.dirname(export_dir))
-  tf.saved_model.save(model, staging, signatures={"serving_default": serve})
+  model.save(staging, save_format="tf", signatures={"serving_default": serve})
   os.rename(staging, export_dir)
   return export_dir
 
@@ -127,6 +127,9 @@ def train_and_evaluate(
   """
   strategy = strategy or distribute.create_strategy()
   config.validate(strategy.num_replicas_in_sync)
+  # The global seed takes part in the shuffle order: the Estimator sets the
+  # same one through RunConfig(tf_random_seed), so both read the same batches.
+  tf.random.set_seed(config.seed)
   input_fn = input_fn or common.default_input_fn(config)
   chief = distribute.is_chief(strategy)
   with strategy.scope():
