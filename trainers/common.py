@@ -37,28 +37,26 @@ def export_path(model_dir: str) -> str:
 
 
 def finish(
-    *,
     backend: str,
+    config: Config,
     model_dir: str,
+    *,
     workers: int,
     global_step: int,
     metrics: Dict[str, float],
     train_seconds: float,
-    global_batch_size: int,
-    steps_timed: int,
     export_dir: str,
 ) -> Dict[str, Any]:
   """Writes summary.json to model_dir and prints it as the last stdout line.
 
   Args:
     backend: "keras" or "estimator".
+    config: the run's hyperparameters.
     model_dir: the chief's model directory.
     workers: number of training workers.
-    global_step: the final optimizer step.
+    global_step: the final optimizer step, all trained within train_seconds.
     metrics: test-split "accuracy" and "loss".
     train_seconds: wall time of the training loop.
-    global_batch_size: examples per step.
-    steps_timed: steps run within train_seconds.
     export_dir: the SavedModel written.
 
   Returns:
@@ -71,7 +69,8 @@ def finish(
       "test_accuracy": round(float(metrics["accuracy"]), 6),
       "test_loss": round(float(metrics["loss"]), 6),
       "train_seconds": round(train_seconds, 3),
-      "examples_per_second": round(steps_timed * global_batch_size / max(train_seconds, 1e-9), 1),
+      "examples_per_second": round(
+          global_step * config.global_batch_size / max(train_seconds, 1e-9), 1),
       "model_dir": model_dir,
       "export_dir": export_dir,
   }

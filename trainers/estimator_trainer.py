@@ -184,13 +184,10 @@ def train_and_evaluate(
   export_dir = estimator.export_saved_model(
       os.path.join(model_dir, common.EXPORT_SUBDIR), serving_input_fn).decode()
   return common.finish(
-      backend="estimator",
-      model_dir=model_dir,
+      "estimator", config, model_dir,
       workers=distribute.num_workers(strategy),
       global_step=global_step,
       metrics=metrics,
       train_seconds=timer.ended - timer.started,
-      global_batch_size=config.global_batch_size,
-      steps_timed=config.train_steps,
       export_dir=export_dir,
   )

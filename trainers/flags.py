@@ -1,9 +1,11 @@
 """Flags shared by the trainer binaries; defined only when a binary calls define_flags."""
 
 import dataclasses
+import sys
 
 from absl import flags
 
+from trainers import runner
 from trainers.config import Config
 
 FLAGS = flags.FLAGS
@@ -42,3 +44,14 @@ def define_flags() -> None:
 def config_from_flags() -> Config:
   """The Config the parsed flags describe."""
   return Config(**{f.name: FLAGS[f.name].value for f in dataclasses.fields(Config)})
+
+
+def run_options_from_flags(module: str) -> runner.RunOptions:
+  """How to run, from the flags; `module` is the binary, re-run for each task."""
+  return runner.RunOptions(
+      workers=FLAGS.workers if FLAGS["workers"].present else None,
+      model_dir=FLAGS.model_dir,
+      relaunch=[sys.executable, "-m", module, *sys.argv[1:]],
+      log_dir=FLAGS.task_log_dir,
+      timeout=FLAGS.timeout,
+  )

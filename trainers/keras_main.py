@@ -19,16 +19,9 @@ trainer_flags.define_flags()
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  FLAGS = trainer_flags.FLAGS
-  sys.exit(runner.run(
-      "keras",
-      trainer_flags.config_from_flags(),
-      workers=FLAGS.workers if FLAGS["workers"].present else None,
-      model_dir=FLAGS.model_dir,
-      relaunch=[sys.executable, "-m", "trainers.keras_main", *sys.argv[1:]],
-      log_dir=FLAGS.task_log_dir,
-      timeout=FLAGS.timeout,
-  ))
+  config = trainer_flags.config_from_flags()
+  options = trainer_flags.run_options_from_flags("trainers.keras_main")
+  sys.exit(runner.run("keras", config, options))
 
 
 if __name__ == "__main__":

@@ -41,16 +41,19 @@ def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
   return V1MomentumSGD(schedule, momentum=config.momentum)
 
 
+def _loss_and_metrics() -> Dict[str, Any]:
+  # With a strategy, Keras divides this loss's sum by the global batch size,
+  # so the summed replica gradients are the gradient of the global-batch mean.
+  return {
+      "loss": tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      "metrics": [tf_keras.metrics.SparseCategoricalAccuracy("accuracy")],
+  }
+
+
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
   model = model_lib.build_model(config.seed)
-  # With a strategy, Keras scales this mean by the global batch size, so the
-  # summed replica gradients are the gradient of the global-batch mean.
-  model.compile(
-      optimizer=make_optimizer(config),
-      loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      metrics=[tf_keras.metrics.SparseCategoricalAccuracy("accuracy")],
-  )
+  model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
   return model
 
 
@@ -148,23 +151,17 @@ def train_and_evaluate(
   # on a worker that has finished, and uneven shards cannot skew the metric.
   eval_model = model_lib.build_model(config.seed)
   eval_model.set_weights(model.get_weights())
-  eval_model.compile(
-      loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      metrics=[tf_keras.metrics.SparseCategoricalAccuracy("accuracy")],
-  )
+  eval_model.compile(**_loss_and_metrics())
   metrics = eval_model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
   logging.info("Test metrics at step %d: %s", global_step, metrics)
   with tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)).as_default():
     for name, value in metrics.items():
       tf.summary.scalar(name, value, step=global_step)
   return common.finish(
-      backend="keras",
-      model_dir=model_dir,
+      "keras", config, model_dir,
       workers=distribute.num_workers(strategy),
       global_step=global_step,
       metrics=metrics,
       train_seconds=progress.end_time - progress.start_time,
-      global_batch_size=config.global_batch_size,
-      steps_timed=config.train_steps,
       export_dir=_export(eval_model, model_dir),
   )

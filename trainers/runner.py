@@ -1,5 +1,6 @@
 """Runs one backend as a single process, as one TF_CONFIG task, or as a local cluster."""
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -17,42 +18,48 @@ BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_
 EXIT_USAGE = 2
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """How to run, as opposed to what to train (that is the Config).
+
+  Attributes:
+    workers: training workers; None when not given (then TF_CONFIG decides, or 1).
+    model_dir: output directory; None makes a new temporary one.
+    relaunch: the command line that runs this binary again, for each task.
+    log_dir: task logs of a local cluster; None means <model_dir>/logs.
+    timeout: seconds before a local cluster is stopped; None waits.
+  """
+
+  workers: Optional[int]
+  model_dir: Optional[str]
+  relaunch: Sequence[str]
+  log_dir: Optional[str] = None
+  timeout: Optional[float] = None
+
+
 def _error(message: str, code: int) -> int:
   print(f"error: {message}", file=sys.stderr)
   return code
 
 
-def run(
-    backend: str,
-    config: Config,
-    *,
-    workers: Optional[int],
-    model_dir: Optional[str],
-    relaunch: Sequence[str],
-    log_dir: Optional[str] = None,
-    timeout: Optional[float] = None,
-) -> int:
+def run(backend: str, config: Config, options: RunOptions) -> int:
   """Trains `backend` and returns the process exit code.
 
-  With TF_CONFIG set, this process runs as that task. Otherwise, with
-  `workers` > 1 it starts a localhost cluster whose tasks each run `relaunch`
-  (this same command) with their own TF_CONFIG, and streams the chief's
-  output; with one worker it trains here.
+  With TF_CONFIG set, this process runs as that task. Otherwise, with more
+  than one worker it starts a localhost cluster whose tasks each run
+  `options.relaunch` (this same command) with their own TF_CONFIG, and
+  streams the chief's output; with one worker it trains here.
 
   Args:
     backend: "keras" or "estimator".
     config: hyperparameters.
-    workers: training workers; None when not given (then TF_CONFIG decides,
-      or 1).
-    model_dir: output directory; None makes a new temporary one.
-    relaunch: the command line that runs this binary again, for each task.
-    log_dir: task logs of a local cluster; default <model_dir>/logs.
-    timeout: seconds before a local cluster is stopped.
+    options: workers, directories, timeout.
 
   Returns:
     0 on success; 2 for bad flags or TF_CONFIG; 1 for missing data; a failed
     task's exit code for a cluster.
   """
+  workers, model_dir = options.workers, options.model_dir
   try:
     if workers is not None and workers < 1:
       raise ValueError(f"--workers must be at least 1, got {workers}.")
@@ -73,12 +80,12 @@ def run(
 
   if task is None and num_workers > 1:
     model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
-    log_dir = log_dir or os.path.join(model_dir, "logs")
+    log_dir = options.log_dir or os.path.join(model_dir, "logs")
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
                  model_dir, log_dir)
     return supervisor.run_local_cluster(
-        [*relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
-        evaluator=backend == "estimator", timeout=timeout)
+        [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
+        evaluator=backend == "estimator", timeout=options.timeout)
 
   # Imported here so that the Keras path never needs tf.estimator (gone in TF 2.16).
   from trainers import distribute  # pylint: disable=g-import-not-at-top
