@@ -7,10 +7,12 @@ through `strategy.distribute_datasets_from_function`, the Estimator through
 """
 
 import gzip
+import hashlib
+import json
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -201,6 +203,44 @@ def num_examples(split: str, data_dir: Optional[str]) -> int:
   return tfds.builder(DATASET, data_dir=data_dir).info.splits[split].num_examples
 
 
+def _load(split: str, data_dir: Optional[str]) -> tf.data.Dataset:
+  return tfds.load(DATASET, split=split, data_dir=data_dir, download=False, as_supervised=True,
+                   shuffle_files=False)
+
+
+def shard_fingerprints(split: str, data_dir: Optional[str], num_shards: int = 1,
+                       index: int = 0) -> List[str]:
+  """Fingerprints (blake2b of image bytes and label) of one shard's examples, in order.
+
+  Runs in a graph and session of its own, so it works both from eager code
+  (Keras) and from inside the Estimator's input_fn graph.
+  """
+  graph = tf.Graph()
+  graph.seed = 0  # Nothing here is random, but op determinism insists on a seed.
+  with graph.as_default():
+    ds = _load(split, data_dir).shard(num_shards, index).batch(1 << 30)
+    batch = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+    with tf.compat.v1.Session(graph=graph) as session:
+      try:
+        images, labels = session.run(batch)
+      except tf.errors.OutOfRangeError:  # An empty shard.
+        return []
+  return [hashlib.blake2b(image.tobytes() + bytes([label]), digest_size=8).hexdigest()
+          for image, label in zip(images, labels)]
+
+
+def _record_shard(record_dir: str, split: str, data_dir: Optional[str],
+                  input_context: Optional[tf.distribute.InputContext]) -> None:
+  num, index = ((input_context.num_input_pipelines, input_context.input_pipeline_id)
+                if input_context else (1, 0))
+  fingerprints = shard_fingerprints(split, data_dir, num, index)
+  tf.io.gfile.makedirs(record_dir)
+  path = os.path.join(record_dir, f"shard-{index}-of-{num}.json")
+  with tf.io.gfile.GFile(path, "w") as f:
+    json.dump({"split": split, "num_pipelines": num, "pipeline_id": index,
+               "fingerprints": fingerprints}, f)
+
+
 def _scale(image: tf.Tensor, label: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   return tf.cast(image, tf.float32) / 255.0, label
 
@@ -212,6 +252,7 @@ def input_fn(
     global_batch_size: int,
     data_dir: Optional[str] = None,
     seed: int = 0,
+    record_dir: Optional[str] = None,
 ) -> tf.data.Dataset:
   """Builds one input pipeline of (image, label) batches for both backends.
 
@@ -224,6 +265,8 @@ def input_fn(
     global_batch_size: examples per step across all replicas.
     data_dir: TFDS data directory; None means TFDS's default.
     seed: shuffle seed.
+    record_dir: in "train" mode, also write this pipeline's example
+      fingerprints to `<record_dir>/shard-<id>-of-<n>.json` (parity checks).
 
   Returns:
     A `tf.data.Dataset` of (float32 images in [0, 1] of shape (B, 28, 28, 1),
@@ -233,14 +276,9 @@ def input_fn(
     raise ValueError(f"mode must be one of {sorted(SPLIT_FOR_MODE)}, got {mode!r}")
   check_prepared(data_dir)
   training = mode == TRAIN
-  ds = tfds.load(
-      DATASET,
-      split=SPLIT_FOR_MODE[mode],
-      data_dir=data_dir,
-      download=False,
-      as_supervised=True,
-      shuffle_files=False,
-  )
+  if record_dir and training:
+    _record_shard(record_dir, SPLIT_FOR_MODE[mode], data_dir, input_context)
+  ds = _load(SPLIT_FOR_MODE[mode], data_dir)
   batch_size = global_batch_size
   if input_context is not None:
     # MNIST is one file, so shard by element: every pipeline reads the file

@@ -2,15 +2,14 @@
 
 import dataclasses
 import json
-import math
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from data import mnist
 from trainers import model as model_lib
+from trainers import reference
 from trainers.config import Config
 from tests.conftest import run_module
 
@@ -73,38 +72,14 @@ def test_only_the_chief_writes_to_model_dir(run):
     assert logs == sorted(expected)
 
 
-def _reference_weights(config: Config, data_dir: str, workers: int, gradient_scale=1.0):
-  """STEPS of v1 momentum in one process, on the workers' batches concatenated in order."""
-  tf.random.set_seed(config.seed)
-  pipelines = [iter(mnist.input_fn(
-      mnist.TRAIN, tf.distribute.InputContext(workers, i, workers),
-      global_batch_size=config.global_batch_size, data_dir=data_dir, seed=config.seed))
-      for i in range(workers)]
-  model = model_lib.build_model(config.seed)
-  accums = [tf.zeros_like(v) for v in model.trainable_variables]
-  for step in range(config.train_steps):
-    batches = [next(p) for p in pipelines]
-    images = tf.concat([b[0] for b in batches], 0)
-    labels = tf.concat([b[1] for b in batches], 0)
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-          labels, model(images, training=True), from_logits=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    lr = config.learning_rate * 0.5 * (1 + math.cos(math.pi * step / config.train_steps))
-    for i, (var, grad) in enumerate(zip(model.trainable_variables, grads)):
-      accums[i] = config.momentum * accums[i] + gradient_scale * grad
-      var.assign_sub(lr * accums[i])
-  return {v.name.split(":")[0]: v.numpy() for v in model.trainable_variables}
-
-
 def _trained_weights(backend: str, model_dir: str, names):
   if backend == "estimator":
     reader = tf.train.load_checkpoint(model_dir)
     return {name: reader.get_tensor(name) for name in names}
   with open(os.path.join(model_dir, "summary.json")) as f:
     export_dir = json.load(f)["export_dir"]
-  loaded = tf.saved_model.load(export_dir)
-  return {v.name.split(":")[0]: v.numpy() for v in loaded.trainable_variables}
+  return {model_lib.weight_name(v): v.numpy()
+          for v in tf.saved_model.load(export_dir).trainable_variables}
 
 
 def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data_dir):
@@ -113,14 +88,16 @@ def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data
   Keras divides by the global batch; under train_distribute the Estimator's v1
   optimizer divides the per-replica mean by the number of replicas. A model_fn
   dividing by the global batch would step half as far at 2 workers: the
-  `half` weights show the test tells the two apart.
+  `half` weights show the test tells the two apart. trainers.reference is the
+  same loop launch.parity uses; its own test is here.
   """
   backend, workers, model_dir, _ = run
   config = dataclasses.replace(TINY, data_dir=tiny_data_dir)
-  want = _reference_weights(config, tiny_data_dir, workers)
-  half = _reference_weights(config, tiny_data_dir, workers, gradient_scale=0.5)
-  initial = {v.name.split(":")[0]: v.numpy()
-             for v in model_lib.build_model(config.seed).trainable_variables}
+  _, want = reference.train_reference(config, workers)
+  # v1 momentum is linear in the gradient: half the rate = half the gradient.
+  _, half = reference.train_reference(
+      dataclasses.replace(config, learning_rate=config.learning_rate / 2), workers)
+  initial = model_lib.get_weights(model_lib.build_model(config.seed))
   got = _trained_weights(backend, model_dir, want)
   assert sorted(got) == sorted(want)
   for name in want:

@@ -3,16 +3,18 @@
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
 
 from data import mnist
+from trainers import model as model_lib
 from trainers.config import Config
 
 InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 SUMMARY_FILE = "summary.json"
+LOSSES_FILE = "losses.json"
 EXPORT_SUBDIR = "export"
 EVAL_SUBDIR = "eval"  # Estimator's own name for its evaluation events.
 
@@ -22,11 +24,30 @@ def default_input_fn(config: Config) -> InputFn:
 
   def input_fn(mode: str, input_context: Optional[tf.distribute.InputContext] = None):
     batch = config.global_batch_size if mode == mnist.TRAIN else config.eval_batch_size
-    return mnist.input_fn(
-        mode, input_context, global_batch_size=batch, data_dir=config.data_dir, seed=config.seed
-    )
+    return mnist.input_fn(mode, input_context, global_batch_size=batch,
+                          data_dir=config.data_dir, seed=config.seed,
+                          record_dir=config.record_dir)
 
   return input_fn
+
+
+def setup_determinism(config: Config) -> None:
+  """Op determinism if asked; the global seed that, with the op seed, fixes the shuffle."""
+  if config.deterministic:
+    tf.config.experimental.enable_op_determinism()
+  tf.random.set_seed(config.seed)
+
+
+def initial_weights(config: Config) -> Optional[model_lib.Weights]:
+  """The weights file's contents, or None to initialize from the seed."""
+  return model_lib.load_weights_npz(config.init_weights) if config.init_weights else None
+
+
+def record_losses(config: Config, backend: str, losses: List[float]) -> None:
+  """Writes the per-step training losses for launch.parity (chief only)."""
+  tf.io.gfile.makedirs(config.record_dir)
+  with tf.io.gfile.GFile(os.path.join(config.record_dir, LOSSES_FILE), "w") as f:
+    json.dump({"backend": backend, "losses": [float(x) for x in losses]}, f)
 
 
 def export_path(model_dir: str) -> str:

@@ -26,6 +26,11 @@ class Config:
     log_every_steps: steps between progress logs and loss summaries.
     checkpoint_every_steps: steps between checkpoints (and so between the
       Estimator evaluator's evaluations).
+    init_weights: a .npz of initial weights by variable name (as written by
+      `model.save_weights_npz`); None initializes from `seed`.
+    deterministic: turn on TensorFlow op determinism.
+    record_dir: if set, the chief writes each step's loss there and every
+      training pipeline writes the fingerprints of its shard (for launch.parity).
   """
 
   train_steps: int = 1500
@@ -37,6 +42,9 @@ class Config:
   eval_batch_size: int = 500
   log_every_steps: int = 100
   checkpoint_every_steps: int = 500
+  init_weights: Optional[str] = None
+  deterministic: bool = False
+  record_dir: Optional[str] = None
 
   def validate(self, num_replicas: int = 1) -> None:
     """Raises ValueError naming the bad setting and its fix."""

@@ -31,11 +31,28 @@ _ModeKeys = tf.estimator.ModeKeys
 RESULT_WAIT_SECONDS = 600.0
 
 
+class _LossRecorder(tf.estimator.SessionRunHook):
+  """Records the global-batch loss of every step and writes it at the end (chief only)."""
+
+  def __init__(self, loss: tf.Tensor, config: Config):
+    self._loss, self._config, self._losses = loss, config, []
+
+  def before_run(self, run_context):
+    return tf.estimator.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    self._losses.append(run_values.results)
+
+  def end(self, session):
+    common.record_losses(self._config, "estimator", self._losses)
+
+
 def make_model_fn(config: Config):
   """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics."""
+  initial_weights = common.initial_weights(config)
 
   def model_fn(features, labels, mode):
-    model = model_lib.build_model(config.seed)
+    model = model_lib.build_model(config.seed, initial_weights)
     logits = model(features, training=mode == _ModeKeys.TRAIN)
     if mode == _ModeKeys.PREDICT:
       outputs = model_lib.serving_outputs(logits)
@@ -55,7 +72,16 @@ def make_model_fn(config: Config):
         config.learning_rate, global_step, config.train_steps)
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
     train_op = optimizer.minimize(loss, global_step=global_step, var_list=model.trainable_variables)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    chief_hooks = []
+    if config.record_dir:
+      # The global-batch loss (as Keras reports it) needs an all-reduce that
+      # every worker runs each step: the train op depends on it.
+      global_loss = tf.distribute.get_replica_context().all_reduce(
+          tf.distribute.ReduceOp.MEAN, loss)
+      train_op = tf.group(train_op, global_loss)
+      chief_hooks.append(_LossRecorder(global_loss, config))
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
+                                      training_chief_hooks=chief_hooks)
 
   return model_fn
 
@@ -80,7 +106,7 @@ class _TrainTimer(tf.estimator.SessionRunHook):
     self.ended = time.time()
 
 
-def _read_eval_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
+def read_eval_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
   """The evaluator's accuracy and loss at `step`, from its event files."""
   for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
     try:
@@ -101,7 +127,7 @@ def _wait_for_eval(model_dir: str, step: int, timeout: float) -> Dict[str, float
   deadline = time.monotonic() + timeout
   logging.info("Waiting for the evaluator's result at step %d in %s", step, eval_dir)
   while time.monotonic() < deadline:
-    result = _read_eval_result(eval_dir, step)
+    result = read_eval_result(eval_dir, step)
     if result:
       return result
     time.sleep(1.0)
@@ -135,6 +161,7 @@ def train_and_evaluate(
   Returns:
     The summary on the chief; None on other tasks.
   """
+  common.setup_determinism(config)
   task = cluster.parse_tf_config()
   evaluator = task is not None and task.type == cluster.EVALUATOR
   if strategy is None and not evaluator:

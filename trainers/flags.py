@@ -21,6 +21,11 @@ _HELP = {
                        "test loss identical.",
     "log_every_steps": "Steps between progress logs and loss summaries.",
     "checkpoint_every_steps": "Steps between checkpoints (and Estimator evaluations).",
+    "init_weights": "A .npz of initial weights by variable name (launch.parity writes one); "
+                    "default: initialize from --seed.",
+    "deterministic": "Turn on TensorFlow op determinism.",
+    "record_dir": "Record per-step losses (chief) and each shard's example fingerprints "
+                  "here, for launch.parity.",
 }
 
 
@@ -36,8 +41,8 @@ def define_flags() -> None:
   flags.DEFINE_float("timeout", None, "With --workers > 1: seconds before the whole run is "
                      "stopped and the launcher exits non-zero.")
   for field in dataclasses.fields(Config):
-    define = {int: flags.DEFINE_integer, float: flags.DEFINE_float}.get(field.type,
-                                                                       flags.DEFINE_string)
+    define = {int: flags.DEFINE_integer, float: flags.DEFINE_float,
+              bool: flags.DEFINE_bool}.get(field.type, flags.DEFINE_string)
     define(field.name, field.default, _HELP[field.name])
 
 

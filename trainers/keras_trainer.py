@@ -3,7 +3,7 @@
 import os
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -52,16 +52,34 @@ def _loss_and_metrics() -> Dict[str, Any]:
 
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
-  model = model_lib.build_model(config.seed)
+  model = model_lib.build_model(config.seed, common.initial_weights(config))
   model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
+  # The logged loss and accuracy are already aggregated over all replicas;
+  # tf-keras 2.15's default ("auto" = "sum" under MultiWorkerMirroredStrategy)
+  # sums them again across workers, reporting N times the true values.
+  model.distribute_reduction_method = "first"
   return model
+
+
+def evaluate_weights(config: Config, weights: model_lib.Weights,
+                     input_fn: Optional[common.InputFn] = None
+                     ) -> Tuple[tf_keras.Model, Dict[str, float]]:
+  """Keras `evaluate` of the given weights on the whole test split, in this process.
+
+  Returns:
+    The model holding `weights`, and its test "accuracy" and "loss".
+  """
+  model = model_lib.build_model(config.seed, weights)
+  model.compile(**_loss_and_metrics())
+  input_fn = input_fn or common.default_input_fn(config)
+  return model, model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
 
 
 class _Progress(tf_keras.callbacks.Callback):
   """Step logs and loss summaries every `every` steps, under Estimator's tags.
 
   Keras reports the mean loss since the epoch began; the difference of two
-  running sums gives the mean over the last window.
+  running sums gives the mean over the last window, or the loss of one step.
   """
 
   def __init__(self, every: int, total: int, logdir: Optional[str]):
@@ -69,6 +87,8 @@ class _Progress(tf_keras.callbacks.Callback):
     self._every, self._total = every, total
     self._writer = tf.summary.create_file_writer(logdir) if logdir else None
     self._last_step, self._last_sum, self._last_time = 0, 0.0, 0.0
+    self._previous_sum = 0.0
+    self.step_losses: List[float] = []
     self.start_time = self.end_time = 0.0
 
   def on_train_begin(self, logs=None):
@@ -76,9 +96,12 @@ class _Progress(tf_keras.callbacks.Callback):
 
   def on_train_batch_end(self, batch, logs=None):
     step = batch + 1
+    loss_sum = logs["loss"] * step
+    self.step_losses.append(loss_sum - self._previous_sum)
+    self._previous_sum = loss_sum
     if step % self._every and step != self._total:
       return
-    now, loss_sum = time.time(), logs["loss"] * step
+    now = time.time()
     window_loss = (loss_sum - self._last_sum) / (step - self._last_step)
     steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
     logging.info("step %d/%d: loss %.4f, %.1f steps/s", step, self._total, window_loss,
@@ -132,7 +155,7 @@ def train_and_evaluate(
   config.validate(strategy.num_replicas_in_sync)
   # The global seed takes part in the shuffle order: the Estimator sets the
   # same one through RunConfig(tf_random_seed), so both read the same batches.
-  tf.random.set_seed(config.seed)
+  common.setup_determinism(config)
   input_fn = input_fn or common.default_input_fn(config)
   chief = distribute.is_chief(strategy)
   with strategy.scope():
@@ -146,13 +169,12 @@ def train_and_evaluate(
   if not chief:
     return None
 
+  if config.record_dir:
+    common.record_losses(config, "keras", progress.step_losses)
   # The chief evaluates the whole test split in one process, outside the
   # strategy, as the Estimator's evaluator task does: no collective can wait
   # on a worker that has finished, and uneven shards cannot skew the metric.
-  eval_model = model_lib.build_model(config.seed)
-  eval_model.set_weights(model.get_weights())
-  eval_model.compile(**_loss_and_metrics())
-  metrics = eval_model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
+  eval_model, metrics = evaluate_weights(config, model_lib.get_weights(model), input_fn)
   logging.info("Test metrics at step %d: %s", global_step, metrics)
   with tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)).as_default():
     for name, value in metrics.items():
