@@ -48,10 +48,13 @@ def main(argv: Sequence[str]) -> None:
   except mnist.MissingDataError as e:
     sys.exit(f"error: {e}")
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
-  report = parity.run_parity(
-      config, _WORKERS.value, out, steps=_STEPS.value, long_steps=_LONG_STEPS.value,
-      tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
-      timeout=_TIMEOUT.value)
+  try:
+    report = parity.run_parity(
+        config, _WORKERS.value, out, steps=_STEPS.value, long_steps=_LONG_STEPS.value,
+        tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
+        timeout=_TIMEOUT.value)
+  except RuntimeError as e:  # A backend run failed: its log is named in the message.
+    sys.exit(f"error: {e}")
   parity.write_report(report, out)
   print(parity.format_table(report))
   print(f"Report: {out}/parity_report.md, parity_report.json, loss_curves.png")

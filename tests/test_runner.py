@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainers import flags as trainer_flags
 from trainers import model as model_lib
 from trainers import reference
 from trainers.config import Config
@@ -22,12 +23,7 @@ SUMMARY_KEYS = {"backend", "workers", "global_step", "test_accuracy", "test_loss
 
 
 def _flags(config: Config, data_dir: str):
-  return [f"--data_dir={data_dir}", f"--train_steps={config.train_steps}",
-          f"--global_batch_size={config.global_batch_size}",
-          f"--learning_rate={config.learning_rate}", f"--momentum={config.momentum}",
-          f"--eval_batch_size={config.eval_batch_size}",
-          f"--log_every_steps={config.log_every_steps}",
-          f"--checkpoint_every_steps={config.checkpoint_every_steps}"]
+  return trainer_flags.config_to_flags(dataclasses.replace(config, data_dir=data_dir))
 
 
 def _train(backend, workers, tiny_data_dir, tmp_path_factory):

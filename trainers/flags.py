@@ -2,6 +2,7 @@
 
 import dataclasses
 import sys
+from typing import List
 
 from absl import flags
 
@@ -49,6 +50,18 @@ def define_flags() -> None:
 def config_from_flags() -> Config:
   """The Config the parsed flags describe."""
   return Config(**{f.name: FLAGS[f.name].value for f in dataclasses.fields(Config)})
+
+
+def config_to_flags(config: Config) -> List[str]:
+  """The command-line flags that make a trainer binary use `config`."""
+  args = []
+  for field in dataclasses.fields(config):
+    value = getattr(config, field.name)
+    if isinstance(value, bool):
+      args.append(f"--{'' if value else 'no'}{field.name}")
+    elif value is not None:
+      args.append(f"--{field.name}={value}")
+  return args
 
 
 def run_options_from_flags(module: str) -> runner.RunOptions:

@@ -22,6 +22,7 @@ from absl import logging
 from data import mnist
 from trainers import common
 from trainers import estimator_trainer
+from trainers import flags as trainer_flags
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import reference
@@ -64,23 +65,13 @@ class Report:
     return all(c.passed for c in self.checks)
 
 
-def _flags(config: Config) -> List[str]:
-  flags = []
-  for field in dataclasses.fields(config):
-    value = getattr(config, field.name)
-    if isinstance(value, bool):
-      flags.append(f"--{'' if value else 'no'}{field.name}")
-    elif value is not None:
-      flags.append(f"--{field.name}={value}")
-  return flags
-
-
 def run_backend(backend: str, config: Config, workers: int, run_dir: str,
                 extra_flags: Sequence[str] = (), timeout: float = 1800) -> Dict:
   """Runs one backend's binary as a user would; returns its summary."""
   model_dir = os.path.join(run_dir, "model")
   cmd = [sys.executable, "-m", f"trainers.{backend}_main", f"--workers={workers}",
-         f"--model_dir={model_dir}", f"--timeout={timeout}", *_flags(config), *extra_flags]
+         f"--model_dir={model_dir}", f"--timeout={timeout}",
+         *trainer_flags.config_to_flags(config), *extra_flags]
   logging.info("Running %s", " ".join(cmd))
   with open(os.path.join(run_dir, "run.log"), "w") as log:
     result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
