@@ -44,6 +44,12 @@ def _pump(src: IO[bytes], sinks: Sequence[IO[bytes]]) -> None:
   src.close()
 
 
+def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> None:
+  for t in threads:
+    t.join()
+  log.close()
+
+
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
            stream: bool) -> _Proc:
   log = open(log_path, "wb")  # pylint: disable=consider-using-with
@@ -61,7 +67,10 @@ def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
   ]
   for t in pumps:
     t.start()
-  return _Proc(name, popen, log_path, pumps)
+  # Both pumps write to the log: it is closed once both have reached EOF.
+  closer = threading.Thread(target=_close_when_done, args=(pumps, log), daemon=True)
+  closer.start()
+  return _Proc(name, popen, log_path, [*pumps, closer])
 
 
 def _describe(returncode: int) -> str:

@@ -1,4 +1,4 @@
-"""What both trainers share beyond the model: inputs, chief role, the summary."""
+"""What both trainers share beyond the model: inputs, seeds, initial weights, records, summary."""
 
 import json
 import os
