@@ -61,11 +61,12 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
   """True for the one process that writes to model_dir: worker 0, or a local run."""
   resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None or not resolver.cluster_spec().as_dict():
+  jobs = resolver.cluster_spec().as_dict() if resolver else {}
+  if not jobs:
     return True
-  return resolver.task_type == "chief" or (
-      resolver.task_type == "worker" and resolver.task_id == 0
-      and "chief" not in resolver.cluster_spec().as_dict())
+  # The rule itself lives with the rest of TF_CONFIG handling, in launch.cluster.
+  return cluster.Task(resolver.task_type, resolver.task_id, num_workers(strategy),
+                      has_chief_job=cluster.CHIEF in jobs).is_chief
 
 
 def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float = 300) -> None:
