@@ -12,6 +12,7 @@ from absl import logging
 from data import mnist
 from launch import cluster
 from launch import supervisor
+from trainers import distribute
 from trainers.config import Config
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
@@ -87,17 +88,16 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
         evaluator=backend == "estimator", timeout=options.timeout)
 
-  # Imported here so that the Keras path never needs tf.estimator (gone in TF 2.16).
-  from trainers import distribute  # pylint: disable=g-import-not-at-top
-  distribute.setup_process(task)
-  try:
-    trainer = importlib.import_module(BACKENDS[backend])
-  except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
-    return _error(str(e), 1)
   if model_dir is None:
     if task is not None:
       return _error("--model_dir is required when TF_CONFIG is set: every task must "
                     "share it.", EXIT_USAGE)
     model_dir = tempfile.mkdtemp(prefix=f"mnist_{backend}_")
+  distribute.setup_process(task)
+  # Imported by name, so the Keras path never loads tf.estimator (gone in TF 2.16).
+  try:
+    trainer = importlib.import_module(BACKENDS[backend])
+  except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
+    return _error(str(e), 1)
   trainer.train_and_evaluate(config, model_dir)
   return 0
