@@ -32,12 +32,16 @@ class Task:
     index: index within its type.
     num_workers: number of training tasks (chief and workers) in the cluster.
     has_chief_job: whether the cluster names a "chief" job.
+    address: this task's "host:port" in the cluster; None for the evaluator.
+    cluster: the cluster spec, job name -> addresses.
   """
 
   type: str
   index: int
   num_workers: int
   has_chief_job: bool = True
+  address: Optional[str] = None
+  cluster: Optional[Dict[str, List[str]]] = dataclasses.field(default=None, compare=False)
 
   @property
   def is_chief(self) -> bool:
@@ -156,4 +160,30 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
     )
   return Task(type=task_type, index=index,
               num_workers=sum(len(a) for a in cluster.values()),
-              has_chief_job=CHIEF in cluster)
+              has_chief_job=CHIEF in cluster,
+              address=None if task_type == EVALUATOR else cluster[task_type][index],
+              cluster=cluster)
+
+
+def check_port_free(task: Task) -> None:
+  """Raises TFConfigError, naming the fix, if this task's port is taken.
+
+  TensorFlow's gRPC server binds with SO_REUSEPORT, so a second server on a
+  busy port may start without an error and talk to the wrong peers: look first.
+  """
+  if task.address is None:
+    return
+  port = task.address.rpartition(":")[2]
+  if not port.isdigit():
+    raise TFConfigError(f"TF_CONFIG address {task.address!r} of {task.name} is not 'host:port'.")
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    # Like gRPC: a port whose old connections linger in TIME_WAIT is free.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind(("", int(port)))  # TF's server listens on every interface.
+    except OSError as e:
+      raise TFConfigError(
+          f"Port {port} of {task.name} ({task.address} in TF_CONFIG) cannot be bound: {e.strerror}. "
+          "Stop the program using it, or give this task a free port in every task's TF_CONFIG "
+          "(python -m launch.local picks free ports)."
+      ) from e

@@ -1,9 +1,13 @@
 """Runs a local cluster: one process per task, each with its own TF_CONFIG.
 
 It runs any TF_CONFIG-aware command. The chief's output is streamed live and,
-like every task's, written to `<log_dir>/<type>-<index>.log`. When a task
-fails, or the run exceeds its timeout, every other task is stopped, so no
-process outlives the launcher.
+like every task's, appended to `<log_dir>/<type>-<index>.log`. Synchronous
+training fails as a whole when one task dies, so when a task fails every task
+is stopped and, up to `max_restarts` times, all are started again with the
+same TF_CONFIGs: the trainers resume from their last backup. A run that passes
+its timeout, or in which no task writes output for `stall_timeout` seconds,
+is stopped after each task is asked for a stack dump (SIGUSR1). No process
+outlives the launcher.
 """
 
 import dataclasses
@@ -14,18 +18,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, List, Mapping, Optional, Sequence
+from typing import IO, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
 from launch import cluster
 
 GRACE_SECONDS = 10.0
+DUMP_WAIT_SECONDS = 3.0
+EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
 EXIT_TIMEOUT = 124  # As coreutils' timeout(1).
-
-
-class LaunchError(RuntimeError):
-  """The cluster could not be run to completion; the message says why."""
+TASKS_FILE = "tasks.json"
 
 
 @dataclasses.dataclass
@@ -34,6 +37,19 @@ class _Proc:
   popen: subprocess.Popen
   log_path: str
   pumps: List[threading.Thread]
+  log_size: int = 0
+  last_output: float = dataclasses.field(default_factory=time.monotonic)
+
+  def poll_output(self) -> float:
+    """Seconds since this task last wrote to its log."""
+    try:
+      size = os.path.getsize(self.log_path)
+    except OSError:
+      size = self.log_size
+    now = time.monotonic()
+    if size != self.log_size:
+      self.log_size, self.last_output = size, now
+    return now - self.last_output
 
 
 def _pump(src: IO[bytes], sinks: Sequence[IO[bytes]]) -> None:
@@ -51,8 +67,10 @@ def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> Non
 
 
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
-           stream: bool) -> _Proc:
-  log = open(log_path, "wb")  # pylint: disable=consider-using-with
+           stream: bool, header: bytes) -> _Proc:
+  log = open(log_path, "ab")  # pylint: disable=consider-using-with
+  log.write(header)
+  log.flush()
   # A session of its own, so stopping the task stops whatever it started.
   if not stream:
     popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -99,6 +117,69 @@ def _stop_all(procs: Sequence[_Proc], grace: float) -> None:
     except (ProcessLookupError, PermissionError):
       pass
     p.popen.wait()
+  for p in procs:
+    for t in p.pumps:
+      t.join()
+
+
+def _dump_stacks(procs: Sequence[_Proc]) -> List[str]:
+  """Asks every live task for a stack dump; returns the names of those that gave none.
+
+  The trainers print every thread's Python stack to their log on SIGUSR1
+  (faulthandler); a task that is stopped, or stuck outside Python's reach,
+  writes nothing.
+  """
+  live = [p for p in procs if p.popen.poll() is None]
+  sizes = {}
+  for p in live:
+    sizes[p.name] = os.path.getsize(p.log_path)
+    try:
+      os.kill(p.popen.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+      pass
+  time.sleep(DUMP_WAIT_SECONDS)
+  return [p.name for p in live if os.path.getsize(p.log_path) == sizes[p.name]]
+
+
+def _hang_report(procs: Sequence[_Proc], log_dir: str) -> str:
+  """Names the hung task: one that gave no stack dump, else the one silent longest."""
+  silence = {p.name: p.poll_output() for p in procs if p.popen.poll() is None}
+  if not silence:
+    return "no task is still running."
+  mute = _dump_stacks(procs)
+  hung = mute or [max(silence, key=silence.get)]
+  details = ", ".join(
+      f"{name} (silent {silence[name]:.0f} s"
+      f"{', no stack dump: stopped or stuck outside Python' if name in mute else ''})"
+      for name in hung)
+  others = sorted(set(silence) - set(hung))
+  also = f"; also still running: {', '.join(others)}" if others else ""
+  return f"hung: {details}{also}. Stack dumps are in the task logs in {log_dir}."
+
+
+def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc]) -> None:
+  """Records each task's pid, for tools that watch or signal the tasks (launch.chaos)."""
+  path = os.path.join(log_dir, TASKS_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump({"restarts": restarts,
+               "tasks": [{"name": p.name, "pid": p.popen.pid} for p in procs]}, f)
+  os.replace(path + ".tmp", path)
+
+
+def _watch(procs: Sequence[_Proc], deadline: Optional[float],
+           stall_timeout: Optional[float]) -> Tuple[str, Optional[_Proc]]:
+  """Waits until every task succeeds ("ok"), one fails ("failed"), or time runs out."""
+  while True:
+    failed = [p for p in procs if p.popen.poll() not in (None, 0)]
+    if failed:
+      return "failed", failed[0]
+    if all(p.popen.poll() == 0 for p in procs):
+      return "ok", None
+    if deadline is not None and time.monotonic() > deadline:
+      return "timeout", None
+    if stall_timeout is not None and min(p.poll_output() for p in procs) > stall_timeout:
+      return "stalled", None
+    time.sleep(0.2)
 
 
 def run_local_cluster(
@@ -108,6 +189,8 @@ def run_local_cluster(
     *,
     evaluator: bool = False,
     timeout: Optional[float] = None,
+    stall_timeout: Optional[float] = None,
+    max_restarts: int = 0,
     env: Optional[Mapping[str, str]] = None,
     grace: float = GRACE_SECONDS,
 ) -> int:
@@ -116,20 +199,29 @@ def run_local_cluster(
   Args:
     cmd: the command every task runs; each gets its own TF_CONFIG.
     num_workers: training workers; worker 0 is the chief.
-    log_dir: where `<type>-<index>.log` files go; created if missing.
+    log_dir: where `<type>-<index>.log` files and `tasks.json` go; created if missing.
     evaluator: also start an "evaluator" task (Estimator's sidecar).
-    timeout: seconds before the whole run is stopped; None waits forever.
+    timeout: seconds before the whole run, restarts included, is stopped;
+      None waits forever.
+    stall_timeout: seconds without output from any task before the run is
+      stopped as hung; None never.
+    max_restarts: how many times all tasks are started again after a task
+      fails (a usage error, exit code 2, is never retried).
     env: base environment; defaults to os.environ.
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
 
   Returns:
-    0 when every task exits 0. Otherwise the exit code of the first task that
-    failed (128 + signal number if it was killed), or 124 on timeout.
+    0 when every task exits 0. Otherwise the exit code of the task whose
+    failure ended the run (128 + signal number if it was killed), or 124
+    on timeout or stall.
   """
   if num_workers < 1:
     raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
+  if max_restarts < 0:
+    raise ValueError(f"max_restarts must be >= 0, got {max_restarts}.")
   os.makedirs(log_dir, exist_ok=True)
   base_env = dict(os.environ if env is None else env)
+  # The same ports on every restart: each task keeps its TF_CONFIG.
   tf_configs = cluster.make_tf_configs(cluster.pick_free_ports(num_workers), evaluator)
   procs: List[_Proc] = []
   deadline = None if timeout is None else time.monotonic() + timeout
@@ -137,35 +229,47 @@ def run_local_cluster(
   if threading.current_thread() is threading.main_thread():
     # Turn SIGTERM into an exception so the finally clause stops the tasks.
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+  restarts, header = 0, b""
   try:
-    for tf_config in tf_configs:
-      task = tf_config["task"]
-      name = f"{task['type']}-{task['index']}"
-      task_env = dict(base_env, TF_CONFIG=json.dumps(tf_config))
-      procs.append(_start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
-                          stream=not procs))
-    logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:
-      failed = [p for p in procs if p.popen.poll() not in (None, 0)]
-      if failed:
-        p = failed[0]
-        logging.error("%s %s; stopping the other tasks. Its log: %s", p.name,
-                      _describe(p.popen.returncode), p.log_path)
-        rc = p.popen.returncode
-        return 128 - rc if rc < 0 else rc
-      if all(p.popen.poll() == 0 for p in procs):
+      procs = []
+      for tf_config in tf_configs:
+        task = tf_config["task"]
+        name = f"{task['type']}-{task['index']}"
+        task_env = dict(base_env, TF_CONFIG=json.dumps(tf_config))
+        procs.append(_start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
+                            stream=not procs, header=header))
+      _write_tasks_file(log_dir, restarts, procs)
+      logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
+      outcome, failed = _watch(procs, deadline, stall_timeout)
+      if outcome == "ok":
+        if restarts:
+          logging.info("All tasks succeeded after %d restart(s).", restarts)
         return 0
-      if deadline is not None and time.monotonic() > deadline:
-        running = [p.name for p in procs if p.popen.poll() is None]
-        logging.error("Timed out after %.0f s; still running: %s. Stopping them.", timeout,
-                      ", ".join(running))
+      if outcome == "timeout":
+        logging.error("Timed out after %.0f s (--timeout); %s Stopping every task.", timeout,
+                      _hang_report(procs, log_dir))
         return EXIT_TIMEOUT
-      time.sleep(0.2)
+      if outcome == "stalled":
+        logging.error("No task wrote any output for %.0f s (--stall_timeout); %s Stopping every "
+                      "task.", stall_timeout, _hang_report(procs, log_dir))
+        return EXIT_TIMEOUT
+      rc = failed.popen.returncode
+      cause = f"{failed.name} {_describe(rc)}"
+      if rc == EXIT_USAGE or restarts >= max_restarts:
+        why = ("a usage error is not retried" if rc == EXIT_USAGE else
+               f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
+        logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
+                      f" ({why})" if why else "", failed.log_path)
+        return 128 - rc if rc < 0 else rc
+      restarts += 1
+      logging.warning("Restart %d of %d: %s (its log: %s); stopping every task and starting "
+                      "all again with the same TF_CONFIG.", restarts, max_restarts, cause,
+                      failed.log_path)
+      _stop_all(procs, grace)
+      header = f"\n=== restart {restarts} of {max_restarts}: {cause} ===\n".encode()
   finally:
     _stop_all(procs, grace)
-    for p in procs:
-      for t in p.pumps:
-        t.join()
     if previous_handler is not None:
       signal.signal(signal.SIGTERM, previous_handler)
 

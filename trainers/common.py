@@ -3,7 +3,7 @@
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -17,6 +17,12 @@ SUMMARY_FILE = "summary.json"
 LOSSES_FILE = "losses.json"
 EXPORT_SUBDIR = "export"
 EVAL_SUBDIR = "eval"  # Estimator's own name for its evaluation events.
+BACKUP_SUBDIR = "backup"  # Keras BackupAndRestore's state while training runs.
+KERAS_CHECKPOINT_PREFIX = "ckpt"  # Keras: ckpt-<step>; the Estimator: model.ckpt-<step>.
+
+
+class ModelDirError(ValueError):
+  """model_dir cannot be used: missing parent, unwritable, or another run's checkpoint."""
 
 
 def default_input_fn(config: Config) -> InputFn:
@@ -50,6 +56,70 @@ def record_losses(config: Config, backend: str, losses: List[float]) -> None:
     json.dump({"backend": backend, "losses": [float(x) for x in losses]}, f)
 
 
+KERAS_STEP_KEY = "model/optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _checkpoint_owner(shapes: Mapping[str, Sequence[int]]) -> str:
+  """"keras" for object-based checkpoints (tf.train.Checkpoint), "estimator" for name-based."""
+  return "keras" if "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes else "estimator"
+
+
+def _model_mismatch(owner: str, shapes: Mapping[str, Sequence[int]]) -> Optional[str]:
+  """How a checkpoint's weights differ from build_model's, or None if they match."""
+  # In a graph of its own: an eager op here would start TensorFlow's runtime
+  # before the strategy can configure it.
+  with tf.Graph().as_default():
+    layers = [layer for layer in model_lib.build_model(seed=0).layers if layer.weights]
+    expected = {}
+    for i, layer in enumerate(layers):
+      for weight in layer.weights:
+        name = model_lib.weight_name(weight)
+        key = (name if owner == "estimator" else
+               f"model/layer_with_weights-{i}/{name.split('/')[-1]}/.ATTRIBUTES/VARIABLE_VALUE")
+        expected[key] = weight.shape.as_list()
+  for key, shape in expected.items():
+    if key not in shapes:
+      return f"it has no variable {key}"
+    if list(shapes[key]) != shape:
+      return f"{key} has shape {list(shapes[key])}, this model's has {shape}"
+  return None
+
+
+def checkpoint_step(path: str) -> Tuple[str, int]:
+  """The backend that wrote a checkpoint and its global step; raises if it cannot be read."""
+  reader = tf.train.load_checkpoint(path)
+  owner = _checkpoint_owner(reader.get_variable_to_shape_map())
+  return owner, int(reader.get_tensor(KERAS_STEP_KEY if owner == "keras" else "global_step"))
+
+
+def check_checkpoint(backend: str, model_dir: str) -> None:
+  """Refuses a model_dir whose checkpoint `backend` would not resume from.
+
+  The Estimator resumes from `model_dir`'s checkpoint, Keras from its final
+  checkpoint or its backup. A checkpoint of the other backend, or of another
+  model, is reported and left untouched.
+
+  Raises:
+    ModelDirError: naming the checkpoint, whose it is, and the fix.
+  """
+  for directory in (model_dir, os.path.join(model_dir, BACKUP_SUBDIR, "chief")):
+    path = tf.train.latest_checkpoint(directory)
+    if path is None:
+      continue
+    shapes = dict(tf.train.list_variables(path))
+    owner = _checkpoint_owner(shapes)
+    if owner != backend:
+      raise ModelDirError(
+          f"--model_dir={model_dir} holds a checkpoint of the {owner} backend ({path}); the "
+          f"{backend} backend cannot resume from it and will not overwrite it. Choose a new "
+          f"--model_dir, or resume it with python -m trainers.{owner}_main.")
+    mismatch = _model_mismatch(owner, shapes)
+    if mismatch:
+      raise ModelDirError(
+          f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
+          f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
+
+
 def export_path(model_dir: str) -> str:
   """A fresh timestamped SavedModel directory, as Estimator's exports use."""
   parent = os.path.join(model_dir, EXPORT_SUBDIR)
@@ -66,6 +136,7 @@ def finish(
     global_step: int,
     metrics: Dict[str, float],
     train_seconds: float,
+    trained_steps: int,
     export_dir: str,
 ) -> Dict[str, Any]:
   """Writes summary.json to model_dir and prints it as the last stdout line.
@@ -75,9 +146,10 @@ def finish(
     config: the run's hyperparameters.
     model_dir: the chief's model directory.
     workers: number of training workers.
-    global_step: the final optimizer step, all trained within train_seconds.
+    global_step: the final optimizer step.
     metrics: test-split "accuracy" and "loss".
-    train_seconds: wall time of the training loop.
+    train_seconds: wall time of this process's training loop.
+    trained_steps: the steps it ran (fewer than global_step after a resume).
     export_dir: the SavedModel written.
 
   Returns:
@@ -91,7 +163,8 @@ def finish(
       "test_loss": round(float(metrics["loss"]), 6),
       "train_seconds": round(train_seconds, 3),
       "examples_per_second": round(
-          global_step * config.global_batch_size / max(train_seconds, 1e-9), 1),
+          trained_steps * config.global_batch_size / train_seconds if train_seconds > 0 else 0,
+          1),
       "model_dir": model_dir,
       "export_dir": export_dir,
   }

@@ -25,7 +25,9 @@ class Config:
       per-example mean of Keras.
     log_every_steps: steps between progress logs and loss summaries.
     checkpoint_every_steps: steps between checkpoints (and so between the
-      Estimator evaluator's evaluations).
+      Estimator evaluator's evaluations); the Estimator resumes from them.
+    backup_every_steps: steps between Keras BackupAndRestore backups, which
+      Keras resumes from after a failure.
     init_weights: a .npz of initial weights by variable name (as written by
       `model.save_weights_npz`); None initializes from `seed`.
     deterministic: turn on TensorFlow op determinism.
@@ -42,6 +44,7 @@ class Config:
   eval_batch_size: int = 500
   log_every_steps: int = 100
   checkpoint_every_steps: int = 500
+  backup_every_steps: int = 100
   init_weights: Optional[str] = None
   deterministic: bool = False
   record_dir: Optional[str] = None
@@ -49,7 +52,7 @@ class Config:
   def validate(self, num_replicas: int = 1) -> None:
     """Raises ValueError naming the bad setting and its fix."""
     for name in ("train_steps", "global_batch_size", "eval_batch_size", "log_every_steps",
-                 "checkpoint_every_steps"):
+                 "checkpoint_every_steps", "backup_every_steps"):
       if getattr(self, name) <= 0:
         raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
     if self.learning_rate <= 0:

@@ -1,13 +1,31 @@
 """Per-process set-up: the one place a tf.distribute strategy is created."""
 
+import faulthandler
+import json
 import os
+import signal
+import sys
+import threading
 from typing import Optional
 
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.eager import context  # wait_at_barrier has no public API in TF 2.15.
+# No public API in TF 2.15 for the coordination service's settings, barrier and key-value store.
+from tensorflow.tsl.protobuf import coordination_config_pb2
+from tensorflow.python.distribute import multi_worker_util
+from tensorflow.python.eager import context
 
 from launch import cluster
+
+# TF waits an hour for every task to register by default: a peer that never
+# comes up must be reported well within a minute.
+REGISTER_TIMEOUT_SECONDS = 40
+# A peer that stops answering is declared dead after this long without a heartbeat.
+HEARTBEAT_TIMEOUT_SECONDS = 15
+
+
+class ClusterMismatchError(ValueError):
+  """The tasks of one cluster were started with different TF_CONFIG clusters."""
 
 
 class _TaskFormatter(logging.PythonFormatter):
@@ -32,6 +50,8 @@ def setup_process(task: Optional[cluster.Task]) -> None:
   # TF's logger has its own stderr handler besides absl's: keep one copy of each line.
   for handler in list(tf.get_logger().handlers):
     tf.get_logger().removeHandler(handler)
+  # The launcher asks a hung task for its stacks before killing it.
+  faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
   if task is None:
     return
   logging.get_absl_handler().setFormatter(_TaskFormatter(task.name))
@@ -42,13 +62,61 @@ def setup_process(task: Optional[cluster.Task]) -> None:
   logging.info("Task %s of %d workers; %d intra-op threads.", task.name, task.num_workers, threads)
 
 
+def _configure_coordination_service(resolver: tf.distribute.cluster_resolver.ClusterResolver):
+  """The settings MultiWorkerMirroredStrategy would choose, with timeouts that end hangs."""
+  cluster_spec = multi_worker_util.normalize_cluster_spec(resolver.cluster_spec())
+  context.context().configure_coordination_service(
+      service_type="standalone",
+      service_leader=multi_worker_util.coordination_leader(cluster_spec),
+      cluster_register_timeout_in_ms=REGISTER_TIMEOUT_SECONDS * 1000,
+      heartbeat_timeout_in_ms=HEARTBEAT_TIMEOUT_SECONDS * 1000,
+      coordinated_jobs=[
+          coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
+          for job in (cluster.CHIEF, cluster.WORKER) if job in cluster_spec.jobs
+      ])
+
+
 def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   """MultiWorkerMirroredStrategy for this process's TF_CONFIG (local if unset).
 
   Both backends use it: Keras builds its model in its scope; the Estimator
-  gets it as `RunConfig(train_distribute=...)`.
+  gets it as `RunConfig(train_distribute=...)`. In a cluster, every peer must
+  register within REGISTER_TIMEOUT_SECONDS and keep answering heartbeats, and
+  every task must have been started with the same cluster; otherwise this, or
+  the first step, fails instead of waiting.
+
+  Raises:
+    ClusterMismatchError: a peer's TF_CONFIG describes another cluster.
   """
-  return tf.distribute.MultiWorkerMirroredStrategy()
+  resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+  multi_worker = resolver.task_type in (cluster.CHIEF, cluster.WORKER)
+  if multi_worker:
+    _configure_coordination_service(resolver)
+  strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+  if threading.current_thread() is threading.main_thread():
+    # TF's preemption notifier swallows SIGTERM (we keep no preemption
+    # checkpoint): restore the default, so SIGTERM stops the task at once.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  if multi_worker:
+    _check_same_cluster(cluster.parse_tf_config())
+  return strategy
+
+
+def _check_same_cluster(task: cluster.Task) -> None:
+  """Compares this task's cluster with every peer's, through the coordination service."""
+  mine = json.dumps(task.cluster, sort_keys=True)
+  ctx = context.context()
+  ctx.set_config_key_value(f"mnist_cluster/{task.name}", mine)
+  for job in (cluster.CHIEF, cluster.WORKER):
+    for index in range(len(task.cluster.get(job, []))):
+      peer = f"{job}:{index}"
+      theirs = ctx.get_config_key_value(f"mnist_cluster/{peer}",
+                                        timeout_in_ms=REGISTER_TIMEOUT_SECONDS * 1000)
+      if theirs != mine:
+        raise ClusterMismatchError(
+            f"Task {peer} was started with TF_CONFIG cluster {theirs}, but this task "
+            f"({task.name}) with {mine}: start every task with the same cluster (and "
+            "the same --workers).")
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:

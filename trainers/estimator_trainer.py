@@ -92,15 +92,34 @@ def serving_input_fn() -> tf.estimator.export.TensorServingInputReceiver:
   return tf.estimator.export.TensorServingInputReceiver(image, {"image": image})
 
 
-class _TrainTimer(tf.estimator.SessionRunHook):
-  """Wall time from the first to the last training step of this process."""
+class _TrainProgress(tf.estimator.SessionRunHook):
+  """Times this process's training steps and logs "step N/T" every `every` steps, as Keras does.
 
-  def __init__(self):
-    self.started = self.ended = 0.0
+  Synchronous training: every run of the train op is one global step.
+  """
+
+  def __init__(self, every: int, total: int):
+    self._every, self._total = every, total
+    self.first_step = self.last_step = self._logged_step = 0
+    self.started = self.ended = self._logged_time = 0.0
+
+  def after_create_session(self, session, coord):
+    self.first_step = self.last_step = self._logged_step = int(
+        session.run(tf.compat.v1.train.get_global_step()))
+    logging.info("Training from step %d to %d.", self.first_step, self._total)
 
   def before_run(self, run_context):
     if not self.started:
-      self.started = time.time()
+      self.started = self._logged_time = time.time()
+
+  def after_run(self, run_context, run_values):
+    step = self.last_step = self.last_step + 1
+    if step % self._every and step != self._total:
+      return
+    now = time.time()
+    logging.info("step %d/%d: %.1f steps/s", step, self._total,
+                 (step - self._logged_step) / max(now - self._logged_time, 1e-9))
+    self._logged_step, self._logged_time = step, now
 
   def end(self, session):
     self.ended = time.time()
@@ -180,10 +199,10 @@ def train_and_evaluate(
       keep_checkpoint_max=3,
   )
   estimator = tf.estimator.Estimator(make_model_fn(config), config=run_config)
-  timer = _TrainTimer()
+  progress = _TrainProgress(config.log_every_steps, config.train_steps)
   train_spec = tf.estimator.TrainSpec(
       lambda input_context=None: input_fn(mnist.TRAIN, input_context),
-      max_steps=config.train_steps, hooks=[timer])
+      max_steps=config.train_steps, hooks=[progress])
   eval_spec = tf.estimator.EvalSpec(
       lambda: input_fn(mnist.EVAL, None),
       steps=None,  # The whole test split.
@@ -215,6 +234,7 @@ def train_and_evaluate(
       workers=distribute.num_workers(strategy),
       global_step=global_step,
       metrics=metrics,
-      train_seconds=timer.ended - timer.started,
+      train_seconds=progress.ended - progress.started,
+      trained_steps=progress.last_step - progress.first_step,
       export_dir=export_dir,
   )

@@ -21,7 +21,10 @@ _HELP = {
     "eval_batch_size": "Evaluation batch size; a divisor of 10,000 keeps both backends' "
                        "test loss identical.",
     "log_every_steps": "Steps between progress logs and loss summaries.",
-    "checkpoint_every_steps": "Steps between checkpoints (and Estimator evaluations).",
+    "checkpoint_every_steps": "Steps between checkpoints (and Estimator evaluations); the "
+                              "Estimator resumes from them after a failure.",
+    "backup_every_steps": "Steps between Keras BackupAndRestore backups; Keras resumes from "
+                          "them after a failure.",
     "init_weights": "A .npz of initial weights by variable name (launch.parity writes one); "
                     "default: initialize from --seed.",
     "deterministic": "Turn on TensorFlow op determinism.",
@@ -41,6 +44,10 @@ def define_flags() -> None:
                       "Default: <model_dir>/logs.")
   flags.DEFINE_float("timeout", None, "With --workers > 1: seconds before the whole run is "
                      "stopped and the launcher exits non-zero.")
+  flags.DEFINE_float("stall_timeout", 300, "With --workers > 1: seconds without output from "
+                     "any task before the run is stopped as hung.")
+  flags.DEFINE_integer("max_restarts", 3, "With --workers > 1: times every task is started "
+                       "again (resuming from the last backup) after one fails.")
   for field in dataclasses.fields(Config):
     define = {int: flags.DEFINE_integer, float: flags.DEFINE_float,
               bool: flags.DEFINE_bool}.get(field.type, flags.DEFINE_string)
@@ -72,4 +79,6 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       relaunch=[sys.executable, "-m", module, *sys.argv[1:]],
       log_dir=FLAGS.task_log_dir,
       timeout=FLAGS.timeout,
+      stall_timeout=FLAGS.stall_timeout,
+      max_restarts=FLAGS.max_restarts,
   )

@@ -1,6 +1,7 @@
 """Keras backend: Model.fit under MultiWorkerMirroredStrategy."""
 
 import os
+import shutil
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -78,44 +79,86 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
 class _Progress(tf_keras.callbacks.Callback):
   """Step logs and loss summaries every `every` steps, under Estimator's tags.
 
-  Keras reports the mean loss since the epoch began; the difference of two
+  Keras reports the mean loss since this `fit` began; the difference of two
   running sums gives the mean over the last window, or the loss of one step.
+  Steps are global: a run resumed from a backup goes on from the backup's step.
   """
 
   def __init__(self, every: int, total: int, logdir: Optional[str]):
     super().__init__()
     self._every, self._total = every, total
     self._writer = tf.summary.create_file_writer(logdir) if logdir else None
-    self._last_step, self._last_sum, self._last_time = 0, 0.0, 0.0
-    self._previous_sum = 0.0
+    self._first_batch: Optional[int] = None
+    self._last_sum = self._previous_sum = 0.0
+    self.first_step = self.last_step = 0
     self.step_losses: List[float] = []
-    self.start_time = self.end_time = 0.0
+    self.start_time = self.end_time = self._last_time = 0.0
 
   def on_train_begin(self, logs=None):
+    # Runs after BackupAndRestore's on_train_begin, so a restored step shows here.
+    self.first_step = self.last_step = int(self.model.optimizer.iterations.numpy())
+    logging.info("Training from step %d to %d.", self.first_step, self._total)
     self.start_time = self._last_time = time.time()
 
+  def on_train_batch_begin(self, batch, logs=None):
+    if self._first_batch is None:  # A resumed fit starts mid-epoch.
+      self._first_batch = batch
+
   def on_train_batch_end(self, batch, logs=None):
-    step = batch + 1
-    loss_sum = logs["loss"] * step
+    seen = batch - self._first_batch + 1
+    step = self.first_step + seen
+    loss_sum = logs["loss"] * seen
     self.step_losses.append(loss_sum - self._previous_sum)
     self._previous_sum = loss_sum
     if step % self._every and step != self._total:
       return
     now = time.time()
-    window_loss = (loss_sum - self._last_sum) / (step - self._last_step)
-    steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    window_loss = (loss_sum - self._last_sum) / (step - self.last_step)
+    steps_per_sec = (step - self.last_step) / max(now - self._last_time, 1e-9)
     logging.info("step %d/%d: loss %.4f, %.1f steps/s", step, self._total, window_loss,
                  steps_per_sec)
     if self._writer:
       with self._writer.as_default(step=step):
         tf.summary.scalar("loss", window_loss)
         tf.summary.scalar("global_step/sec", steps_per_sec)
-    self._last_step, self._last_sum, self._last_time = step, loss_sum, now
+    self.last_step, self._last_sum, self._last_time = step, loss_sum, now
 
   def on_train_end(self, logs=None):
     self.end_time = time.time()
     if self._writer:
       self._writer.close()
+
+
+def _save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
+                                       max_to_keep=1,
+                                       checkpoint_name=common.KERAS_CHECKPOINT_PREFIX)
+  return manager.save(checkpoint_number=step)
+
+
+class _FinalCheckpoint(tf_keras.callbacks.Callback):
+  """Saves model and optimizer as `model_dir/ckpt-<step>` when `fit` ends.
+
+  It runs before BackupAndRestore deletes its backup, so a run stopped after
+  `fit` resumes from here. Every worker saves, since a save may need
+  collectives; only the chief's goes to model_dir, the others' to their own
+  temporary directories, removed at once.
+  """
+
+  def __init__(self, model_dir: str, chief: bool):
+    super().__init__()
+    self._model_dir, self._chief = model_dir, chief
+
+  def on_train_end(self, logs=None):
+    step = int(self.model.optimizer.iterations.numpy())
+    if self._chief:
+      logging.info("Saved %s", _save_checkpoint(self.model, self._model_dir, step))
+      return
+    scratch = tempfile.mkdtemp(prefix="mnist-worker-ckpt-")
+    try:
+      _save_checkpoint(self.model, scratch, step)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _export(model: tf_keras.Model, model_dir: str) -> str:
@@ -160,14 +203,32 @@ def train_and_evaluate(
   chief = distribute.is_chief(strategy)
   with strategy.scope():
     model = compile_model(config)
+    # A finished (or extended: a larger --train_steps) run goes on from its
+    # final checkpoint; an interrupted one from its backup, in fit.
+    final = tf.train.latest_checkpoint(model_dir)
+    if final:
+      tf.train.Checkpoint(model=model).restore(final)
+  start_step = int(model.optimizer.iterations.numpy())
   # Each worker builds its own pipeline; the InputContext shards it.
   dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
   # Only the chief writes: other workers log, but keep no events.
   progress = _Progress(config.log_every_steps, config.train_steps, model_dir if chief else None)
-  model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps, callbacks=[progress], verbose=0)
+  backup_dir = os.path.join(model_dir, common.BACKUP_SUBDIR)
+  if start_step < config.train_steps:
+    # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
+    # after each save (BackupAndRestore's own rule); all restore the chief's.
+    callbacks = [_FinalCheckpoint(model_dir, chief),
+                 tf_keras.callbacks.BackupAndRestore(backup_dir, config.backup_every_steps),
+                 progress]
+    model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - start_step,
+              callbacks=callbacks, verbose=0)
+  else:
+    logging.info("%s holds a finished run at step %d: nothing to train.", final, start_step)
   global_step = int(model.optimizer.iterations.numpy())
   if not chief:
     return None
+  # Left behind only by workers killed while saving: the run is over now.
+  shutil.rmtree(backup_dir, ignore_errors=True)
 
   if config.record_dir:
     common.record_losses(config, "keras", progress.step_losses)
@@ -185,5 +246,6 @@ def train_and_evaluate(
       global_step=global_step,
       metrics=metrics,
       train_seconds=progress.end_time - progress.start_time,
+      trained_steps=progress.last_step - progress.first_step,
       export_dir=_export(eval_model, model_dir),
   )

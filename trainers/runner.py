@@ -12,11 +12,12 @@ from absl import logging
 from data import mnist
 from launch import cluster
 from launch import supervisor
+from trainers import common
 from trainers import distribute
 from trainers.config import Config
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
-EXIT_USAGE = 2
+EXIT_USAGE = supervisor.EXIT_USAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,9 @@ class RunOptions:
     relaunch: the command line that runs this binary again, for each task.
     log_dir: task logs of a local cluster; None means <model_dir>/logs.
     timeout: seconds before a local cluster is stopped; None waits.
+    stall_timeout: seconds without output from any task of a local cluster
+      before it is stopped as hung; None never.
+    max_restarts: times a local cluster is started again after a task fails.
   """
 
   workers: Optional[int]
@@ -36,11 +40,42 @@ class RunOptions:
   relaunch: Sequence[str]
   log_dir: Optional[str] = None
   timeout: Optional[float] = None
+  stall_timeout: Optional[float] = None
+  max_restarts: int = 0
 
 
 def _error(message: str, code: int) -> int:
   print(f"error: {message}", file=sys.stderr)
   return code
+
+
+def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
+  """Checks model_dir before anything is written to it; the writer also creates it.
+
+  Raises:
+    common.ModelDirError: naming the problem and the fix.
+  """
+  path = os.path.abspath(model_dir)
+  parent = os.path.dirname(path)
+  if not os.path.isdir(parent):
+    raise common.ModelDirError(
+        f"--model_dir={model_dir}: its parent directory {parent} does not exist. Create it "
+        "first, or choose another --model_dir.")
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise common.ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
+                               "choose another --model_dir.")
+  if os.path.isdir(path):
+    common.check_checkpoint(backend, path)
+  if not writer:
+    return
+  try:
+    os.makedirs(path, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+    os.close(fd)
+    os.remove(probe)
+  except OSError as e:
+    raise common.ModelDirError(f"--model_dir={model_dir} is not writable ({e.strerror}); "
+                               "choose a directory you can write to.") from e
 
 
 def run(backend: str, config: Config, options: RunOptions) -> int:
@@ -57,13 +92,18 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     options: workers, directories, timeout.
 
   Returns:
-    0 on success; 2 for bad flags or TF_CONFIG; 1 for missing data; a failed
-    task's exit code for a cluster.
+    0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 1 for
+    missing data; for a local cluster, a failed task's exit code.
   """
   workers, model_dir = options.workers, options.model_dir
   try:
     if workers is not None and workers < 1:
       raise ValueError(f"--workers must be at least 1, got {workers}.")
+    for name in ("timeout", "stall_timeout"):
+      if getattr(options, name) is not None and getattr(options, name) <= 0:
+        raise ValueError(f"--{name} must be positive, got {getattr(options, name)}.")
+    if options.max_restarts < 0:
+      raise ValueError(f"--max_restarts must be at least 0, got {options.max_restarts}.")
     task = cluster.parse_tf_config()
     if task and workers is not None and workers != task.num_workers:
       raise ValueError(
@@ -72,12 +112,23 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
       )
     num_workers = task.num_workers if task else (workers or 1)
     config.validate(num_replicas=num_workers)  # One CPU replica per worker.
-  except ValueError as e:  # TFConfigError is a ValueError too.
-    return _error(str(e), EXIT_USAGE)
-  try:
+    if task and backend == "keras" and task.type == cluster.EVALUATOR:
+      raise cluster.TFConfigError("The Keras backend runs no 'evaluator' task (its chief "
+                                  "evaluates): leave it out of the tasks you start.")
+    if task and model_dir is None:
+      raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
+    if task:
+      cluster.check_port_free(task)
+    # Before any TensorFlow op: the model_dir check below builds the model.
+    distribute.setup_process(task)
     mnist.check_prepared(config.data_dir)
+    if model_dir is not None:
+      # Only the chief (or the launcher, or a lone process) writes to model_dir.
+      _prepare_model_dir(backend, model_dir, writer=task is None or task.is_chief)
   except mnist.MissingDataError as e:
     return _error(str(e), 1)
+  except ValueError as e:  # TFConfigError and ModelDirError are ValueErrors too.
+    return _error(str(e), EXIT_USAGE)
 
   if task is None and num_workers > 1:
     model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
@@ -86,18 +137,17 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
                  model_dir, log_dir)
     return supervisor.run_local_cluster(
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
-        evaluator=backend == "estimator", timeout=options.timeout)
+        evaluator=backend == "estimator", timeout=options.timeout,
+        stall_timeout=options.stall_timeout, max_restarts=options.max_restarts)
 
-  if model_dir is None:
-    if task is not None:
-      return _error("--model_dir is required when TF_CONFIG is set: every task must "
-                    "share it.", EXIT_USAGE)
-    model_dir = tempfile.mkdtemp(prefix=f"mnist_{backend}_")
-  distribute.setup_process(task)
+  model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
   # Imported by name, so the Keras path never loads tf.estimator (gone in TF 2.16).
   try:
     trainer = importlib.import_module(BACKENDS[backend])
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
     return _error(str(e), 1)
-  trainer.train_and_evaluate(config, model_dir)
+  try:
+    trainer.train_and_evaluate(config, model_dir)
+  except distribute.ClusterMismatchError as e:
+    return _error(str(e), EXIT_USAGE)
   return 0
