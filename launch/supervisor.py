@@ -103,6 +103,7 @@ def _stop_all(procs: Sequence[_Proc], grace: float) -> None:
   for p in live:
     try:
       os.killpg(p.popen.pid, signal.SIGTERM)
+      os.killpg(p.popen.pid, signal.SIGCONT)  # A stopped task acts on SIGTERM only once resumed.
     except ProcessLookupError:
       pass
   deadline = time.monotonic() + grace

@@ -4,6 +4,7 @@ import faulthandler
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 from typing import Optional
@@ -89,17 +90,51 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
     ClusterMismatchError: a peer's TF_CONFIG describes another cluster.
   """
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-  multi_worker = resolver.task_type in (cluster.CHIEF, cluster.WORKER)
-  if multi_worker:
-    _configure_coordination_service(resolver)
-  strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-  if threading.current_thread() is threading.main_thread():
-    # TF's preemption notifier swallows SIGTERM (we keep no preemption
-    # checkpoint): restore the default, so SIGTERM stops the task at once.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  if multi_worker:
-    _check_same_cluster(cluster.parse_tf_config())
+  task = cluster.parse_tf_config()
+  if task is None or task.type == cluster.EVALUATOR:
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+  _configure_coordination_service(resolver)
+  # TF 2.15 waits forever, holding the GIL, for a peer that never starts (its
+  # registration timeout does not cover the eager context's set-up), so the
+  # watchdog is a process of its own; it is stopped once the cluster is up.
+  watchdog = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(REGISTER_TIMEOUT_SECONDS),
+       task.name, *[f"{job}:{i}={address}" for job, addresses in task.cluster.items()
+                    for i, address in enumerate(addresses)]],
+      stdin=subprocess.DEVNULL)
+  try:
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    if threading.current_thread() is threading.main_thread():
+      # TF's preemption notifier swallows SIGTERM (we keep no preemption
+      # checkpoint): restore the default, so SIGTERM stops the task at once.
+      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _check_same_cluster(task)
+  finally:
+    watchdog.kill()
+    watchdog.wait()
   return strategy
+
+
+# argv: parent pid, seconds, this task's name, then job:index=host:port per task.
+_WATCHDOG = """
+import os, signal, socket, sys, time
+parent, seconds, name, tasks = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
+time.sleep(seconds)
+missing = []
+for task in tasks:
+  peer, address = task.split("=")
+  host, _, port = address.rpartition(":")
+  try:
+    socket.create_connection((host, int(port)), timeout=2).close()
+  except OSError:
+    missing.append(f"{peer} ({address})")
+print(f"[{name}] error: the cluster did not come up within {seconds:.0f} s: "
+      + (f"no task listens at {', '.join(missing)}." if missing else
+         "every task listens, but not all joined.")
+      + " Start every task with the same TF_CONFIG cluster (python -m launch.local does). "
+      "Stopping this task.", file=sys.stderr, flush=True)
+os.kill(parent, signal.SIGKILL)
+"""
 
 
 def _check_same_cluster(task: cluster.Task) -> None:

@@ -1,0 +1,195 @@
+"""Chaos trials: kill a random worker at a random step, and check the run still ends right.
+
+Each trial runs a trainer binary as a user would (`--workers=N`, the launcher
+restarting every task after a failure), waits for the chief's log to reach a
+random step, sends SIGKILL or SIGTERM to a random training task, and then
+checks what users rely on: the run ends at exactly `train_steps`, the final
+checkpoint loads, no process of any attempt is left, and no backup or worker
+temp directory is left in model_dir.
+"""
+
+import dataclasses
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import List, Optional
+
+import tensorflow as tf
+
+from launch import supervisor
+from trainers import common
+from trainers import flags as trainer_flags
+from trainers.config import Config
+
+_STEP = re.compile(r"^\[chief:0\] .*\] step (\d+)/\d+")
+_RESUMED = re.compile(r"^\[chief:0\] .*\] Training from step (\d+) to")
+SIGNALS = (signal.SIGKILL, signal.SIGTERM)
+# What a finished run must not leave in model_dir (Keras backup, Estimator worker copies).
+LEFTOVER_PREFIXES = (common.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
+
+
+@dataclasses.dataclass
+class Trial:
+  """One chaos trial and what it showed."""
+
+  trial: int
+  backend: str
+  signal: str = ""
+  victim: str = ""
+  step_killed: Optional[int] = None
+  restarts: Optional[int] = None
+  final_step: Optional[int] = None
+  steps_redone: Optional[int] = None
+  checkpoint_valid: bool = False
+  wall_seconds: float = 0.0
+  exit_code: Optional[int] = None
+  problems: List[str] = dataclasses.field(default_factory=list)
+
+  @property
+  def passed(self) -> bool:
+    return not self.problems
+
+
+class _ChiefLog:
+  """Follows the launcher's stderr (the chief's stream): latest step and each resume."""
+
+  def __init__(self, stream):
+    self.step = 0
+    self.resumed_from: List[int] = []
+    self.tail: List[str] = []
+    self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+    self._thread.start()
+
+  def _read(self, stream):
+    for line in stream:
+      self.tail = (self.tail + [line])[-40:]
+      match = _STEP.match(line)
+      if match:
+        self.step = int(match.group(1))
+      match = _RESUMED.match(line)
+      if match:
+        self.resumed_from.append(int(match.group(1)))
+
+  def join(self):
+    self._thread.join()
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  return True
+
+
+def _read_tasks(log_dir: str) -> dict:
+  with open(os.path.join(log_dir, supervisor.TASKS_FILE)) as f:
+    return json.load(f)
+
+
+def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
+              rng: random.Random, timeout: float) -> Trial:
+  """Runs one trial of `backend` on `workers` local workers; see the module docstring."""
+  result = Trial(trial, backend)
+  model_dir = os.path.join(out_dir, f"{backend}-{trial}")
+  log_dir = os.path.join(model_dir, "logs")
+  target = rng.randint(1, config.train_steps - 1)
+  sig = rng.choice(SIGNALS)
+  result.signal = sig.name
+  cmd = [sys.executable, "-m", f"trainers.{backend}_main", f"--workers={workers}",
+         f"--model_dir={model_dir}", f"--timeout={timeout}",
+         *trainer_flags.config_to_flags(config)]
+  start = time.monotonic()
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+  chief = _ChiefLog(proc.stderr)
+  pids = set()
+  while chief.step < target and proc.poll() is None and time.monotonic() - start < timeout:
+    time.sleep(0.05)
+  if proc.poll() is None and chief.step >= target:
+    tasks = _read_tasks(log_dir)["tasks"]
+    pids.update(t["pid"] for t in tasks)
+    victim = rng.choice([t for t in tasks if not t["name"].startswith("evaluator")])
+    result.victim, result.step_killed = victim["name"], chief.step
+    os.kill(victim["pid"], sig)
+  else:
+    result.problems.append(f"the run never reached step {target} to kill a worker")
+  try:
+    stdout, _ = proc.communicate(timeout=timeout + 60)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    stdout, _ = proc.communicate()
+    result.problems.append("the launcher hung past its own --timeout")
+  chief.join()
+  result.wall_seconds = time.monotonic() - start
+  result.exit_code = proc.returncode
+  if proc.returncode != 0:
+    result.problems.append(f"exit code {proc.returncode}: {''.join(chief.tail[-5:]).strip()}")
+  try:
+    tasks_file = _read_tasks(log_dir)
+  except OSError:
+    result.problems.append(f"the launcher started no tasks: {''.join(chief.tail[-3:]).strip()}")
+    return result
+  result.restarts = tasks_file["restarts"]
+  pids.update(t["pid"] for t in tasks_file["tasks"])
+  if result.step_killed is not None and not result.restarts:
+    result.problems.append("the kill caused no restart")
+  if len(chief.resumed_from) > 1 and result.step_killed is not None:
+    # The first "Training from step" is the start; the next, the first resume.
+    result.steps_redone = result.step_killed - chief.resumed_from[1]
+  try:
+    result.final_step = json.loads(stdout.strip().splitlines()[-1])["global_step"]
+  except (IndexError, ValueError, KeyError):
+    result.problems.append("no summary line on stdout")
+  if result.final_step != config.train_steps:
+    result.problems.append(f"final step {result.final_step}, not {config.train_steps}")
+  path = tf.train.latest_checkpoint(model_dir)
+  try:
+    owner, step = common.checkpoint_step(path) if path else (None, None)
+    result.checkpoint_valid = owner == backend and step == config.train_steps
+  except (tf.errors.OpError, ValueError) as e:
+    result.problems.append(f"checkpoint {path} does not load: {e}")
+  if not result.checkpoint_valid:
+    result.problems.append(f"no {backend} checkpoint at step {config.train_steps} in {model_dir}")
+  alive = sorted(p for p in pids if _alive(p))
+  if alive:
+    result.problems.append(f"processes left running: {alive}")
+  leftovers = sorted(n for n in os.listdir(model_dir) if n.startswith(LEFTOVER_PREFIXES))
+  if leftovers:
+    result.problems.append(f"left in model_dir: {leftovers}")
+  return result
+
+
+def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
+              seed: int = 0, timeout: float = 600) -> List[Trial]:
+  """Runs `trials` chaos trials of one backend, each in `out_dir/<backend>-<i>`."""
+  rng = random.Random(seed)
+  os.makedirs(out_dir, exist_ok=True)
+  return [run_trial(backend, config, workers, out_dir, i + 1, rng, timeout)
+          for i in range(trials)]
+
+
+def format_table(results: List[Trial]) -> str:
+  """A Markdown table, one row per trial, and the overall verdict."""
+  rows = ["| trial | backend | signal | victim | step killed | restarts | final step | "
+          "steps redone | checkpoint valid | wall time (s) | result |",
+          "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
+  for t in results:
+    rows.append(
+        f"| {t.trial} | {t.backend} | {t.signal} | {t.victim or '-'} | "
+        f"{'-' if t.step_killed is None else t.step_killed} | "
+        f"{'-' if t.restarts is None else t.restarts} | "
+        f"{'-' if t.final_step is None else t.final_step} | "
+        f"{'-' if t.steps_redone is None else t.steps_redone} | "
+        f"{'yes' if t.checkpoint_valid else 'no'} | {t.wall_seconds:.1f} | "
+        f"{'PASS' if t.passed else 'FAIL: ' + '; '.join(t.problems)} |")
+  passed = sum(t.passed for t in results)
+  rows.append(f"\nOverall: {'PASS' if passed == len(results) else 'FAIL'} "
+              f"({passed}/{len(results)} trials)")
+  return "\n".join(rows)
