@@ -1,13 +1,21 @@
 """Both binaries as users run them: 1 and 2 local workers, loss scaling, bad input."""
 
+import concurrent.futures
 import dataclasses
 import json
 import os
+import pathlib
+import signal
+import socket
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
+from launch import cluster
+from trainers import distribute
 from trainers import flags as trainer_flags
 from trainers import model as model_lib
 from trainers import reference
@@ -122,26 +130,154 @@ def test_both_backends_export_the_same_serving_signature(tiny_data_dir, tmp_path
     np.testing.assert_allclose(outputs["keras"][key], outputs["estimator"][key], atol=1e-5)
 
 
-@pytest.mark.parametrize("args, env, code, message", [
-    (["--workers=0"], {}, 2, "--workers must be at least 1"),
-    (["--workers=2", "--global_batch_size=33"], {}, 2, "not divisible by the 2 replicas"),
-    (["--train_steps=0"], {}, 2, "--train_steps must be positive"),
-    (["extra"], {}, 2, "Unexpected arguments: extra"),
-    ([], {"TF_CONFIG": "{oops"}, 2, "TF_CONFIG is not valid JSON"),
-    (["--workers=3"], {"TF_CONFIG": json.dumps(
-        {"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
-         "task": {"type": "worker", "index": 0}})}, 2, "TF_CONFIG describes 2 training tasks"),
-])
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_bad_input_is_rejected_with_the_fix(backend, args, env, code, message, tiny_data_dir,
-                                            tmp_path):
-  model_dir = tmp_path / "model"
+# Usage errors are reported before TensorFlow starts any work; the bound is
+# loose for a loaded CI machine (measured: 4 to 6 s each, mostly the import).
+REJECT_SECONDS = 20
+
+
+def _tf_config(task_type="chief", index=0, ports=(1, 2), **cluster):
+  cluster = cluster or {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+  return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": task_type,
+                                                                 "index": index}})}
+
+
+def _snapshot(directory):
+  """Every file under `directory` with its size and modification time."""
+  return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+          for p in sorted(directory.rglob("*"))} if directory.exists() else None
+
+
+def _rejected(backend, args, env, code, message, data_dir, model_dir):
+  before = _snapshot(model_dir)
+  start = time.monotonic()
   result = run_module(f"trainers.{backend}_main",
-                      [f"--data_dir={tiny_data_dir}", f"--model_dir={model_dir}", *args],
+                      [f"--data_dir={data_dir}", f"--model_dir={model_dir}", *args],
                       env=env, timeout=120)
+  elapsed = time.monotonic() - start
   assert result.returncode == code, result.stderr[-3000:]
   assert message in result.stderr
-  assert not model_dir.exists()
+  assert elapsed < REJECT_SECONDS
+  assert _snapshot(model_dir) == before  # Nothing created, changed or removed.
+  return result
+
+
+# Both binaries validate through trainers.runner: each case runs on one of them, in turn.
+@pytest.mark.parametrize("backend, args, env, message", [(BACKENDS[i % 2], *case) for i, case in enumerate([
+    (["--workers=0"], {}, "--workers must be at least 1"),
+    (["--workers=2", "--global_batch_size=33"], {}, "not divisible by the 2 replicas"),
+    (["--train_steps=0"], {}, "--train_steps must be positive"),
+    (["--global_batch_size=-96"], {}, "--global_batch_size must be positive"),
+    (["--backup_every_steps=0"], {}, "--backup_every_steps must be positive"),
+    (["--workers=2", "--max_restarts=-1"], {}, "--max_restarts must be at least 0"),
+    (["extra"], {}, "Unexpected arguments: extra"),
+    ([], {"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),
+    ([], _tf_config("worker", 3), "task index 3 is out of range"),
+    ([], _tf_config("ps", 0), "task type 'ps' is not run here"),
+    ([], _tf_config("chief", ps=["localhost:1"], chief=["localhost:2"]), "job(s) ['ps']"),
+    (["--workers=3"], _tf_config("worker", 0), "TF_CONFIG describes 2 training tasks"),
+])])
+def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_data_dir,
+                                            tmp_path):
+  _rejected(backend, args, env, 2, message, tiny_data_dir, tmp_path / "model")
+
+
+def test_keras_runs_no_evaluator_task(tiny_data_dir, tmp_path):
+  _rejected("keras", [], _tf_config("evaluator", 0), 2, "runs no 'evaluator' task",
+            tiny_data_dir, tmp_path / "model")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_busy_port_is_rejected(backend, tiny_data_dir, tmp_path):
+  with socket.socket() as busy:
+    busy.bind(("localhost", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    _rejected(backend, [], _tf_config("chief", 0, ports=(port, 1)), 2,
+              f"Port {port} of chief:0 (localhost:{port} in TF_CONFIG) cannot be bound",
+              tiny_data_dir, tmp_path / "model")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_model_dir_without_parent_is_rejected(backend, tiny_data_dir, tmp_path):
+  _rejected(backend, [], {}, 2, "its parent directory", tiny_data_dir,
+            tmp_path / "missing" / "model")
+  assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_unwritable_model_dir_is_rejected(backend, tiny_data_dir, tmp_path):
+  if os.geteuid() == 0:  # root writes anywhere but on a read-only file system.
+    model_dir = pathlib.Path("/sys/mnist-model-dir")
+    if model_dir.exists() or not pathlib.Path("/sys").is_dir():
+      pytest.skip("needs /sys, read-only for root, to find an unwritable directory")
+  else:
+    (tmp_path / "ro").mkdir(mode=0o500)
+    model_dir = tmp_path / "ro" / "model"
+  _rejected(backend, [], {}, 2, "is not writable", tiny_data_dir, model_dir)
+
+
+def _save_checkpoint(model_dir, owner: str, same_model: bool = True) -> None:
+  """A checkpoint as `owner`'s backend writes it: object-based (Keras) or name-based."""
+  model_dir.mkdir()
+  if owner == "keras":
+    model = (model_lib.build_model(0) if same_model else
+             tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3)]))
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(model_dir), 1,
+                               checkpoint_name="ckpt").save(checkpoint_number=7)
+    return
+  with tf.Graph().as_default():
+    if same_model:
+      model_lib.build_model(0)
+    else:
+      tf.compat.v1.get_variable("conv/kernel", shape=[5, 5, 1, 8])
+    tf.compat.v1.train.get_or_create_global_step()
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(session, str(model_dir / "model.ckpt"), global_step=7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_of_the_other_backend_is_left_alone(backend, tiny_data_dir, tmp_path):
+  other = "estimator" if backend == "keras" else "keras"
+  _save_checkpoint(tmp_path / "model", other)
+  result = _rejected(backend, [], {}, 2, f"holds a checkpoint of the {other} backend",
+                     tiny_data_dir, tmp_path / "model")
+  assert f"python -m trainers.{other}_main" in result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_of_another_model_is_left_alone(backend, tiny_data_dir, tmp_path):
+  _save_checkpoint(tmp_path / "model", backend, same_model=False)
+  _rejected(backend, ["--workers=2"], {}, 2, "holds a checkpoint of a different model",
+            tiny_data_dir, tmp_path / "model")
+
+
+def test_tasks_started_with_different_clusters_both_stop(tiny_data_dir, tmp_path):
+  """A chief told of 2 training tasks and a worker told of 3: each names the other's cluster."""
+  ports = cluster.pick_free_ports(3)
+  chief_env = _tf_config("chief", 0, ports=ports)
+  worker_env = _tf_config("worker", 0, chief=[f"localhost:{ports[0]}"],
+                          worker=[f"localhost:{ports[1]}", f"localhost:{ports[2]}"])
+  args = [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path / 'model'}", "--train_steps=3"]
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    results = list(pool.map(lambda env: run_module("trainers.keras_main", args, env=env,
+                                                    timeout=120), (chief_env, worker_env)))
+  for result, peer in zip(results, ("worker:0", "chief:0")):
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"Task {peer} was started with TF_CONFIG cluster" in result.stderr
+
+
+def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, tmp_path):
+  ports = cluster.pick_free_ports(2)
+  start = time.monotonic()
+  result = run_module("trainers.estimator_main",
+                      [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path / 'model'}"],
+                      env=_tf_config("chief", 0, ports=ports), timeout=120)
+  elapsed = time.monotonic() - start
+  assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+  assert elapsed < 60
+  assert (f"the cluster did not come up within {distribute.REGISTER_TIMEOUT_SECONDS} s: "
+          f"no task listens at worker:0 (localhost:{ports[1]})") in result.stderr
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

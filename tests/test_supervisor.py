@@ -11,22 +11,29 @@ import pytest
 from launch import supervisor
 from tests.conftest import run_module
 
-# A stand-in task: records its TF_CONFIG and pid, then behaves as $BEHAVIOUR_<type>_<index> says.
+# A stand-in task: records its TF_CONFIG and pid (one file per start), then
+# behaves as $BEHAVIOUR_<type>_<index> says.
 TASK = textwrap.dedent("""
-    import json, os, sys, time
+    import faulthandler, json, os, signal, sys, time
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # As the trainers do.
     tf_config = json.loads(os.environ["TF_CONFIG"])
     task = tf_config["task"]
     name = f"{task['type']}-{task['index']}"
     out = os.environ["OUT_DIR"]
-    with open(os.path.join(out, name + ".json"), "w") as f:
+    starts = len([n for n in os.listdir(out) if n.startswith(name + ".")])
+    with open(os.path.join(out, f"{name}.{starts}.json"), "w") as f:
         json.dump({"tf_config": tf_config, "pid": os.getpid()}, f)
     behaviour = os.environ.get("BEHAVIOUR_" + name.replace("-", "_"), "ok")
     print(f"hello from {name}", flush=True)
-    if behaviour == "fail":
+    if behaviour == "fail" or (behaviour == "fail_once" and not starts):
         time.sleep(0.5)
         sys.exit(3)
+    if behaviour == "usage":
+        sys.exit(2)
     if behaviour == "hang":
         time.sleep(600)
+    if behaviour == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     print("last line of " + name, flush=True)
 """)
 
@@ -40,11 +47,15 @@ def task_script(tmp_path):
   return path, out
 
 
-def _run(task_script, tmp_path, workers=2, evaluator=False, timeout=60, **behaviour):
+def _run(task_script, tmp_path, workers=2, evaluator=False, timeout=60, stall_timeout=None,
+         max_restarts=0, **behaviour):
   path, out = task_script
   env = dict(os.environ, OUT_DIR=str(out), **{f"BEHAVIOUR_{k}": v for k, v in behaviour.items()})
   rc = supervisor.run_local_cluster([sys.executable, str(path)], workers, str(tmp_path / "logs"),
-                                    evaluator=evaluator, timeout=timeout, env=env, grace=2)
+                                    evaluator=evaluator, timeout=timeout,
+                                    stall_timeout=stall_timeout, max_restarts=max_restarts,
+                                    env=env, grace=2)
+  # One record per start: "chief-0.0", "chief-0.1" after a restart, ...
   records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
   return rc, records
 
@@ -60,10 +71,10 @@ def _alive(pid):
 def test_every_task_gets_its_tf_config_and_a_log(task_script, tmp_path, capfd):
   rc, records = _run(task_script, tmp_path, workers=3, evaluator=True)
   assert rc == 0
-  assert sorted(records) == ["chief-0", "evaluator-0", "worker-0", "worker-1"]
+  assert sorted(records) == ["chief-0.0", "evaluator-0.0", "worker-0.0", "worker-1.0"]
   cluster_specs = {json.dumps(r["tf_config"]["cluster"]) for r in records.values()}
   assert len(cluster_specs) == 1
-  for name in records:
+  for name in ("chief-0", "evaluator-0", "worker-0", "worker-1"):
     assert f"last line of {name}" in (tmp_path / "logs" / f"{name}.log").read_text()
   streamed = capfd.readouterr().out
   assert "last line of chief-0" in streamed and "worker-0" not in streamed
@@ -78,16 +89,69 @@ def test_a_failed_worker_stops_the_others(task_script, tmp_path):
   assert not any(_alive(r["pid"]) for r in records.values())
 
 
-def test_timeout_stops_a_hung_cluster(task_script, tmp_path):
+def _tasks_file(tmp_path):
+  return json.loads((tmp_path / "logs" / supervisor.TASKS_FILE).read_text())
+
+
+def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, max_restarts=3, worker_0="fail_once")
+  assert rc == 0
+  assert sorted(records) == ["chief-0.0", "chief-0.1", "worker-0.0", "worker-0.1"]
+  for name in ("chief-0", "worker-0"):
+    assert records[f"{name}.0"]["tf_config"] == records[f"{name}.1"]["tf_config"]
+  assert not any(_alive(r["pid"]) for r in records.values())
+  tasks = _tasks_file(tmp_path)
+  assert tasks["restarts"] == 1
+  assert {t["pid"] for t in tasks["tasks"]} == {records["chief-0.1"]["pid"],
+                                                records["worker-0.1"]["pid"]}
+  assert "Restart 1 of 3: worker-0 exited with code 3" in caplog.text
+  log = (tmp_path / "logs" / "chief-0.log").read_text()
+  assert log.count("hello from chief-0") == 2
+  assert "=== restart 1 of 3: worker-0 exited with code 3 ===" in log
+
+
+def test_restarts_stop_at_max_restarts(task_script, tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, max_restarts=2, chief_0="fail")
+  assert rc == 3
+  assert len([r for r in records if r.startswith("chief-0")]) == 3
+  assert _tasks_file(tmp_path)["restarts"] == 2
+  assert "no restarts left (--max_restarts=2)" in caplog.text
+
+
+def test_a_usage_error_is_not_retried(task_script, tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, max_restarts=3, worker_0="usage")
+  assert rc == 2
+  assert _tasks_file(tmp_path)["restarts"] == 0
+  assert "a usage error is not retried" in caplog.text
+  assert not any(_alive(r["pid"]) for r in records.values())
+
+
+def test_timeout_stops_a_hung_cluster(task_script, tmp_path, caplog):
   rc, records = _run(task_script, tmp_path, workers=2, timeout=3, worker_0="hang")
   assert rc == supervisor.EXIT_TIMEOUT
+  assert not any(_alive(r["pid"]) for r in records.values())
+  assert "Timed out after 3 s" in caplog.text and "worker-0" in caplog.text
+  # Asked for its stacks before it was killed.
+  assert "in <module>" in (tmp_path / "logs" / "worker-0.log").read_text()
+
+
+def test_stall_watchdog_names_the_task_that_gives_no_stack_dump(task_script, tmp_path, caplog):
+  start = time.monotonic()
+  rc, records = _run(task_script, tmp_path, workers=3, timeout=60, stall_timeout=2,
+                     chief_0="hang", worker_0="hang", worker_1="stop")
+  assert rc == supervisor.EXIT_TIMEOUT
+  assert time.monotonic() - start < 30
+  assert "No task wrote any output for 2 s (--stall_timeout)" in caplog.text
+  assert "hung: worker-1 (silent" in caplog.text and "no stack dump" in caplog.text
+  assert "also still running: chief-0, worker-0" in caplog.text
+  assert "in <module>" in (tmp_path / "logs" / "worker-0.log").read_text()
   assert not any(_alive(r["pid"]) for r in records.values())
 
 
 def test_cli_runs_a_command_on_local_workers(task_script, tmp_path):
   path, out = task_script
   result = run_module("launch.local", ["--workers=2", f"--task_log_dir={tmp_path / 'cli_logs'}",
-                                       "--", sys.executable, str(path)],
+                                       "--max_restarts=0", "--", sys.executable, str(path)],
                       env={"OUT_DIR": str(out), "BEHAVIOUR_worker_0": "fail"})
   assert result.returncode == 3, result.stderr
   assert "worker-0 exited with code 3" in result.stderr
@@ -97,5 +161,7 @@ def test_cli_runs_a_command_on_local_workers(task_script, tmp_path):
 def test_cli_rejects_bad_usage():
   result = run_module("launch.local", ["--workers=0", "--", "true"])
   assert result.returncode == 2 and "workers" in result.stderr
+  result = run_module("launch.local", ["--max_restarts=-1", "--", "true"])
+  assert result.returncode == 2 and "--max_restarts must be >= 0" in result.stderr
   result = run_module("launch.local", ["--workers=2"])
   assert result.returncode == 2 and "command" in result.stderr
