@@ -109,6 +109,9 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
   chief = _ChiefLog(proc.stderr)
+  stdout: List[str] = []
+  stdout_reader = threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True)
+  stdout_reader.start()
   pids = set()
   while chief.step < target and proc.poll() is None and time.monotonic() - start < timeout:
     time.sleep(0.05)
@@ -121,12 +124,13 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   else:
     result.problems.append(f"the run never reached step {target} to kill a worker")
   try:
-    stdout, _ = proc.communicate(timeout=timeout + 60)
+    proc.wait(timeout=max(0.0, timeout + 60 - (time.monotonic() - start)))
   except subprocess.TimeoutExpired:
     proc.kill()
-    stdout, _ = proc.communicate()
+    proc.wait()
     result.problems.append("the launcher hung past its own --timeout")
   chief.join()
+  stdout_reader.join()
   result.wall_seconds = time.monotonic() - start
   result.exit_code = proc.returncode
   if proc.returncode != 0:
@@ -144,7 +148,7 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
     # The first "Training from step" is the start; the next, the first resume.
     result.steps_redone = result.step_killed - chief.resumed_from[1]
   try:
-    result.final_step = json.loads(stdout.strip().splitlines()[-1])["global_step"]
+    result.final_step = json.loads(stdout[-1])["global_step"]
   except (IndexError, ValueError, KeyError):
     result.problems.append("no summary line on stdout")
   if result.final_step != config.train_steps:

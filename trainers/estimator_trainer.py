@@ -209,7 +209,18 @@ def train_and_evaluate(
       start_delay_secs=0,
       throttle_secs=0,  # Evaluate every checkpoint.
   )
-  result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+  while True:
+    try:
+      result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+      break
+    except (ValueError, tf.errors.NotFoundError) as e:
+      # The evaluator lags the chief, which keeps only the newest checkpoints:
+      # the one being evaluated can be deleted under it. Go on with a newer one.
+      newest = tf.train.latest_checkpoint(model_dir)
+      if not evaluator or not newest or newest in str(e):
+        raise
+      logging.warning("A checkpoint was removed while being evaluated (%s); evaluating %s.",
+                      str(e).splitlines()[0], newest)
   if strategy is not None:
     # A worker that exits while the chief is still closing its gRPC session
     # stalls that close until the worker's heartbeat times out (measured: 55 s).
