@@ -18,7 +18,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from data import mnist
+from trainers import flags as trainer_flags
 from trainers import parity
 from trainers.config import Config
 
@@ -40,13 +40,7 @@ def main(argv: Sequence[str]) -> None:
   if _WORKERS.value < 1 or _STEPS.value < 1:
     raise app.UsageError("--workers and --steps must be at least 1.", exitcode=2)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
-  try:
-    config.validate(_WORKERS.value)
-    mnist.check_prepared(config.data_dir)
-  except ValueError as e:
-    raise app.UsageError(str(e), exitcode=2)
-  except mnist.MissingDataError as e:
-    sys.exit(f"error: {e}")
+  trainer_flags.check_or_exit(config, _WORKERS.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
   try:
     report = parity.run_parity(
