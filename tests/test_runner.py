@@ -27,7 +27,8 @@ STEPS = 3
 TINY = Config(train_steps=STEPS, global_batch_size=32, learning_rate=0.1, momentum=0.9,
               eval_batch_size=50, log_every_steps=1, checkpoint_every_steps=STEPS)
 SUMMARY_KEYS = {"backend", "workers", "global_step", "test_accuracy", "test_loss",
-                "train_seconds", "examples_per_second", "model_dir", "export_dir"}
+                "train_seconds", "examples_per_second", "model_dir", "export_dir",
+                "first_step_time"}
 
 
 def _flags(config: Config, data_dir: str):

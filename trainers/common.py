@@ -138,6 +138,7 @@ def finish(
     train_seconds: float,
     trained_steps: int,
     export_dir: str,
+    first_step_time: Optional[float] = None,
 ) -> Dict[str, Any]:
   """Writes summary.json to model_dir and prints it as the last stdout line.
 
@@ -151,6 +152,8 @@ def finish(
     train_seconds: wall time of this process's training loop.
     trained_steps: the steps it ran (fewer than global_step after a resume).
     export_dir: the SavedModel written.
+    first_step_time: unix time when this run's first training step finished
+      (launch.bench measures launch-to-first-step with it).
 
   Returns:
     The summary.
@@ -168,6 +171,8 @@ def finish(
       "model_dir": model_dir,
       "export_dir": export_dir,
   }
+  if first_step_time:
+    summary["first_step_time"] = round(first_step_time, 3)
   path = os.path.join(model_dir, SUMMARY_FILE)
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
     json.dump(summary, f, indent=2)

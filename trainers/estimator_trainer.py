@@ -101,7 +101,7 @@ class _TrainProgress(tf.estimator.SessionRunHook):
   def __init__(self, every: int, total: int):
     self._every, self._total = every, total
     self.first_step = self.last_step = self._logged_step = 0
-    self.started = self.ended = self._logged_time = 0.0
+    self.started = self.ended = self._logged_time = self.first_step_done = 0.0
 
   def after_create_session(self, session, coord):
     self.first_step = self.last_step = self._logged_step = int(
@@ -113,6 +113,8 @@ class _TrainProgress(tf.estimator.SessionRunHook):
       self.started = self._logged_time = time.time()
 
   def after_run(self, run_context, run_values):
+    if not self.first_step_done:
+      self.first_step_done = time.time()
     step = self.last_step = self.last_step + 1
     if step % self._every and step != self._total:
       return
@@ -248,4 +250,5 @@ def train_and_evaluate(
       train_seconds=progress.ended - progress.started,
       trained_steps=progress.last_step - progress.first_step,
       export_dir=export_dir,
+      first_step_time=progress.first_step_done,
   )

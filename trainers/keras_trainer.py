@@ -92,7 +92,7 @@ class _Progress(tf_keras.callbacks.Callback):
     self._last_sum = self._previous_sum = 0.0
     self.first_step = self.last_step = 0
     self.step_losses: List[float] = []
-    self.start_time = self.end_time = self._last_time = 0.0
+    self.start_time = self.end_time = self._last_time = self.first_step_time = 0.0
 
   def on_train_begin(self, logs=None):
     # Runs after BackupAndRestore's on_train_begin, so a restored step shows here.
@@ -107,6 +107,8 @@ class _Progress(tf_keras.callbacks.Callback):
   def on_train_batch_end(self, batch, logs=None):
     seen = batch - self._first_batch + 1
     step = self.first_step + seen
+    if not self.first_step_time:
+      self.first_step_time = time.time()
     loss_sum = logs["loss"] * seen
     self.step_losses.append(loss_sum - self._previous_sum)
     self._previous_sum = loss_sum
@@ -248,4 +250,5 @@ def train_and_evaluate(
       train_seconds=progress.end_time - progress.start_time,
       trained_steps=progress.last_step - progress.first_step,
       export_dir=_export(eval_model, model_dir),
+      first_step_time=progress.first_step_time,
   )
