@@ -1,0 +1,73 @@
+r"""Benchmarks both backends against a bare tf.function loop on this machine.
+
+  python -m launch.bench [--workers=1,2] [--steps=N] [--out=DIR] [--data_dir=DIR]
+
+Runs the reference (a bare tf.function step in a plain loop, one process, no
+strategy), then the Keras and the Estimator binaries at each worker count, on
+the same model, batch size and input pipeline. Prints a table (steady
+examples/s and ms/step, ratio to the reference, launch to first step, launch
+to 98% test accuracy, peak RSS per worker) and the issue's targets, and writes
+bench.json and bench.md to --out. It is a benchmark: it exits 0 whatever the
+numbers, and 1 only if a run failed.
+"""
+
+import sys
+import tempfile
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from data import mnist
+from trainers import bench
+from trainers.config import Config
+
+_WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run each backend at.")
+_STEPS = flags.DEFINE_integer("steps", Config.train_steps, "Training steps of every run (the "
+                              "trainers' default, so the accuracy figure is meaningful).")
+_OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/.")
+_TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
+_BACKENDS = flags.DEFINE_list("backends", list(bench.BACKENDS), "Backends to run.")
+_LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
+                                  f"{Config.log_every_steps}, fewer for short runs).")
+_EVAL_EVERY = flags.DEFINE_integer("checkpoint_every_steps", Config.checkpoint_every_steps,
+                                   "Steps between checkpoints and evaluations.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  try:
+    workers = [int(w) for w in _WORKERS.value]
+  except ValueError:
+    raise app.UsageError(f"--workers must be integers, got {_WORKERS.value}", exitcode=2)
+  if not workers or min(workers) < 1 or _STEPS.value < 1:
+    raise app.UsageError("--workers and --steps must be at least 1.", exitcode=2)
+  unknown = set(_BACKENDS.value) - set(bench.BACKENDS)
+  if unknown:
+    raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
+  # At least ~10 windows, so the median has something to choose from.
+  log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, _STEPS.value // 10))
+  config = Config(train_steps=_STEPS.value, data_dir=_DATA_DIR.value, log_every_steps=log_every,
+                  checkpoint_every_steps=min(_EVAL_EVERY.value, _STEPS.value))
+  try:
+    for n in workers:
+      config.validate(n)
+    mnist.check_prepared(config.data_dir)
+  except ValueError as e:
+    raise app.UsageError(str(e), exitcode=2)
+  except mnist.MissingDataError as e:
+    sys.exit(f"error: {e}")
+  out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
+  started = bench.machine()
+  results = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
+                            timeout=_TIMEOUT.value)
+  bench.write_report(results, config, out, started)
+  print(bench.format_table(results))
+  print(f"Report: {out}/bench.md, {out}/bench.json")
+  sys.exit(1 if any(r.error for r in results) else 0)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,484 @@
+"""Benchmark: both backends against a bare tf.function loop on the same model and data.
+
+`run_bench` runs, one after the other and each as a user would (a fresh
+`python -m ...` process): the reference (`trainers.bare_main`: a bare
+`tf.function` step in a plain Python loop, one process, no strategy), then
+`trainers.keras_main` and `trainers.estimator_main` at each worker count. It
+reads back only what every run writes (TensorBoard events, `summary.json`,
+`logs/tasks.json`) and what the OS reports (peak RSS), so it depends on no
+trainer internals:
+
+- steady-state speed: the median over the windows between consecutive `loss`
+  events (step and wall time), after the first window (warm-up);
+- launch to first step: `summary.json`'s `first_step_time` minus the time the
+  process was started;
+- time to the target accuracy: the wall time of the first `eval` `accuracy`
+  event at or above it, minus the launch time;
+- peak RSS per task: `VmHWM` of each task process, polled while it runs.
+"""
+
+import dataclasses
+import glob
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+from data import mnist
+from trainers import common
+from trainers import distribute
+from trainers import flags as trainer_flags
+from trainers import model as model_lib
+from trainers.config import Config
+
+REFERENCE = "reference"
+BACKENDS = ("keras", "estimator")
+MODULES = {REFERENCE: "trainers.bare_main", "keras": "trainers.keras_main",
+           "estimator": "trainers.estimator_main"}
+TARGET_ACCURACY = 0.98
+TASKS_FILE = os.path.join("logs", "tasks.json")  # Written by launch.supervisor.
+POLL_SECONDS = 0.25
+# Targets of the benchmark issue, checked in the report (never raised on).
+THROUGHPUT_VS_REFERENCE = {"keras": 1.0, "estimator": 0.9}
+TWO_WORKER_SCALING = 0.8
+LAUNCH_TO_FIRST_STEP_SECONDS = 10.0
+TIME_TO_ACCURACY_SECONDS = {"keras": 30.0, "estimator": 45.0}
+
+
+# --- The reference: a bare tf.function loop ---------------------------------------------------
+
+def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
+  """Trains the shared model with a bare tf.function step in a Python loop, no strategy.
+
+  Same model, loss, v1-momentum + cosine update, global batch and input_fn as
+  both backends (one pipeline, no InputContext). It writes what the trainers
+  write for the benchmark to read: `loss` and `global_step/sec` events every
+  `log_every_steps`, test `accuracy`/`loss` in `eval/` every
+  `checkpoint_every_steps` and at the end, and `summary.json`.
+
+  Args:
+    config: hyperparameters.
+    model_dir: where events and summary.json go.
+
+  Returns:
+    The summary.
+  """
+  config.validate(1)
+  common.setup_determinism(config)
+  input_fn = common.default_input_fn(config)
+  model = model_lib.build_model(config.seed, common.initial_weights(config))
+  variables = model.trainable_variables
+  accumulators = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+  step = tf.Variable(0, dtype=tf.int64, trainable=False)
+  iterator = iter(input_fn(mnist.TRAIN, None))
+
+  @tf.function
+  def train_step(iterator):
+    images, labels = next(iterator)
+    with tf.GradientTape() as tape:
+      logits = model(images, training=True)
+      loss = tf.reduce_mean(
+          tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    gradients = tape.gradient(loss, variables)
+    done = tf.minimum(tf.cast(step, tf.float32) / config.train_steps, 1.0)
+    rate = config.learning_rate * 0.5 * (1.0 + tf.cos(math.pi * done))
+    for variable, accumulator, gradient in zip(variables, accumulators, gradients):
+      accumulator.assign(config.momentum * accumulator + gradient)
+      variable.assign_sub(rate * accumulator)
+    step.assign_add(1)
+    return loss
+
+  @tf.function
+  def eval_step(images, labels):
+    logits = model(images, training=False)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
+    return tf.reduce_sum(losses), tf.reduce_sum(correct), tf.cast(tf.size(labels), tf.float32)
+
+  def evaluate() -> Dict[str, float]:
+    totals = [0.0, 0.0, 0.0]
+    for images, labels in input_fn(mnist.EVAL, None):
+      totals = [t + float(x) for t, x in zip(totals, eval_step(images, labels))]
+    return {"accuracy": totals[1] / totals[2], "loss": totals[0] / totals[2]}
+
+  writer = tf.summary.create_file_writer(model_dir)
+  eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR))
+  start = last_time = time.time()
+  first_step_time, last_step, metrics = 0.0, 0, {}
+  for i in range(1, config.train_steps + 1):
+    loss = train_step(iterator)
+    if i == 1:
+      float(loss)  # Eager calls are synchronous already; this only makes it explicit.
+      first_step_time = time.time()
+    if i % config.log_every_steps == 0 or i == config.train_steps:
+      value, now = float(loss), time.time()
+      with writer.as_default(step=i):
+        tf.summary.scalar("loss", value)
+        tf.summary.scalar("global_step/sec", (i - last_step) / max(now - last_time, 1e-9))
+      writer.flush()
+      last_step, last_time = i, now
+    if i % config.checkpoint_every_steps == 0 or i == config.train_steps:
+      metrics = evaluate()
+      logging.info("Test metrics at step %d: %s", i, metrics)
+      with eval_writer.as_default(step=i):
+        for name, value in metrics.items():
+          tf.summary.scalar(name, value)
+      eval_writer.flush()
+  train_seconds = time.time() - start
+  writer.close()
+  eval_writer.close()
+  return common.finish(REFERENCE, config, model_dir, workers=1, global_step=config.train_steps,
+                       metrics=metrics, train_seconds=train_seconds, export_dir="",
+                       first_step_time=first_step_time)
+
+
+def run_bare(config: Config, model_dir: Optional[str]) -> int:
+  """The reference binary's body: one local process, set up as a 1-worker trainer's is."""
+  try:
+    mnist.check_prepared(config.data_dir)
+  except mnist.MissingDataError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  distribute.setup_process(None)  # The same per-process set-up as a 1-worker trainer.
+  train_bare_loop(config, model_dir or tempfile.mkdtemp(prefix="mnist_reference_"))
+  return 0
+
+
+# --- Running one benchmark entry --------------------------------------------------------------
+
+@dataclasses.dataclass
+class Result:
+  """One benchmark row. Times in seconds; None where the run did not produce the number."""
+
+  name: str
+  workers: int
+  steps: int = 0
+  examples_per_second: Optional[float] = None
+  ms_per_step: Optional[float] = None
+  ratio_to_reference: Optional[float] = None
+  window_ms_per_step: List[float] = dataclasses.field(default_factory=list)
+  launch_to_first_step: Optional[float] = None
+  time_to_accuracy: Optional[float] = None
+  step_at_accuracy: Optional[int] = None
+  final_accuracy: Optional[float] = None
+  peak_rss_mb: Dict[str, float] = dataclasses.field(default_factory=dict)
+  wall_seconds: Optional[float] = None
+  breakdown: Dict[str, float] = dataclasses.field(default_factory=dict)
+  model_dir: str = ""
+  error: Optional[str] = None
+
+  @property
+  def label(self) -> str:
+    return self.name if self.name == REFERENCE else f"{self.name} x{self.workers}"
+
+
+def _scalar_events(directory: str, tag: str) -> List[Tuple[int, float, float]]:
+  """(step, wall_time, value) of every `tag` scalar in a directory's event files, by step.
+
+  Reads both TF1 `simple_value` summaries (Estimator) and TF2 tensor ones
+  (Keras, reference); a step logged twice keeps its last event.
+  """
+  by_step: Dict[int, Tuple[int, float, float]] = {}
+  for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          if value.tag != tag:
+            continue
+          number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                    else float(value.simple_value))
+          by_step[event.step] = (int(event.step), event.wall_time, number)
+    except tf.errors.DataLossError:
+      pass  # A truncated last record: keep what came before it.
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def step_windows(events: Sequence[Tuple[int, float, float]], warmup_steps: int = 0
+                 ) -> List[float]:
+  """Seconds per step of each window between consecutive events, after warm-up.
+
+  Warm-up is the first window and every window starting before `warmup_steps`
+  (the first epoch: until the cache holds the split, the pipeline also reads
+  and decodes images). Runs too short to have steady windows keep all but the first.
+  """
+  pairs = [(a, b) for a, b in list(zip(events, events[1:]))[1:] if b[0] > a[0]]
+  steady = [(a, b) for a, b in pairs if a[0] >= warmup_steps] or pairs
+  return [(b[1] - a[1]) / (b[0] - a[0]) for a, b in steady]
+
+
+def warmup_steps(config: Config) -> int:
+  """Steps of the first epoch, after which the input pipeline serves from its cache."""
+  return -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
+
+
+def _vm_hwm_mb(pid: int) -> Optional[float]:
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024.0
+  except (OSError, ValueError):
+    pass
+  return None
+
+
+def _task_pids(model_dir: str) -> Dict[str, int]:
+  try:
+    with open(os.path.join(model_dir, TASKS_FILE)) as f:
+      return {t["name"]: int(t["pid"]) for t in json.load(f)["tasks"]}
+  except (OSError, ValueError, KeyError):
+    return {}
+
+
+def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int,
+                 timeout: float) -> Tuple[int, float, float, Dict[str, float]]:
+  """Runs cmd and polls the peak RSS of its task processes.
+
+  Returns:
+    Exit code, launch time and exit time (unix s), and peak RSS in MB by task:
+    "main" for a 1-worker run (it trains in the process started), "launcher"
+    and the names in logs/tasks.json for a local cluster.
+  """
+  peaks: Dict[str, float] = {}
+  env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+  with open(log_path, "wb") as log:
+    launched = time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+      while proc.poll() is None:
+        pids = {"main" if workers == 1 else "launcher": proc.pid}
+        if workers > 1:
+          pids.update(_task_pids(model_dir))
+        for name, pid in pids.items():
+          mb = _vm_hwm_mb(pid)
+          if mb is not None:
+            peaks[name] = max(peaks.get(name, 0.0), mb)
+        if time.time() - launched > timeout:
+          logging.error("%s timed out after %.0f s; stopping it.", cmd[2], timeout)
+          os.killpg(proc.pid, signal.SIGTERM)
+          try:
+            proc.wait(30)
+          except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+          break
+        time.sleep(POLL_SECONDS)
+    finally:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+      returncode = proc.wait()
+  return returncode, launched, time.time(), peaks
+
+
+def measure(name: str, workers: int, config: Config, run_dir: str, timeout: float) -> Result:
+  """Runs one entry as a user would and reads its numbers back from what it wrote."""
+  model_dir = os.path.join(run_dir, "model")
+  os.makedirs(model_dir, exist_ok=True)
+  cmd = [sys.executable, "-m", MODULES[name], f"--model_dir={model_dir}",
+         *trainer_flags.config_to_flags(config)]
+  if name != REFERENCE:
+    cmd += [f"--workers={workers}", f"--timeout={timeout}"]
+  log_path = os.path.join(run_dir, "run.log")
+  logging.info("Running %s", " ".join(cmd))
+  returncode, launched, exited, peaks = _run_process(cmd, model_dir, log_path, workers, timeout)
+  result = Result(name, workers, model_dir=model_dir, peak_rss_mb={k: round(v, 1) for k, v
+                                                                    in peaks.items()},
+                  wall_seconds=round(exited - launched, 2))
+  if returncode != 0:
+    result.error = f"exit code {returncode}; see {log_path}"
+    return result
+  try:
+    with open(os.path.join(model_dir, common.SUMMARY_FILE)) as f:
+      summary = json.load(f)
+  except (OSError, ValueError) as e:
+    result.error = f"no summary.json ({e}); see {log_path}"
+    return result
+  result.steps = int(summary["global_step"])
+  result.final_accuracy = summary.get("test_accuracy")
+  loss_events = _scalar_events(model_dir, "loss")
+  windows = step_windows(loss_events, warmup_steps(config))
+  if windows:
+    seconds = statistics.median(windows)
+    result.window_ms_per_step = [round(1000 * w, 3) for w in windows]
+    result.ms_per_step = round(1000 * seconds, 3)
+    result.examples_per_second = round(config.global_batch_size / seconds, 1)
+  first_step = summary.get("first_step_time")
+  if first_step:
+    result.launch_to_first_step = round(first_step - launched, 2)
+  for step, wall, accuracy in _scalar_events(os.path.join(model_dir, common.EVAL_SUBDIR),
+                                             "accuracy"):
+    if accuracy >= TARGET_ACCURACY:
+      result.time_to_accuracy, result.step_at_accuracy = round(wall - launched, 2), step
+      break
+  # Where the wall time went: start-up; from the first step to the last loss
+  # event (the last step): steady steps at the median speed, and the rest
+  # (warm-up, hooks, checkpoints, evaluations); then what follows training.
+  breakdown = {}
+  if first_step and loss_events:
+    last_step_time = loss_events[-1][1]
+    breakdown["launch_to_first_step"] = first_step - launched
+    breakdown["training"] = last_step_time - first_step
+    breakdown["after_training"] = exited - last_step_time
+    if result.ms_per_step is not None:
+      breakdown["steady_steps"] = (result.steps - 1) * result.ms_per_step / 1000
+      breakdown["training_overhead"] = breakdown["training"] - breakdown["steady_steps"]
+  result.breakdown = {k: round(v, 2) for k, v in breakdown.items()}
+  return result
+
+
+def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
+              backends: Sequence[str] = BACKENDS, timeout: float = 900) -> List[Result]:
+  """The reference, then each backend at each worker count, one run at a time.
+
+  Args:
+    config: hyperparameters every run uses (train_steps, data_dir, ...).
+    workers: worker counts for the backends; the reference always has one.
+    out_dir: each run's model_dir and log go under `<out_dir>/runs/<name>-<workers>w`.
+    backends: which backends to run.
+    timeout: seconds allowed for each run.
+
+  Returns:
+    One Result per run, the reference first; a failed run has `error` set.
+  """
+  entries = [(REFERENCE, 1)] + [(b, w) for w in workers for b in backends]
+  results = []
+  for name, n in entries:
+    run_dir = os.path.join(out_dir, "runs", f"{name}-{n}w")
+    result = measure(name, n, config, run_dir, timeout)
+    logging.info("%s: %s", result.label, result.error or f"{result.examples_per_second} ex/s")
+    results.append(result)
+  reference = results[0].examples_per_second
+  for r in results[1:]:
+    if reference and r.examples_per_second:
+      r.ratio_to_reference = round(r.examples_per_second / reference, 3)
+  return results
+
+
+# --- Report -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Target:
+  """One target of the issue: what is measured against what."""
+
+  name: str
+  measured: Optional[float]
+  limit: float
+  higher_is_better: bool
+
+  @property
+  def met(self) -> Optional[bool]:
+    if self.measured is None:
+      return None
+    return self.measured >= self.limit if self.higher_is_better else self.measured <= self.limit
+
+
+def targets(results: Sequence[Result]) -> List[Target]:
+  """The issue's targets that these results speak to."""
+  by = {(r.name, r.workers): r for r in results}
+  found = []
+  for backend, limit in THROUGHPUT_VS_REFERENCE.items():
+    if (backend, 1) in by:
+      found.append(Target(f"{backend} x1 throughput / reference", by[backend, 1].ratio_to_reference,
+                          limit, True))
+  for (backend, n), r in by.items():
+    if backend == REFERENCE or n == 1:
+      continue
+    one = by.get((backend, 1))
+    if one and one.examples_per_second and r.examples_per_second:
+      found.append(Target(f"{backend} x{n} / {backend} x1 global examples/s",
+                          round(r.examples_per_second / one.examples_per_second, 3),
+                          TWO_WORKER_SCALING, True))
+    if n == 2:
+      found.append(Target(f"{backend} x2 launch to first step (s)", r.launch_to_first_step,
+                          LAUNCH_TO_FIRST_STEP_SECONDS, False))
+  for backend, limit in TIME_TO_ACCURACY_SECONDS.items():
+    if (backend, 1) in by:
+      found.append(Target(f"{backend} x1 launch to {TARGET_ACCURACY:.0%} test accuracy (s)",
+                          by[backend, 1].time_to_accuracy, limit, False))
+  return found
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+  return "-" if value is None else format(value, spec)
+
+
+def format_table(results: Sequence[Result]) -> str:
+  """The results as a Markdown table, then the targets."""
+  rows = ["| run | workers | examples/s | ms/step | x reference | launch to 1st step (s) | "
+          f"to {TARGET_ACCURACY:.0%} acc (s) | at step | final acc | peak RSS/worker (MB) | "
+          "wall (s) |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+  for r in results:
+    if r.error:
+      rows.append(f"| {r.name} | {r.workers} | error: {r.error} |" + " |" * 8)
+      continue
+    workers_rss = [v for k, v in r.peak_rss_mb.items() if k != "launcher"]
+    rss = "/".join(f"{v:.0f}" for v in workers_rss) or "-"
+    rows.append(
+        f"| {r.name} | {r.workers} | {_fmt(r.examples_per_second, '.0f')} | "
+        f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_reference, '.2f')} | "
+        f"{_fmt(r.launch_to_first_step, '.1f')} | {_fmt(r.time_to_accuracy, '.1f')} | "
+        f"{_fmt(r.step_at_accuracy)} | {_fmt(r.final_accuracy, '.4f')} | {rss} | "
+        f"{_fmt(r.wall_seconds, '.1f')} |")
+  rows += ["", "| target | measured | limit | met |", "| --- | ---: | ---: | --- |"]
+  for t in targets(results):
+    met = {True: "yes", False: "NO", None: "-"}[t.met]
+    rows.append(f"| {t.name} | {_fmt(t.measured, '.3g')} | {'>=' if t.higher_is_better else '<='}"
+                f" {t.limit:g} | {met} |")
+  return "\n".join(rows)
+
+
+def format_breakdown(results: Sequence[Result]) -> str:
+  """Where each run's wall time went, in seconds."""
+  keys = ["launch_to_first_step", "training", "steady_steps", "training_overhead",
+          "after_training"]
+  rows = ["| run | " + " | ".join(keys) + " | peak RSS by task (MB) |",
+          "| --- |" + " ---: |" * len(keys) + " --- |"]
+  for r in results:
+    if not r.error:
+      rss = ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mb.items())
+      rows.append(f"| {r.label} | " + " | ".join(_fmt(r.breakdown.get(k), ".1f") for k in keys)
+                  + f" | {rss} |")
+  return "\n".join(rows)
+
+
+def machine() -> Dict[str, Any]:
+  """What the numbers were measured on."""
+  return {"cpus": os.cpu_count(), "platform": platform.platform(),
+          "python": platform.python_version(), "tensorflow": tf.__version__,
+          "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def write_report(results: Sequence[Result], config: Config, out_dir: str,
+                 started: Dict[str, Any]) -> None:
+  """bench.json and bench.md in out_dir."""
+  report = {
+      "config": dataclasses.asdict(config),
+      "target_accuracy": TARGET_ACCURACY,
+      "machine_at_start": started,
+      "machine_at_end": machine(),
+      "results": [dataclasses.asdict(r) for r in results],
+      "targets": [{**dataclasses.asdict(t), "met": t.met} for t in targets(results)],
+  }
+  with open(os.path.join(out_dir, "bench.json"), "w") as f:
+    json.dump(report, f, indent=2)
+  with open(os.path.join(out_dir, "bench.md"), "w") as f:
+    f.write(f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
+            f"\n\nMachine: {json.dumps(started)}\n\n{format_table(results)}\n\n"
+            f"## Where the time goes (s)\n\n{format_breakdown(results)}\n\n"
+            "Steady speed is the median over the windows between `loss` events "
+            f"(every {config.log_every_steps} steps) after warm-up (the first window and the "
+            f"first epoch, {warmup_steps(config)} steps). Per-window ms/step are in "
+            "bench.json. `training` runs from the first step to the last `loss` event; "
+            "`training_overhead` is what it spent beyond `steady_steps` (warm-up, hooks, "
+            "checkpoints, evaluations); `after_training` is evaluation, export and exit.\n")
