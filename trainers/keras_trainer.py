@@ -163,6 +163,49 @@ class _FinalCheckpoint(tf_keras.callbacks.Callback):
       shutil.rmtree(scratch, ignore_errors=True)
 
 
+class _PeriodicEval(tf_keras.callbacks.Callback):
+  """Chief only: evaluates the whole test split every `every` steps, as the Estimator's
+  evaluator does for each checkpoint, and writes `accuracy`/`loss` to `model_dir/eval`.
+
+  The evaluation model is built before `fit`, outside the strategy (as in
+  `evaluate_weights`), and gets the training weights copied in; the final step
+  is left to the end-of-training evaluation. Callbacks run inside fit's
+  strategy scope, where Keras `evaluate` would shard the test set across the
+  workers, so a plain loop computes the same per-example mean loss and accuracy.
+  """
+
+  def __init__(self, eval_model: tf_keras.Model, dataset: tf.data.Dataset, every: int,
+               total: int, logdir: str):
+    super().__init__()
+    self._eval_model, self._dataset = eval_model, dataset
+    self._every, self._total = every, total
+    self._writer = tf.summary.create_file_writer(logdir)
+    self._sums = tf.function(self._batch_sums)
+
+  def _batch_sums(self, images, labels):
+    logits = self._eval_model(images, training=False)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
+    return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(correct),
+                     tf.cast(tf.size(labels), tf.float32)])
+
+  def on_train_batch_end(self, batch, logs=None):
+    step = int(self.model.optimizer.iterations.numpy())  # Global, also after a resume.
+    if step % self._every or step >= self._total:
+      return
+    self._eval_model.set_weights(self.model.get_weights())
+    loss, correct, count = sum(self._sums(x, y).numpy().astype(float) for x, y in self._dataset)
+    metrics = {"loss": loss / count, "accuracy": correct / count}
+    logging.info("Test metrics at step %d: %s", step, metrics)
+    with self._writer.as_default(step=step):
+      for name, value in metrics.items():
+        tf.summary.scalar(name, value)
+    self._writer.flush()
+
+  def on_train_end(self, logs=None):
+    self._writer.close()
+
+
 def _export(model: tf_keras.Model, model_dir: str) -> str:
   """Writes the SavedModel with the serving signature the Estimator exports."""
 
@@ -222,6 +265,11 @@ def train_and_evaluate(
     callbacks = [_FinalCheckpoint(model_dir, chief),
                  tf_keras.callbacks.BackupAndRestore(backup_dir, config.backup_every_steps),
                  progress]
+    if chief and config.checkpoint_every_steps < config.train_steps:
+      eval_model = model_lib.build_model(config.seed)  # Outside the strategy's scope.
+      callbacks.append(_PeriodicEval(eval_model, input_fn(mnist.EVAL, None),
+                                     config.checkpoint_every_steps, config.train_steps,
+                                     os.path.join(model_dir, common.EVAL_SUBDIR)))
     model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - start_step,
               callbacks=callbacks, verbose=0)
   else:
