@@ -324,6 +324,10 @@ def measure(name: str, workers: int, config: Config, run_dir: str, timeout: floa
   # event (the last step): steady steps at the median speed, and the rest
   # (warm-up, hooks, checkpoints, evaluations); then what follows training.
   breakdown = {}
+  tasks_file = os.path.join(model_dir, TASKS_FILE)
+  if workers > 1 and os.path.exists(tasks_file):
+    # The launcher's own start-up (imports, checks) before any task process exists.
+    breakdown["launch_to_tasks_started"] = os.path.getmtime(tasks_file) - launched
   if first_step and loss_events:
     last_step_time = loss_events[-1][1]
     breakdown["launch_to_first_step"] = first_step - launched
@@ -440,7 +444,7 @@ def format_table(results: Sequence[Result]) -> str:
 
 def format_breakdown(results: Sequence[Result]) -> str:
   """Where each run's wall time went, in seconds."""
-  keys = ["launch_to_first_step", "training", "steady_steps", "training_overhead",
+  keys = ["launch_to_tasks_started", "launch_to_first_step", "training", "steady_steps", "training_overhead",
           "after_training"]
   rows = ["| run | " + " | ".join(keys) + " | peak RSS by task (MB) |",
           "| --- |" + " ---: |" * len(keys) + " --- |"]
@@ -481,4 +485,5 @@ def write_report(results: Sequence[Result], config: Config, out_dir: str,
             f"first epoch, {warmup_steps(config)} steps). Per-window ms/step are in "
             "bench.json. `training` runs from the first step to the last `loss` event; "
             "`training_overhead` is what it spent beyond `steady_steps` (warm-up, hooks, "
-            "checkpoints, evaluations); `after_training` is evaluation, export and exit.\n")
+            "checkpoints, evaluations); `after_training` is evaluation, export and exit; "
+            "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers.\n")
