@@ -138,7 +138,8 @@ def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
   writer.close()
   eval_writer.close()
   return common.finish(REFERENCE, config, model_dir, workers=1, global_step=config.train_steps,
-                       metrics=metrics, train_seconds=train_seconds, export_dir="",
+                       metrics=metrics, train_seconds=train_seconds,
+                       trained_steps=config.train_steps, export_dir="",
                        first_step_time=first_step_time)
 
 
