@@ -18,8 +18,8 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from data import mnist
 from trainers import bench
+from trainers import flags as trainer_flags
 from trainers.config import Config
 
 _WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run each backend at.")
@@ -51,14 +51,8 @@ def main(argv: Sequence[str]) -> None:
   log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, _STEPS.value // 10))
   config = Config(train_steps=_STEPS.value, data_dir=_DATA_DIR.value, log_every_steps=log_every,
                   checkpoint_every_steps=min(_EVAL_EVERY.value, _STEPS.value))
-  try:
-    for n in workers:
-      config.validate(n)
-    mnist.check_prepared(config.data_dir)
-  except ValueError as e:
-    raise app.UsageError(str(e), exitcode=2)
-  except mnist.MissingDataError as e:
-    sys.exit(f"error: {e}")
+  for n in workers:
+    trainer_flags.check_or_exit(config, n)
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
   started = bench.machine()
   results = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
