@@ -35,6 +35,7 @@ import tensorflow as tf
 from absl import logging
 
 from data import mnist
+from launch import supervisor
 from trainers import common
 from trainers import distribute
 from trainers import flags as trainer_flags
@@ -46,7 +47,7 @@ BACKENDS = ("keras", "estimator")
 MODULES = {REFERENCE: "trainers.bare_main", "keras": "trainers.keras_main",
            "estimator": "trainers.estimator_main"}
 TARGET_ACCURACY = 0.98
-TASKS_FILE = os.path.join("logs", "tasks.json")  # Written by launch.supervisor.
+TASKS_FILE = os.path.join("logs", supervisor.TASKS_FILE)
 POLL_SECONDS = 0.25
 # Targets of the benchmark issue, checked in the report (never raised on).
 THROUGHPUT_VS_REFERENCE = {"keras": 1.0, "estimator": 0.9}
