@@ -1,7 +1,10 @@
 """The one set of hyperparameters both backends train with."""
 
 import dataclasses
+import math
 from typing import Optional
+
+AUTO_STEPS_PER_EXECUTION_MAX = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Config:
     deterministic: turn on TensorFlow op determinism.
     record_dir: if set, the chief writes each step's loss there and every
       training pipeline writes the fingerprints of its shard (for launch.parity).
+    steps_per_execution: Keras only: training steps per call of the compiled
+      train function. Keras calls batch callbacks once per call, so the log,
+      checkpoint and step counts must be multiples of it, and per-step records
+      need 1. 0 (auto) picks the largest that fits, up to 10.
   """
 
   train_steps: int = 1500
@@ -48,6 +55,17 @@ class Config:
   init_weights: Optional[str] = None
   deterministic: bool = False
   record_dir: Optional[str] = None
+  steps_per_execution: int = 0
+
+  def keras_steps_per_execution(self) -> int:
+    """steps_per_execution with auto (0) resolved: the largest value up to 10 that
+    divides train_steps, log_every_steps and checkpoint_every_steps; 1 with record_dir."""
+    if self.steps_per_execution:
+      return self.steps_per_execution
+    if self.record_dir:
+      return 1
+    divides = math.gcd(self.train_steps, self.log_every_steps, self.checkpoint_every_steps)
+    return max(k for k in range(1, AUTO_STEPS_PER_EXECUTION_MAX + 1) if divides % k == 0)
 
   def validate(self, num_replicas: int = 1) -> None:
     """Raises ValueError naming the bad setting and its fix."""
@@ -59,6 +77,17 @@ class Config:
       raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}.")
     if not 0 <= self.momentum < 1:
       raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}.")
+    if self.steps_per_execution < 0:
+      raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
+                       f"{self.steps_per_execution}.")
+    for name in ("train_steps", "log_every_steps", "checkpoint_every_steps"):
+      if self.steps_per_execution and getattr(self, name) % self.steps_per_execution:
+        raise ValueError(
+            f"--{name}={getattr(self, name)} is not a multiple of --steps_per_execution="
+            f"{self.steps_per_execution}: Keras runs callbacks only between executions.")
+    if self.record_dir and self.steps_per_execution > 1:
+      raise ValueError("--record_dir records every step's loss: it needs "
+                       "--steps_per_execution=1.")
     if self.global_batch_size % num_replicas:
       raise ValueError(
           f"--global_batch_size={self.global_batch_size} is not divisible by the "

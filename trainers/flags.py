@@ -32,6 +32,10 @@ _HELP = {
     "deterministic": "Turn on TensorFlow op determinism.",
     "record_dir": "Record per-step losses (chief) and each shard's example fingerprints "
                   "here, for launch.parity.",
+    "steps_per_execution": "Keras only: training steps per call of the compiled train "
+                           "function (fewer Python round trips); the log, checkpoint and "
+                           "step counts must be multiples of it. 0: the largest that fits, "
+                           "up to 10.",
 }
 
 

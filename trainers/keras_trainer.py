@@ -54,7 +54,8 @@ def _loss_and_metrics() -> Dict[str, Any]:
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
   model = model_lib.build_model(config.seed, common.initial_weights(config))
-  model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
+  model.compile(optimizer=make_optimizer(config), steps_per_execution=config.keras_steps_per_execution(),
+                **_loss_and_metrics())
   # The logged loss and accuracy are already aggregated over all replicas;
   # tf-keras 2.15's default ("auto" = "sum" under MultiWorkerMirroredStrategy)
   # sums them again across workers, reporting N times the true values.
