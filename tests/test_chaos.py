@@ -10,7 +10,7 @@ from tests.conftest import run_module
 
 # CI runs a few trials per backend; `python -m launch.chaos --trials=10` runs more.
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "2"))
-CONFIG = Config(train_steps=40, global_batch_size=32, eval_batch_size=50, log_every_steps=1,
+CONFIG = Config(train_steps=40, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
                 checkpoint_every_steps=10, backup_every_steps=10)
 
 

@@ -37,9 +37,10 @@ class Config:
     record_dir: if set, the chief writes each step's loss there and every
       training pipeline writes the fingerprints of its shard (for launch.parity).
     steps_per_execution: Keras only: training steps per call of the compiled
-      train function. Keras calls batch callbacks once per call, so the log,
-      checkpoint and step counts must be multiples of it, and per-step records
-      need 1. 0 (auto) picks the largest that fits, up to 10.
+      train function. Keras calls batch callbacks once per call, so the step
+      count and the log, checkpoint and backup intervals must be multiples of
+      it, and per-step records need 1. 0 (auto) picks the largest that fits,
+      up to 10.
   """
 
   train_steps: int = 1500
@@ -59,12 +60,13 @@ class Config:
 
   def keras_steps_per_execution(self) -> int:
     """steps_per_execution with auto (0) resolved: the largest value up to 10 that
-    divides train_steps, log_every_steps and checkpoint_every_steps; 1 with record_dir."""
+    divides train_steps and the log, checkpoint and backup intervals; 1 with record_dir."""
     if self.steps_per_execution:
       return self.steps_per_execution
     if self.record_dir:
       return 1
-    divides = math.gcd(self.train_steps, self.log_every_steps, self.checkpoint_every_steps)
+    divides = math.gcd(self.train_steps, self.log_every_steps, self.checkpoint_every_steps,
+                       self.backup_every_steps)
     return max(k for k in range(1, AUTO_STEPS_PER_EXECUTION_MAX + 1) if divides % k == 0)
 
   def validate(self, num_replicas: int = 1) -> None:
@@ -80,7 +82,8 @@ class Config:
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")
-    for name in ("train_steps", "log_every_steps", "checkpoint_every_steps"):
+    for name in ("train_steps", "log_every_steps", "checkpoint_every_steps",
+                 "backup_every_steps"):
       if self.steps_per_execution and getattr(self, name) % self.steps_per_execution:
         raise ValueError(
             f"--{name}={getattr(self, name)} is not a multiple of --steps_per_execution="

@@ -33,9 +33,9 @@ _HELP = {
     "record_dir": "Record per-step losses (chief) and each shard's example fingerprints "
                   "here, for launch.parity.",
     "steps_per_execution": "Keras only: training steps per call of the compiled train "
-                           "function (fewer Python round trips); the log, checkpoint and "
-                           "step counts must be multiples of it. 0: the largest that fits, "
-                           "up to 10.",
+                           "function (fewer Python round trips); --train_steps and the log, "
+                           "checkpoint and backup intervals must be multiples of it. 0: the "
+                           "largest that fits, up to 10.",
 }
 
 

@@ -54,8 +54,9 @@ def _loss_and_metrics() -> Dict[str, Any]:
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
   model = model_lib.build_model(config.seed, common.initial_weights(config))
-  model.compile(optimizer=make_optimizer(config), steps_per_execution=config.keras_steps_per_execution(),
-                **_loss_and_metrics())
+  # Callbacks run, and the host waits for the device, once per execution.
+  model.compile(optimizer=make_optimizer(config),
+                steps_per_execution=config.keras_steps_per_execution(), **_loss_and_metrics())
   # The logged loss and accuracy are already aggregated over all replicas;
   # tf-keras 2.15's default ("auto" = "sum" under MultiWorkerMirroredStrategy)
   # sums them again across workers, reporting N times the true values.
@@ -130,6 +131,25 @@ class _Progress(tf_keras.callbacks.Callback):
     self.end_time = time.time()
     if self._writer:
       self._writer.close()
+
+
+class _Backup(tf_keras.callbacks.BackupAndRestore):
+  """BackupAndRestore that counts steps, and records the step it saved.
+
+  tf-keras 2.15 counts `save_freq` in callback calls (one per execution) and
+  records the first step of the execution being saved, so with
+  steps_per_execution > 1 a resumed `fit` would run past the last step.
+  """
+
+  def __init__(self, backup_dir: str, every_steps: int, steps_per_execution: int):
+    super().__init__(backup_dir, save_freq=every_steps // steps_per_execution)
+
+  def on_train_batch_begin(self, batch, logs=None):
+    pass  # Recorded at the end of the execution instead.
+
+  def on_train_batch_end(self, batch, logs=None):
+    self._training_state._ckpt_saved_batch.assign(batch)  # pylint: disable=protected-access
+    super().on_train_batch_end(batch, logs)
 
 
 def _save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
@@ -264,7 +284,8 @@ def train_and_evaluate(
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
     callbacks = [_FinalCheckpoint(model_dir, chief),
-                 tf_keras.callbacks.BackupAndRestore(backup_dir, config.backup_every_steps),
+                 _Backup(backup_dir, config.backup_every_steps,
+                         config.keras_steps_per_execution()),
                  progress]
     if chief and config.checkpoint_every_steps < config.train_steps:
       eval_model = model_lib.build_model(config.seed)  # Outside the strategy's scope.
