@@ -72,8 +72,8 @@ def test_only_the_chief_writes_to_model_dir(run):
   assert not leftovers
   if workers > 1:
     logs = sorted(os.listdir(os.path.join(model_dir, "logs")))
-    expected = ["chief-0.log", "worker-0.log"] + (["evaluator-0.log"] if backend == "estimator"
-                                                  else [])
+    expected = ["chief-0.log", "worker-0.log", "tasks.json"] + (
+        ["evaluator-0.log"] if backend == "estimator" else [])
     assert logs == sorted(expected)
 
 
@@ -230,7 +230,8 @@ def _save_checkpoint(model_dir, owner: str, same_model: bool = True) -> None:
     if same_model:
       model_lib.build_model(0)
     else:
-      tf.compat.v1.get_variable("conv/kernel", shape=[5, 5, 1, 8])
+      tf.compat.v1.get_variable("conv/kernel", shape=[5, 5, 1, 8],
+                                initializer=tf.compat.v1.zeros_initializer())
     tf.compat.v1.train.get_or_create_global_step()
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
