@@ -99,17 +99,12 @@ def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
     step.assign_add(1)
     return loss
 
-  @tf.function
-  def eval_step(images, labels):
-    logits = model(images, training=False)
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
-    return tf.reduce_sum(losses), tf.reduce_sum(correct), tf.cast(tf.size(labels), tf.float32)
+  eval_step = tf.function(lambda images, labels: model_lib.eval_sums(model, images, labels))
 
   def evaluate() -> Dict[str, float]:
     totals = [0.0, 0.0, 0.0]
     for images, labels in input_fn(mnist.EVAL, None):
-      totals = [t + float(x) for t, x in zip(totals, eval_step(images, labels))]
+      totals = [t + float(x) for t, x in zip(totals, eval_step(images, labels).numpy())]
     return {"accuracy": totals[1] / totals[2], "loss": totals[0] / totals[2]}
 
   writer = tf.summary.create_file_writer(model_dir)

@@ -201,14 +201,7 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
     self._eval_model, self._dataset = eval_model, dataset
     self._every, self._total = every, total
     self._writer = tf.summary.create_file_writer(logdir)
-    self._sums = tf.function(self._batch_sums)
-
-  def _batch_sums(self, images, labels):
-    logits = self._eval_model(images, training=False)
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
-    return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(correct),
-                     tf.cast(tf.size(labels), tf.float32)])
+    self._sums = tf.function(lambda x, y: model_lib.eval_sums(eval_model, x, y))
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Global, also after a resume.

@@ -80,3 +80,16 @@ def serving_outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
       "probabilities": tf.nn.softmax(logits),
       "logits": logits,
   }
+
+
+def eval_sums(model: tf_keras.Model, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+  """[summed cross-entropy, correct predictions, examples] of one test batch.
+
+  Summed over batches and divided by the example count, these give the same
+  per-example mean loss and accuracy as Keras `evaluate`.
+  """
+  logits = model(images, training=False)
+  losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+  correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
+  return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(correct),
+                   tf.cast(tf.size(labels), tf.float32)])
