@@ -27,6 +27,7 @@ SPLIT_FOR_MODE = {TRAIN: "train", EVAL: "test"}
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 SHUFFLE_BUFFER = 10_000
+PREFETCH_BATCHES = 2
 IDX_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -287,10 +288,16 @@ def input_fn(
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     # Each pipeline feeds its worker's replicas one batch each per step.
     batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-  ds = ds.map(_scale, num_parallel_calls=tf.data.AUTOTUNE).cache()
+  ds = ds.map(_scale, num_parallel_calls=os.cpu_count() or 1).cache()
   if training:
     ds = ds.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
   # Training drops partial batches so every step has the same global batch,
   # which keeps the gradient the same in both backends.
   ds = ds.batch(batch_size, drop_remainder=training)
-  return ds.prefetch(tf.data.AUTOTUNE)
+  # No autotuning: TF 2.15 does not wake the autotuning thread when a
+  # distributed iterator is deleted, so the end of `fit` waited out its sleep,
+  # up to 20 s (see distribute.no_autotune_on_device_datasets). Map runs once
+  # per example (then the cache serves); a fixed prefetch keeps batches ready.
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return ds.prefetch(PREFETCH_BATCHES).with_options(options)

@@ -122,3 +122,21 @@ def test_training_order_is_seeded(tiny_data_dir):
 
   assert first_labels(1) == first_labels(1)
   assert first_labels(1) != first_labels(2)
+
+
+def test_no_autotuning_in_the_pipeline_or_the_per_device_buffers(tiny_data_dir):
+  # TF 2.15 made deleting a distributed iterator wait out the autotuning
+  # thread's sleep (10 to 20 s at the end of training): both places turn it off.
+  from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-import-not-at-top
+  from trainers import distribute  # pylint: disable=g-import-not-at-top
+
+  for mode in (mnist.TRAIN, mnist.EVAL):
+    ds = mnist.input_fn(mode, global_batch_size=10, data_dir=tiny_data_dir)
+    assert ds.options().autotune.enabled is False
+  distribute.no_autotune_on_device_datasets()
+  distribute.no_autotune_on_device_datasets()  # Idempotent: wraps once.
+  iterator = multi_device_iterator_ops.OwnedMultiDeviceIterator(tf.data.Dataset.range(3),
+                                                                ["/cpu:0"])
+  per_device = iterator._device_iterators[0]._dataset  # pylint: disable=protected-access
+  assert per_device.options().autotune.enabled is False
+  assert [int(x[0]) for x in iterator] == [0, 1, 2]
