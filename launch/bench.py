@@ -3,10 +3,12 @@ r"""Benchmarks both backends against a bare tf.function loop on this machine.
   python -m launch.bench [--workers=1,2] [--steps=N] [--out=DIR] [--data_dir=DIR]
 
 Runs the reference (a bare tf.function step in a plain loop, one process, no
-strategy), then the Keras and the Estimator binaries at each worker count, on
-the same model, batch size and input pipeline. Prints a table (steady
-examples/s and ms/step, ratio to the reference, launch to first step, launch
-to 98% test accuracy, peak RSS per worker) and the issue's targets, and writes
+strategy), then at each worker count a probe timing the parts of a step
+(input, compute, all-reduce, whole step) and the Keras and the Estimator
+binaries, on the same model, batch size and input pipeline. Prints a table
+(steady examples/s and ms/step, ratio to the reference, launch to first step,
+launch to 98% test accuracy, peak RSS per worker), the issue's targets, the
+step's parts, and for each missed target where the time went; writes
 bench.json and bench.md to --out. It is a benchmark: it exits 0 whatever the
 numbers, and 1 only if a run failed.
 """
@@ -55,12 +57,17 @@ def main(argv: Sequence[str]) -> None:
     trainer_flags.check_or_exit(config, n)
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
   started = bench.machine()
-  results = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
-                            timeout=_TIMEOUT.value)
-  bench.write_report(results, config, out, started)
+  results, step_costs = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
+                                        timeout=_TIMEOUT.value)
+  bench.write_report(results, step_costs, config, out, started)
   print(bench.format_table(results))
+  print("\nWhere a step's time goes (ms):\n" + bench.format_step_costs(results, step_costs,
+                                                                     _BACKENDS.value))
+  for line in bench.explain(results, step_costs):
+    print(f"- {line}")
   print(f"Report: {out}/bench.md, {out}/bench.json")
-  sys.exit(1 if any(r.error for r in results) else 0)
+  failed = any(r.error for r in results) or any("error" in c for c in step_costs.values())
+  sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -33,10 +33,15 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
       expected.add("evaluator-0")
     assert set(row["peak_rss_mb"]) == expected, key
     assert all(mb > 50 for mb in row["peak_rss_mb"].values()), key
+  for n in ("1", "2"):
+    costs = report["step_costs"][n]
+    assert costs["workers"] == int(n) and costs["per_replica_batch"] == 96 // int(n), costs
+    assert all(costs[part]["ms"] > 0 for part in bench.STEP_PARTS), costs
+  assert isinstance(report["missed"], list)
   assert {t["name"] for t in report["targets"]} >= {"keras x1 throughput / reference",
                                                     "estimator x2 launch to first step (s)"}
   table = (tmp_path / "bench.md").read_text()
-  assert "| keras | 2 |" in table and "Where the time goes" in table
+  assert "| keras | 2 |" in table and "Where a step's time goes" in table
   assert "| estimator | 1 |" in result.stdout
 
 
@@ -45,3 +50,25 @@ def test_step_windows_skip_warm_up():
   assert bench.step_windows(events) == [0.05, 0.05]
   assert bench.step_windows(events, warmup_steps=30) == [0.05]
   assert bench.step_windows(events, warmup_steps=1000) == [0.05, 0.05]
+
+
+def test_missed_targets_are_explained_from_the_step_costs():
+  ref = bench.Result("reference", 1, ms_per_step=10.0, examples_per_second=9600)
+  keras1 = bench.Result("keras", 1, ms_per_step=11.0, examples_per_second=8727,
+                        ratio_to_reference=0.909)
+  keras2 = bench.Result("keras", 2, ms_per_step=18.0, examples_per_second=5333,
+                        launch_to_first_step=12.5, peak_rss_mb={"launcher": 1, "chief-0": 1,
+                                                                "worker-0": 1},
+                        breakdown={"launch_to_tasks_started": 2.5})
+  costs = {1: {"per_replica_batch": 96, "intra_op_threads": 2, "compute": {"ms": 10.1},
+               "all_reduce": {"ms": 0.2}, "input": {"ms": 0.4}, "step": {"ms": 10.5}},
+           2: {"per_replica_batch": 48, "intra_op_threads": 1, "compute": {"ms": 10.2},
+               "all_reduce": {"ms": 5.0}, "input": {"ms": 0.5}, "step": {"ms": 16.0}}}
+  lines = bench.explain([ref, keras1, keras2], costs)
+  assert len(lines) == 3, lines  # Throughput, scaling and launch; accuracy is not measured.
+  assert "takes 10.50 (+0.50: the strategy); keras adds +0.50" in lines[0]
+  assert "all-reduce alone takes 5.00 ms" in lines[1]
+  assert "would reach 0.66 of 1 worker's" in lines[1] and "keras adds +2.00 ms" in lines[1]
+  assert "12.5 s, of which 2.5 s before any task started" in lines[2]
+  table = bench.format_step_costs([ref, keras1, keras2], costs, ["keras"])
+  assert "| 2 | 48 | 1 | 0.50 | 10.20 | 5.00 | 16.00 | - | 18.00 | +2.00 |" in table

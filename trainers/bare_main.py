@@ -1,9 +1,14 @@
-r"""The benchmark's reference: a bare tf.function training loop, one process, no strategy.
+r"""The benchmark's bare loops: the reference, or the step-cost probe.
 
   python -m trainers.bare_main [--model_dir=DIR] [--data_dir=DIR] [--train_steps=N]
+  python -m launch.local --workers=N -- python -m trainers.bare_main --probe_out=FILE
 
-Takes the trainers' flags (one per Config field) so launch.bench runs it as it
-runs the backends; --workers must be 1. The last line on stdout is the summary JSON.
+Without --probe_out it trains with a bare tf.function loop, one process, no
+strategy (launch.bench's reference); the last line on stdout is the summary
+JSON. With --probe_out it times input, compute, all-reduce and a whole step
+under MultiWorkerMirroredStrategy as this TF_CONFIG task (or alone), and the
+chief writes them to FILE. Takes the trainers' flags (one per Config field);
+--workers must be 1: a cluster comes from TF_CONFIG.
 """
 
 import sys
@@ -12,23 +17,27 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from trainers import bench
+from trainers import bare
 from trainers import flags as trainer_flags
 
 trainer_flags.define_flags()
+_PROBE_OUT = flags.DEFINE_string("probe_out", None, "Time the parts of a step instead of "
+                                 "training; the chief writes them to this JSON file.")
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   if flags.FLAGS.workers != 1:
-    raise app.UsageError("The reference runs in one process: --workers must be 1.", exitcode=2)
+    raise app.UsageError("--workers must be 1: the reference runs in one process, and the "
+                         "probe's cluster comes from TF_CONFIG (python -m launch.local).",
+                         exitcode=2)
   config = trainer_flags.config_from_flags()
   try:
     config.validate(1)
   except ValueError as e:
     raise app.UsageError(str(e), exitcode=2)
-  sys.exit(bench.run_bare(config, flags.FLAGS.model_dir))
+  sys.exit(bare.run_bare(config, flags.FLAGS.model_dir, _PROBE_OUT.value))
 
 
 if __name__ == "__main__":

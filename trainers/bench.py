@@ -2,11 +2,12 @@
 
 `run_bench` runs, one after the other and each as a user would (a fresh
 `python -m ...` process): the reference (`trainers.bare_main`: a bare
-`tf.function` step in a plain Python loop, one process, no strategy), then
-`trainers.keras_main` and `trainers.estimator_main` at each worker count. It
-reads back only what every run writes (TensorBoard events, `summary.json`,
-`logs/tasks.json`) and what the OS reports (peak RSS), so it depends on no
-trainer internals:
+`tf.function` step in a plain Python loop, one process, no strategy), then at
+each worker count the step-cost probe (`trainers.bare_main --probe_out`, see
+`bare.probe_step_costs`), `trainers.keras_main` and `trainers.estimator_main`.
+It reads back only what every run writes (TensorBoard events, `summary.json`,
+`logs/tasks.json`) and what the OS reports (peak RSS, CPU time), so it
+depends on no trainer internals:
 
 - steady-state speed: the median over the windows between consecutive `loss`
   events (step and wall time), after the first window (warm-up);
@@ -14,35 +15,35 @@ trainer internals:
   process was started;
 - time to the target accuracy: the wall time of the first `eval` `accuracy`
   event at or above it, minus the launch time;
-- peak RSS per task: `VmHWM` of each task process, polled while it runs.
+- peak RSS and CPU seconds per task: `VmHWM` and `utime + stime` of each
+  task process, polled while it runs.
+
+The report says, for each missed target, where the time went.
 """
 
 import dataclasses
 import glob
 import json
-import math
 import os
 import platform
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
 
 from data import mnist
 from launch import supervisor
+from trainers import bare
 from trainers import common
-from trainers import distribute
 from trainers import flags as trainer_flags
-from trainers import model as model_lib
 from trainers.config import Config
 
-REFERENCE = "reference"
+REFERENCE = bare.REFERENCE
 BACKENDS = ("keras", "estimator")
 MODULES = {REFERENCE: "trainers.bare_main", "keras": "trainers.keras_main",
            "estimator": "trainers.estimator_main"}
@@ -54,101 +55,6 @@ THROUGHPUT_VS_REFERENCE = {"keras": 1.0, "estimator": 0.9}
 TWO_WORKER_SCALING = 0.8
 LAUNCH_TO_FIRST_STEP_SECONDS = 10.0
 TIME_TO_ACCURACY_SECONDS = {"keras": 30.0, "estimator": 45.0}
-
-
-# --- The reference: a bare tf.function loop ---------------------------------------------------
-
-def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
-  """Trains the shared model with a bare tf.function step in a Python loop, no strategy.
-
-  Same model, loss, v1-momentum + cosine update, global batch and input_fn as
-  both backends (one pipeline, no InputContext). It writes what the trainers
-  write for the benchmark to read: `loss` and `global_step/sec` events every
-  `log_every_steps`, test `accuracy`/`loss` in `eval/` every
-  `checkpoint_every_steps` and at the end, and `summary.json`.
-
-  Args:
-    config: hyperparameters.
-    model_dir: where events and summary.json go.
-
-  Returns:
-    The summary.
-  """
-  config.validate(1)
-  common.setup_determinism(config)
-  input_fn = common.default_input_fn(config)
-  model = model_lib.build_model(config.seed, common.initial_weights(config))
-  variables = model.trainable_variables
-  accumulators = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
-  step = tf.Variable(0, dtype=tf.int64, trainable=False)
-  iterator = iter(input_fn(mnist.TRAIN, None))
-
-  @tf.function
-  def train_step(iterator):
-    images, labels = next(iterator)
-    with tf.GradientTape() as tape:
-      logits = model(images, training=True)
-      loss = tf.reduce_mean(
-          tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-    gradients = tape.gradient(loss, variables)
-    done = tf.minimum(tf.cast(step, tf.float32) / config.train_steps, 1.0)
-    rate = config.learning_rate * 0.5 * (1.0 + tf.cos(math.pi * done))
-    for variable, accumulator, gradient in zip(variables, accumulators, gradients):
-      accumulator.assign(config.momentum * accumulator + gradient)
-      variable.assign_sub(rate * accumulator)
-    step.assign_add(1)
-    return loss
-
-  eval_step = tf.function(lambda images, labels: model_lib.eval_sums(model, images, labels))
-
-  def evaluate() -> Dict[str, float]:
-    totals = [0.0, 0.0, 0.0]
-    for images, labels in input_fn(mnist.EVAL, None):
-      totals = [t + float(x) for t, x in zip(totals, eval_step(images, labels).numpy())]
-    return {"accuracy": totals[1] / totals[2], "loss": totals[0] / totals[2]}
-
-  writer = tf.summary.create_file_writer(model_dir)
-  eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR))
-  start = last_time = time.time()
-  first_step_time, last_step, metrics = 0.0, 0, {}
-  for i in range(1, config.train_steps + 1):
-    loss = train_step(iterator)
-    if i == 1:
-      float(loss)  # Eager calls are synchronous already; this only makes it explicit.
-      first_step_time = time.time()
-    if i % config.log_every_steps == 0 or i == config.train_steps:
-      value, now = float(loss), time.time()
-      with writer.as_default(step=i):
-        tf.summary.scalar("loss", value)
-        tf.summary.scalar("global_step/sec", (i - last_step) / max(now - last_time, 1e-9))
-      writer.flush()
-      last_step, last_time = i, now
-    if i % config.checkpoint_every_steps == 0 or i == config.train_steps:
-      metrics = evaluate()
-      logging.info("Test metrics at step %d: %s", i, metrics)
-      with eval_writer.as_default(step=i):
-        for name, value in metrics.items():
-          tf.summary.scalar(name, value)
-      eval_writer.flush()
-  train_seconds = time.time() - start
-  writer.close()
-  eval_writer.close()
-  return common.finish(REFERENCE, config, model_dir, workers=1, global_step=config.train_steps,
-                       metrics=metrics, train_seconds=train_seconds,
-                       trained_steps=config.train_steps, export_dir="",
-                       first_step_time=first_step_time)
-
-
-def run_bare(config: Config, model_dir: Optional[str]) -> int:
-  """The reference binary's body: one local process, set up as a 1-worker trainer's is."""
-  try:
-    mnist.check_prepared(config.data_dir)
-  except mnist.MissingDataError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
-  distribute.setup_process(None)  # The same per-process set-up as a 1-worker trainer.
-  train_bare_loop(config, model_dir or tempfile.mkdtemp(prefix="mnist_reference_"))
-  return 0
 
 
 # --- Running one benchmark entry --------------------------------------------------------------
@@ -169,6 +75,7 @@ class Result:
   step_at_accuracy: Optional[int] = None
   final_accuracy: Optional[float] = None
   peak_rss_mb: Dict[str, float] = dataclasses.field(default_factory=dict)
+  cpu_seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
   wall_seconds: Optional[float] = None
   breakdown: Dict[str, float] = dataclasses.field(default_factory=dict)
   model_dir: str = ""
@@ -229,6 +136,16 @@ def _vm_hwm_mb(pid: int) -> Optional[float]:
   return None
 
 
+def _cpu_seconds(pid: int) -> Optional[float]:
+  """User plus system CPU time of a live process so far."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    return None
+
+
 def _task_pids(model_dir: str) -> Dict[str, int]:
   try:
     with open(os.path.join(model_dir, TASKS_FILE)) as f:
@@ -238,15 +155,17 @@ def _task_pids(model_dir: str) -> Dict[str, int]:
 
 
 def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int,
-                 timeout: float) -> Tuple[int, float, float, Dict[str, float]]:
-  """Runs cmd and polls the peak RSS of its task processes.
+                 timeout: float) -> Tuple[int, float, float, Dict[str, float], Dict[str, float]]:
+  """Runs cmd and polls the peak RSS and the CPU time of its task processes.
 
   Returns:
-    Exit code, launch time and exit time (unix s), and peak RSS in MB by task:
-    "main" for a 1-worker run (it trains in the process started), "launcher"
-    and the names in logs/tasks.json for a local cluster.
+    Exit code, launch time and exit time (unix s), and by task, peak RSS in
+    MB and CPU seconds (as last polled): "main" for a 1-worker run (it trains
+    in the process started), "launcher" and the names in logs/tasks.json for
+    a local cluster.
   """
   peaks: Dict[str, float] = {}
+  cpu: Dict[str, float] = {}
   env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
   with open(log_path, "wb") as log:
     launched = time.time()
@@ -261,6 +180,9 @@ def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int
           mb = _vm_hwm_mb(pid)
           if mb is not None:
             peaks[name] = max(peaks.get(name, 0.0), mb)
+          seconds = _cpu_seconds(pid)
+          if seconds is not None:
+            cpu[name] = seconds
         if time.time() - launched > timeout:
           logging.error("%s timed out after %.0f s; stopping it.", cmd[2], timeout)
           os.killpg(proc.pid, signal.SIGTERM)
@@ -274,7 +196,7 @@ def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int
       if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
       returncode = proc.wait()
-  return returncode, launched, time.time(), peaks
+  return returncode, launched, time.time(), peaks, cpu
 
 
 def measure(name: str, workers: int, config: Config, run_dir: str, timeout: float) -> Result:
@@ -287,9 +209,11 @@ def measure(name: str, workers: int, config: Config, run_dir: str, timeout: floa
     cmd += [f"--workers={workers}", f"--timeout={timeout}"]
   log_path = os.path.join(run_dir, "run.log")
   logging.info("Running %s", " ".join(cmd))
-  returncode, launched, exited, peaks = _run_process(cmd, model_dir, log_path, workers, timeout)
-  result = Result(name, workers, model_dir=model_dir, peak_rss_mb={k: round(v, 1) for k, v
-                                                                    in peaks.items()},
+  returncode, launched, exited, peaks, cpu = _run_process(cmd, model_dir, log_path, workers,
+                                                         timeout)
+  result = Result(name, workers, model_dir=model_dir,
+                  peak_rss_mb={k: round(v, 1) for k, v in peaks.items()},
+                  cpu_seconds={k: round(v, 1) for k, v in cpu.items()},
                   wall_seconds=round(exited - launched, 2))
   if returncode != 0:
     result.error = f"exit code {returncode}; see {log_path}"
@@ -337,9 +261,35 @@ def measure(name: str, workers: int, config: Config, run_dir: str, timeout: floa
   return result
 
 
+def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[str, Any]:
+  """Times the parts of a step (bare.probe_step_costs) in a cluster of `workers` tasks.
+
+  Returns:
+    The chief's numbers, or {"error": ...} if the probe failed.
+  """
+  os.makedirs(run_dir, exist_ok=True)
+  out = os.path.join(run_dir, "step_costs.json")
+  cmd = [sys.executable, "-m", MODULES[REFERENCE], f"--probe_out={out}",
+         *trainer_flags.config_to_flags(config)]
+  if workers > 1:
+    cmd = [sys.executable, "-m", "launch.local", f"--workers={workers}",
+           f"--task_log_dir={os.path.join(run_dir, 'logs')}", f"--timeout={timeout}", "--", *cmd]
+  log_path = os.path.join(run_dir, "run.log")
+  logging.info("Running %s", " ".join(cmd))
+  returncode = _run_process(cmd, run_dir, log_path, workers, timeout)[0]
+  try:
+    with open(out) as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    return {"error": f"exit code {returncode}, no {out} ({e}); see {log_path}"}
+
+
 def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
-              backends: Sequence[str] = BACKENDS, timeout: float = 900) -> List[Result]:
-  """The reference, then each backend at each worker count, one run at a time.
+              backends: Sequence[str] = BACKENDS, timeout: float = 900
+              ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
+  """The reference, then at each worker count the step-cost probe and each backend.
+
+  One run at a time, each as a user would start it.
 
   Args:
     config: hyperparameters every run uses (train_steps, data_dir, ...).
@@ -349,20 +299,25 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
     timeout: seconds allowed for each run.
 
   Returns:
-    One Result per run, the reference first; a failed run has `error` set.
+    One Result per run, the reference first (a failed run has `error` set),
+    and the step costs by worker count.
   """
-  entries = [(REFERENCE, 1)] + [(b, w) for w in workers for b in backends]
-  results = []
-  for name, n in entries:
-    run_dir = os.path.join(out_dir, "runs", f"{name}-{n}w")
-    result = measure(name, n, config, run_dir, timeout)
-    logging.info("%s: %s", result.label, result.error or f"{result.examples_per_second} ex/s")
-    results.append(result)
+  results = [measure(REFERENCE, 1, config, os.path.join(out_dir, "runs", "reference-1w"),
+                     timeout)]
+  step_costs = {}
+  for n in workers:
+    step_costs[n] = probe(n, config, os.path.join(out_dir, "runs", f"probe-{n}w"), timeout)
+    logging.info("step costs x%d: %s", n, step_costs[n])
+    for name in backends:
+      results.append(measure(name, n, config, os.path.join(out_dir, "runs", f"{name}-{n}w"),
+                             timeout))
+  for r in results:
+    logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
   reference = results[0].examples_per_second
   for r in results[1:]:
     if reference and r.examples_per_second:
       r.ratio_to_reference = round(r.examples_per_second / reference, 3)
-  return results
+  return results, step_costs
 
 
 # --- Report -----------------------------------------------------------------------------------
@@ -440,17 +395,95 @@ def format_table(results: Sequence[Result]) -> str:
 
 
 def format_breakdown(results: Sequence[Result]) -> str:
-  """Where each run's wall time went, in seconds."""
-  keys = ["launch_to_tasks_started", "launch_to_first_step", "training", "steady_steps", "training_overhead",
-          "after_training"]
-  rows = ["| run | " + " | ".join(keys) + " | peak RSS by task (MB) |",
-          "| --- |" + " ---: |" * len(keys) + " --- |"]
+  """Where each run's wall time went, in seconds, and each task's CPU time."""
+  keys = ["launch_to_tasks_started", "launch_to_first_step", "training", "steady_steps",
+          "training_overhead", "after_training"]
+  rows = ["| run | " + " | ".join(keys) + " | CPU s by task | peak RSS by task (MB) |",
+          "| --- |" + " ---: |" * len(keys) + " --- | --- |"]
   for r in results:
     if not r.error:
+      cpu = ", ".join(f"{k} {v:.0f}" for k, v in r.cpu_seconds.items())
       rss = ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mb.items())
       rows.append(f"| {r.label} | " + " | ".join(_fmt(r.breakdown.get(k), ".1f") for k in keys)
-                  + f" | {rss} |")
+                  + f" | {cpu} | {rss} |")
   return "\n".join(rows)
+
+
+STEP_PARTS = ("input", "compute", "all_reduce", "step")
+
+
+def _cost(costs: Mapping[str, Any], part: str) -> Optional[float]:
+  return costs.get(part, {}).get("ms") if isinstance(costs.get(part), dict) else None
+
+
+def format_step_costs(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
+                      backends: Sequence[str] = BACKENDS) -> str:
+  """Each worker count's step, part by part, beside the trainers' ms/step."""
+  by = {(r.name, r.workers): r for r in results}
+  rows = ["| workers | batch/worker | threads/worker | input alone | compute, no all-reduce | "
+          "all-reduce alone | bare step | reference | "
+          + " | ".join(f"{b} | {b} - bare step" for b in backends) + " |",
+          "| ---: " * (8 + 2 * len(backends)) + "|"]
+  for n, costs in sorted(step_costs.items()):
+    if "error" in costs:
+      rows.append(f"| {n} | error: {costs['error']} |")
+      continue
+    step = _cost(costs, "step")
+    cells = [str(n), str(costs["per_replica_batch"]), str(costs["intra_op_threads"])]
+    cells += [_fmt(_cost(costs, part), ".2f") for part in STEP_PARTS]
+    cells.append(_fmt(by[REFERENCE, 1].ms_per_step if n == 1 and (REFERENCE, 1) in by else None,
+                      ".2f"))
+    for b in backends:
+      ms = by[b, n].ms_per_step if (b, n) in by else None
+      cells += [_fmt(ms, ".2f"), _fmt(None if ms is None or step is None else ms - step, "+.2f")]
+    rows.append("| " + " | ".join(cells) + " |")
+  return "\n".join(rows)
+
+
+def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> List[str]:
+  """One line per missed target, saying from the measurements where the time went."""
+  by = {(r.name, r.workers): r for r in results}
+  cpus = os.cpu_count() or 1
+  lines = []
+  for t in targets(results):
+    if t.met is not False:
+      continue
+    backend, n = t.name.split()[0], int(t.name.split()[1][1:])
+    r, one, costs = by[backend, n], by.get((backend, 1)), step_costs.get(n, {})
+    step = _cost(costs, "step")
+    if "reference" in t.name and step is not None:
+      ref = by[REFERENCE, 1].ms_per_step
+      lines.append(
+          f"{t.name}: {r.ms_per_step:.2f} ms/step against the reference's {ref:.2f}. A bare "
+          f"step under MultiWorkerMirroredStrategy takes {step:.2f} ({step - ref:+.2f}: the "
+          f"strategy); {backend} adds {r.ms_per_step - step:+.2f} around it.")
+    elif "global examples/s" in t.name and one and step is not None:
+      step_one = _cost(step_costs.get(1, {}), "step")
+      lines.append(
+          f"{t.name}: a step takes {r.ms_per_step:.2f} ms against {one.ms_per_step:.2f} at 1 "
+          f"worker. Each of the {n} workers computes its {costs['per_replica_batch']} examples in "
+          f"{_cost(costs, 'compute'):.2f} ms with {costs['intra_op_threads']} thread(s) "
+          f"({n} processes share {cpus} cores, so splitting the batch saves no time; 1 worker: "
+          f"{_fmt(_cost(step_costs.get(1, {}), 'compute'), '.2f')} ms), and the all-reduce "
+          f"alone takes {_cost(costs, 'all_reduce'):.2f} ms. A bare step takes {step:.2f} ms: "
+          f"with nothing added, {n} workers would reach "
+          f"{_fmt(None if step_one is None else step_one / step, '.2f')} of 1 worker's "
+          f"examples/s. {backend} adds {r.ms_per_step - step:+.2f} ms.")
+      evaluator = r.cpu_seconds.get("evaluator-0")
+      if evaluator is not None and r.wall_seconds:
+        lines[-1] += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
+                      f"{r.wall_seconds:.0f} s ({evaluator / (cpus * r.wall_seconds):.0%} of "
+                      f"the {cpus} cores).")
+    elif "first step" in t.name:
+      launcher = r.breakdown.get("launch_to_tasks_started")
+      lines.append(
+          f"{t.name}: {r.launch_to_first_step:.1f} s, of which {_fmt(launcher, '.1f')} s before "
+          f"any task started (the launcher imports TensorFlow and checks data and model_dir), "
+          f"then {len(r.peak_rss_mb) - 1} task processes on {cpus} cores import TensorFlow, "
+          "create the strategy, build the model and run the first step.")
+    else:
+      lines.append(f"{t.name}: {t.measured} (limit {t.limit}); see the tables above.")
+  return lines
 
 
 def machine() -> Dict[str, Any]:
@@ -460,8 +493,8 @@ def machine() -> Dict[str, Any]:
           "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-def write_report(results: Sequence[Result], config: Config, out_dir: str,
-                 started: Dict[str, Any]) -> None:
+def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
+                 config: Config, out_dir: str, started: Dict[str, Any]) -> None:
   """bench.json and bench.md in out_dir."""
   report = {
       "config": dataclasses.asdict(config),
@@ -469,18 +502,31 @@ def write_report(results: Sequence[Result], config: Config, out_dir: str,
       "machine_at_start": started,
       "machine_at_end": machine(),
       "results": [dataclasses.asdict(r) for r in results],
+      "step_costs": {str(n): costs for n, costs in step_costs.items()},
       "targets": [{**dataclasses.asdict(t), "met": t.met} for t in targets(results)],
+      "missed": explain(results, step_costs),
   }
   with open(os.path.join(out_dir, "bench.json"), "w") as f:
     json.dump(report, f, indent=2)
+  missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
   with open(os.path.join(out_dir, "bench.md"), "w") as f:
     f.write(f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
             f"\n\nMachine: {json.dumps(started)}\n\n{format_table(results)}\n\n"
-            f"## Where the time goes (s)\n\n{format_breakdown(results)}\n\n"
+            f"## Missed targets\n\n{missed}\n"
+            f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs)}\n\n"
+            "Measured by `python -m trainers.bare_main --probe_out` in every task of a cluster "
+            "of that size, on the same model, data and batch: fetching a batch alone; the "
+            "forward, backward and update with no all-reduce (each worker alone, sharing the "
+            "cores as in training); the gradients' all-reduce alone; and a bare step under "
+            "MultiWorkerMirroredStrategy, all-reduce included, one step per call. Medians of "
+            f"{bare.PROBE_WINDOWS} windows of {bare.PROBE_CALLS_PER_WINDOW} calls. "
+            "`<backend> - bare step` is what Keras or the Estimator add around the step.\n\n"
+            f"## Where the run's time goes (s)\n\n{format_breakdown(results)}\n\n"
             "Steady speed is the median over the windows between `loss` events "
             f"(every {config.log_every_steps} steps) after warm-up (the first window and the "
             f"first epoch, {warmup_steps(config)} steps). Per-window ms/step are in "
             "bench.json. `training` runs from the first step to the last `loss` event; "
             "`training_overhead` is what it spent beyond `steady_steps` (warm-up, hooks, "
             "checkpoints, evaluations); `after_training` is evaluation, export and exit; "
-            "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers.\n")
+            "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers. CPU "
+            "seconds are user plus system time, as last polled before each task exited.\n")
