@@ -77,6 +77,16 @@ def test_only_the_chief_writes_to_model_dir(run):
     assert logs == sorted(expected)
 
 
+def test_the_evaluator_waits_for_checkpoints_without_spinning(run):
+  backend, workers, model_dir, _ = run
+  if (backend, workers) != ("estimator", 2):
+    pytest.skip("only the Estimator runs an evaluator task")
+  with open(os.path.join(model_dir, "logs", "evaluator-0.log")) as f:
+    log = f.read()
+  assert f"Saving dict for global step {STEPS}:" in log  # It evaluated the final checkpoint,
+  assert "throttle_secs is set as 0" not in log  # polling (TF warns on each spin at 0).
+
+
 def _trained_weights(backend: str, model_dir: str, names):
   if backend == "estimator":
     reader = tf.train.load_checkpoint(model_dir)
