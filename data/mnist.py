@@ -20,7 +20,8 @@ import tensorflow_datasets as tfds
 from absl import logging
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
-DATASET = "mnist"
+from data.paths import DATASET, check_prepared, dataset_path
+
 TRAIN = "train"  # Same strings as tf.estimator.ModeKeys, without importing it:
 EVAL = "eval"  # the Keras path must work on TensorFlow >= 2.16 too.
 SPLIT_FOR_MODE = {TRAIN: "train", EVAL: "test"}
@@ -32,16 +33,7 @@ IDX_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-PREPARE_HINT = (
-    "Prepare it offline from the four MNIST IDX files with "
-    "`python -m data.prepare --idx_dir=DIR{data_dir_flag}` "
-    "(DIR holds train-images-idx3-ubyte.gz and the other three files)."
-)
 _IDX_DTYPES = {0x08: np.uint8}
-
-
-class MissingDataError(RuntimeError):
-  """The TFDS `mnist` dataset is not prepared in the data directory."""
 
 
 class IdxFormatError(ValueError):
@@ -134,15 +126,6 @@ class _IdxMnist(tfds_mnist.MNIST, skip_registration=True):
       yield index, {"image": image[..., None], "label": int(label)}
 
 
-def dataset_path(data_dir: Optional[str]) -> str:
-  """Where the prepared dataset lives (honours `TFDS_DATA_DIR` when None)."""
-  return os.fspath(tfds.builder(DATASET, data_dir=data_dir).data_path)
-
-
-def is_prepared(data_dir: Optional[str]) -> bool:
-  return tfds.builder(DATASET, data_dir=data_dir).is_prepared()
-
-
 def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = False) -> Dict[str, int]:
   """Writes the TFDS `mnist` dataset from gzip'd IDX files, with no network.
 
@@ -186,16 +169,6 @@ def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = Fals
   counts = {split: len(labels) for split, (_, labels) in arrays.items()}
   logging.info("Prepared MNIST at %s: %s", final, counts)
   return counts
-
-
-def check_prepared(data_dir: Optional[str]) -> None:
-  """Raises MissingDataError, naming the fix, unless the dataset is prepared."""
-  if not is_prepared(data_dir):
-    flag = f" --data_dir={data_dir}" if data_dir else ""
-    raise MissingDataError(
-        f"MNIST is not prepared at {dataset_path(data_dir)}, and this machine "
-        f"cannot download it. " + PREPARE_HINT.format(data_dir_flag=flag)
-    )
 
 
 def num_examples(split: str, data_dir: Optional[str]) -> int:

@@ -14,6 +14,7 @@ from absl import app
 from absl import flags
 
 from data import mnist
+from data import paths
 
 _IDX_DIR = flags.DEFINE_string(
     "idx_dir", None, "Directory holding the four gzip'd MNIST IDX files.", required=True
@@ -32,7 +33,7 @@ def main(argv: Sequence[str]) -> None:
     return
   except mnist.IdxFormatError as e:
     sys.exit(f"error: {e}\nNothing was written. Fix or re-fetch the IDX files and run again.")
-  print(f"Prepared MNIST at {mnist.dataset_path(_DATA_DIR.value)}: {counts}")
+  print(f"Prepared MNIST at {paths.dataset_path(_DATA_DIR.value)}: {counts}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from data import mnist
+from data import paths
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR", REPO.parent / "shared/datasets/mnist"))
@@ -62,7 +63,7 @@ def tiny_data_dir(tiny_idx_dir, tmp_path_factory) -> str:
 def real_data_dir(tmp_path_factory) -> str:
   """A TFDS data dir with the real MNIST subset from ../shared (CI requires it)."""
   env_dir = os.environ.get("TFDS_DATA_DIR")
-  if env_dir and mnist.is_prepared(env_dir):
+  if env_dir and paths.is_prepared(env_dir):
     return env_dir
   if not (SHARED_IDX_DIR / "train-images-idx3-ubyte.gz").exists():
     message = f"real MNIST IDX files not found in {SHARED_IDX_DIR} (set MNIST_IDX_DIR)"

@@ -32,7 +32,9 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
     if key == ("estimator", 2):
       expected.add("evaluator-0")
     assert set(row["peak_rss_mb"]) == expected, key
-    assert all(mb > 50 for mb in row["peak_rss_mb"].values()), key
+    assert all(mb > 300 for name, mb in row["peak_rss_mb"].items() if name != "launcher"), key
+    # The launcher starts the tasks without importing TensorFlow (~400 MB).
+    assert row["peak_rss_mb"].get("launcher", 0) < 200, key
   for n in ("1", "2"):
     costs = report["step_costs"][n]
     assert costs["workers"] == int(n) and costs["per_replica_batch"] == 96 // int(n), costs

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import constants as tfds_constants
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
 from data import mnist
+from data import paths
 from tests.conftest import run_module, synthetic_split, write_idx, write_idx_dir
 
 
@@ -60,7 +62,7 @@ def test_prepare_writes_tfds_mnist_with_official_features_and_splits(tiny_data_d
 
 def test_prepare_cli_refuses_to_clobber_and_rejects_corrupt_files(tiny_idx_dir, tiny_data_dir,
                                                                    tmp_path):
-  before = sorted(os.listdir(mnist.dataset_path(tiny_data_dir)))
+  before = sorted(os.listdir(paths.dataset_path(tiny_data_dir)))
   again = run_module("data.prepare", [f"--idx_dir={tiny_idx_dir}", f"--data_dir={tiny_data_dir}"])
   assert again.returncode == 0, again.stderr
   assert "--overwrite" in again.stdout
@@ -71,12 +73,12 @@ def test_prepare_cli_refuses_to_clobber_and_rejects_corrupt_files(tiny_idx_dir, 
                                         "--overwrite"])
   assert corrupt.returncode != 0
   assert "t10k-images-idx3-ubyte.gz" in corrupt.stderr and "Nothing was written" in corrupt.stderr
-  assert sorted(os.listdir(mnist.dataset_path(tiny_data_dir))) == before
+  assert sorted(os.listdir(paths.dataset_path(tiny_data_dir))) == before
   assert mnist.num_examples("train", tiny_data_dir) == 600
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-  with pytest.raises(mnist.MissingDataError, match="python -m data.prepare --idx_dir=DIR"):
+  with pytest.raises(paths.MissingDataError, match="python -m data.prepare --idx_dir=DIR"):
     mnist.input_fn(mnist.TRAIN, global_batch_size=8, data_dir=str(tmp_path))
 
 
@@ -140,3 +142,20 @@ def test_no_autotuning_in_the_pipeline_or_the_per_device_buffers(tiny_data_dir):
   per_device = iterator._device_iterators[0]._dataset  # pylint: disable=protected-access
   assert per_device.options().autotune.enabled is False
   assert [int(x[0]) for x in iterator] == [0, 1, 2]
+
+
+def test_the_tensorflow_free_paths_agree_with_tfds(tiny_data_dir, tmp_path, monkeypatch):
+  assert paths.VERSION == str(tfds_mnist.MNIST.VERSION)
+  for data_dir in (str(tiny_data_dir), str(tmp_path)):
+    builder = tfds.builder(paths.DATASET, data_dir=data_dir)
+    assert paths.dataset_path(data_dir) == os.fspath(builder.data_path)
+    assert paths.is_prepared(data_dir) == builder.is_prepared()
+  assert paths.is_prepared(str(tiny_data_dir)) and not paths.is_prepared(str(tmp_path))
+  # TFDS's default data_dir: $TFDS_DATA_DIR, else ~/tensorflow_datasets.
+  for env in (str(tiny_data_dir), None):
+    if env:
+      monkeypatch.setenv("TFDS_DATA_DIR", env)
+    else:
+      monkeypatch.delenv("TFDS_DATA_DIR", raising=False)
+    assert paths.dataset_path(None) == os.path.join(tfds_constants.get_default_data_dir(),
+                                                    paths.DATASET, paths.VERSION)

@@ -7,6 +7,8 @@ import os
 import pathlib
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -20,7 +22,7 @@ from trainers import flags as trainer_flags
 from trainers import model as model_lib
 from trainers import reference
 from trainers.config import Config
-from tests.conftest import run_module
+from tests.conftest import REPO, run_module
 
 BACKENDS = ("keras", "estimator")
 STEPS = 3
@@ -290,6 +292,26 @@ def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, t
   assert elapsed < 60
   assert (f"the cluster did not come up within {distribute.REGISTER_TIMEOUT_SECONDS} s: "
           f"no task listens at worker:0 (localhost:{ports[1]})") in result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_launcher_starts_the_tasks_without_tensorflow(backend, tiny_data_dir, tmp_path):
+  # Importing TensorFlow takes the launcher 2 to 3 s before any task starts.
+  code = f"""if True:
+    import sys
+    from launch import supervisor
+    from trainers import runner
+    from trainers.config import Config
+    def start(*args, **kwargs):
+      print("tensorflow imported:", "tensorflow" in sys.modules)
+      return 0
+    supervisor.run_local_cluster = start
+    sys.exit(runner.run({backend!r}, Config(data_dir={str(tiny_data_dir)!r}), runner.RunOptions(
+        workers=2, model_dir={str(tmp_path / "model")!r}, relaunch=["true"])))"""
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip() == "tensorflow imported: False"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -23,6 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from data import mnist
+from data import paths
 from launch import cluster
 from trainers import common
 from trainers import distribute
@@ -224,8 +225,8 @@ def probe_step_costs(config: Config, out_path: Optional[str],
 def run_bare(config: Config, model_dir: Optional[str], probe_out: Optional[str]) -> int:
   """The bare binary's body: the reference in one process, or the probe in this task."""
   try:
-    mnist.check_prepared(config.data_dir)
-  except mnist.MissingDataError as e:
+    paths.check_prepared(config.data_dir)
+  except paths.MissingDataError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   try:

@@ -478,7 +478,7 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
       launcher = r.breakdown.get("launch_to_tasks_started")
       lines.append(
           f"{t.name}: {r.launch_to_first_step:.1f} s, of which {_fmt(launcher, '.1f')} s before "
-          f"any task started (the launcher imports TensorFlow and checks data and model_dir), "
+          f"any task started (the launcher checks the flags, data and model_dir), "
           f"then {len(r.peak_rss_mb) - 1} task processes on {cpus} cores import TensorFlow, "
           "create the strategy, build the model and run the first step.")
     else:

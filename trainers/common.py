@@ -21,10 +21,6 @@ BACKUP_SUBDIR = "backup"  # Keras BackupAndRestore's state while training runs.
 KERAS_CHECKPOINT_PREFIX = "ckpt"  # Keras: ckpt-<step>; the Estimator: model.ckpt-<step>.
 
 
-class ModelDirError(ValueError):
-  """model_dir cannot be used: missing parent, unwritable, or another run's checkpoint."""
-
-
 def default_input_fn(config: Config) -> InputFn:
   """The shared MNIST input_fn, bound to the config's batch sizes, data and seed."""
 
@@ -92,15 +88,12 @@ def checkpoint_step(path: str) -> Tuple[str, int]:
   return owner, int(reader.get_tensor(KERAS_STEP_KEY if owner == "keras" else "global_step"))
 
 
-def check_checkpoint(backend: str, model_dir: str) -> None:
-  """Refuses a model_dir whose checkpoint `backend` would not resume from.
+def checkpoint_problem(backend: str, model_dir: str) -> Optional[str]:
+  """Why `backend` cannot resume from model_dir's checkpoint, or None if it can (or has none).
 
   The Estimator resumes from `model_dir`'s checkpoint, Keras from its final
   checkpoint or its backup. A checkpoint of the other backend, or of another
-  model, is reported and left untouched.
-
-  Raises:
-    ModelDirError: naming the checkpoint, whose it is, and the fix.
+  model, is reported (naming it, whose it is, and the fix) and left untouched.
   """
   for directory in (model_dir, os.path.join(model_dir, BACKUP_SUBDIR, "chief")):
     path = tf.train.latest_checkpoint(directory)
@@ -109,15 +102,14 @@ def check_checkpoint(backend: str, model_dir: str) -> None:
     shapes = dict(tf.train.list_variables(path))
     owner = _checkpoint_owner(shapes)
     if owner != backend:
-      raise ModelDirError(
-          f"--model_dir={model_dir} holds a checkpoint of the {owner} backend ({path}); the "
-          f"{backend} backend cannot resume from it and will not overwrite it. Choose a new "
-          f"--model_dir, or resume it with python -m trainers.{owner}_main.")
+      return (f"--model_dir={model_dir} holds a checkpoint of the {owner} backend ({path}); "
+              f"the {backend} backend cannot resume from it and will not overwrite it. Choose a "
+              f"new --model_dir, or resume it with python -m trainers.{owner}_main.")
     mismatch = _model_mismatch(owner, shapes)
     if mismatch:
-      raise ModelDirError(
-          f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
-          f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
+      return (f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
+              f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
+  return None
 
 
 def export_path(model_dir: str) -> str:

@@ -7,7 +7,7 @@ from typing import List
 from absl import app
 from absl import flags
 
-from data import mnist
+from data import paths
 from trainers import runner
 from trainers.config import Config
 
@@ -94,8 +94,8 @@ def check_or_exit(config: Config, workers: int) -> None:
   """For the tool binaries (parity, chaos, bench): exit 2 on a bad config, 1 on missing data."""
   try:
     config.validate(workers)
-    mnist.check_prepared(config.data_dir)
+    paths.check_prepared(config.data_dir)
   except ValueError as e:
     raise app.UsageError(str(e), exitcode=2)
-  except mnist.MissingDataError as e:
+  except paths.MissingDataError as e:
     sys.exit(f"error: {e}")

@@ -9,15 +9,22 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-from data import mnist
+from data import paths
 from launch import cluster
 from launch import supervisor
-from trainers import common
-from trainers import distribute
 from trainers.config import Config
+
+# TensorFlow is imported only where needed (trainers.common, trainers.distribute
+# and the trainers import it): a launcher that starts a local cluster checks
+# its flags, the data and model_dir, and starts the tasks without it.
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 EXIT_USAGE = supervisor.EXIT_USAGE
+LOG_SUBDIR = "logs"  # A local cluster's task logs, in model_dir by default.
+
+
+class ModelDirError(ValueError):
+  """model_dir cannot be used: missing parent, unwritable, or another run's checkpoint."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,19 +60,22 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
   """Checks model_dir before anything is written to it; the writer also creates it.
 
   Raises:
-    common.ModelDirError: naming the problem and the fix.
+    ModelDirError: naming the problem and the fix.
   """
   path = os.path.abspath(model_dir)
   parent = os.path.dirname(path)
   if not os.path.isdir(parent):
-    raise common.ModelDirError(
+    raise ModelDirError(
         f"--model_dir={model_dir}: its parent directory {parent} does not exist. Create it "
         "first, or choose another --model_dir.")
   if os.path.exists(path) and not os.path.isdir(path):
-    raise common.ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
+    raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
                                "choose another --model_dir.")
-  if os.path.isdir(path):
-    common.check_checkpoint(backend, path)
+  if os.path.isdir(path) and set(os.listdir(path)) - {LOG_SUBDIR}:
+    from trainers import common  # pylint: disable=import-outside-toplevel
+    problem = common.checkpoint_problem(backend, path)
+    if problem:
+      raise ModelDirError(problem)
   if not writer:
     return
   try:
@@ -74,7 +84,7 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
     os.close(fd)
     os.remove(probe)
   except OSError as e:
-    raise common.ModelDirError(f"--model_dir={model_dir} is not writable ({e.strerror}); "
+    raise ModelDirError(f"--model_dir={model_dir} is not writable ({e.strerror}); "
                                "choose a directory you can write to.") from e
 
 
@@ -119,20 +129,23 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
       raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
     if task:
       cluster.check_port_free(task)
-    # Before any TensorFlow op: the model_dir check below builds the model.
-    distribute.setup_process(task)
-    mnist.check_prepared(config.data_dir)
+    launcher = task is None and num_workers > 1
+    if not launcher:
+      # Before any TensorFlow op: the model_dir check below builds the model.
+      from trainers import distribute  # pylint: disable=import-outside-toplevel
+      distribute.setup_process(task)
+    paths.check_prepared(config.data_dir)
     if model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir.
       _prepare_model_dir(backend, model_dir, writer=task is None or task.is_chief)
-  except mnist.MissingDataError as e:
+  except paths.MissingDataError as e:
     return _error(str(e), 1)
   except ValueError as e:  # TFConfigError and ModelDirError are ValueErrors too.
     return _error(str(e), EXIT_USAGE)
 
-  if task is None and num_workers > 1:
+  if launcher:
     model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
-    log_dir = options.log_dir or os.path.join(model_dir, "logs")
+    log_dir = options.log_dir or os.path.join(model_dir, LOG_SUBDIR)
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
                  model_dir, log_dir)
     return supervisor.run_local_cluster(
@@ -146,6 +159,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     trainer = importlib.import_module(BACKENDS[backend])
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
     return _error(str(e), 1)
+  from trainers import distribute  # pylint: disable=import-outside-toplevel
   try:
     trainer.train_and_evaluate(config, model_dir)
   except distribute.ClusterMismatchError as e:
