@@ -1,6 +1,6 @@
 r"""Benchmarks both backends against a bare tf.function loop on this machine.
 
-  python -m launch.bench [--workers=1,2] [--steps=N] [--out=DIR] [--data_dir=DIR]
+  python -m launch.bench [--workers=1,2] [--steps=N] [--repeats=R] [--out=DIR] [--data_dir=DIR]
 
 Runs the reference (a bare tf.function step in a plain loop, one process, no
 strategy), then at each worker count a probe timing the parts of a step
@@ -33,6 +33,8 @@ _TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
 _BACKENDS = flags.DEFINE_list("backends", list(bench.BACKENDS), "Backends to run.")
 _LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
                                   f"{Config.log_every_steps}, fewer for short runs).")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of every run; each number is then the "
+                                "median over the rounds (3 or more on a noisy machine).")
 _EVAL_EVERY = flags.DEFINE_integer("checkpoint_every_steps", Config.checkpoint_every_steps,
                                    "Steps between checkpoints and evaluations.")
 
@@ -44,8 +46,8 @@ def main(argv: Sequence[str]) -> None:
     workers = [int(w) for w in _WORKERS.value]
   except ValueError:
     raise app.UsageError(f"--workers must be integers, got {_WORKERS.value}", exitcode=2)
-  if not workers or min(workers) < 1 or _STEPS.value < 1:
-    raise app.UsageError("--workers and --steps must be at least 1.", exitcode=2)
+  if not workers or min(workers) < 1 or _STEPS.value < 1 or _REPEATS.value < 1:
+    raise app.UsageError("--workers, --steps and --repeats must be at least 1.", exitcode=2)
   unknown = set(_BACKENDS.value) - set(bench.BACKENDS)
   if unknown:
     raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
@@ -58,7 +60,7 @@ def main(argv: Sequence[str]) -> None:
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
   started = bench.machine()
   results, step_costs = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
-                                        timeout=_TIMEOUT.value)
+                                        timeout=_TIMEOUT.value, repeats=_REPEATS.value)
   bench.write_report(results, step_costs, config, out, started)
   print(bench.format_table(results))
   print("\nWhere a step's time goes (ms):\n" + bench.format_step_costs(results, step_costs,

@@ -1,5 +1,6 @@
 """launch.bench: a short run of every entry writes a table and valid JSON (no speed limits)."""
 
+import dataclasses
 import json
 
 from trainers import bench
@@ -74,3 +75,30 @@ def test_missed_targets_are_explained_from_the_step_costs():
   assert "12.5 s, of which 2.5 s before any task started" in lines[2]
   table = bench.format_step_costs([ref, keras1, keras2], costs, ["keras"])
   assert "| 2 | 48 | 1 | 0.50 | 10.20 | 5.00 | 16.00 | - | 18.00 | +2.00 |" in table
+
+
+def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
+  rounds = [bench.Result("keras", 1, ms_per_step=ms, ratio_to_reference=ratio,
+                         launch_to_first_step=launch, peak_rss_mb={"main": rss},
+                         cpu_seconds={"main": cpu}, breakdown={"training": training},
+                         window_ms_per_step=[ms], step_at_accuracy=step)
+            for ms, ratio, launch, rss, cpu, training, step in [(10, 1.0, 5, 800, 60, 20, 900),
+                                                                (12, 0.9, 4, 900, 70, 30, 1000),
+                                                                (11, 1.1, 6, 850, 50, 25, 1000)]]
+  combined = bench.combine_rounds(rounds)
+  assert (combined.rounds, combined.ms_per_step, combined.ratio_to_reference) == (3, 11, 1.0)
+  assert combined.ratio_range == [0.9, 1.1] and combined.launch_to_first_step == 5
+  assert combined.peak_rss_mb == {"main": 900} and combined.cpu_seconds == {"main": 60}
+  assert combined.breakdown == {"training": 25} and combined.step_at_accuracy == 1000
+  assert combined.window_ms_per_step == [10, 12, 11]
+  failed = bench.combine_rounds([rounds[0], dataclasses.replace(rounds[1], error="exit code 1")])
+  assert failed.error == "round 2: exit code 1"
+  costs = [{"workers": 2, **{part: {"ms": ms + i, "windows": [ms + i]}
+                             for i, part in enumerate(bench.STEP_PARTS)}} for ms in (3, 1, 2)]
+  combined_costs = bench.combine_step_costs(costs)
+  assert combined_costs["workers"] == 2 and combined_costs["step"]["ms"] == 5
+  assert combined_costs["input"] == {"ms": 2, "windows": [3, 1, 2]}
+  assert "round 2" in bench.combine_step_costs([costs[0], {"error": "exit code 1"}])["error"]
+  reference = bench.Result("reference", 1, ms_per_step=10.0, examples_per_second=9600)
+  table = bench.format_table([bench.combine_rounds([reference, reference]), combined])
+  assert "| 11.00 | 1.00 (0.90-1.10) |" in table

@@ -50,6 +50,7 @@ MODULES = {REFERENCE: "trainers.bare_main", "keras": "trainers.keras_main",
 TARGET_ACCURACY = 0.98
 TASKS_FILE = os.path.join("logs", supervisor.TASKS_FILE)
 POLL_SECONDS = 0.25
+STEP_PARTS = ("input", "compute", "all_reduce", "step")  # What bare.probe_step_costs times.
 # Targets of the benchmark issue, checked in the report (never raised on).
 THROUGHPUT_VS_REFERENCE = {"keras": 1.0, "estimator": 0.9}
 TWO_WORKER_SCALING = 0.8
@@ -80,6 +81,8 @@ class Result:
   breakdown: Dict[str, float] = dataclasses.field(default_factory=dict)
   model_dir: str = ""
   error: Optional[str] = None
+  rounds: int = 1
+  ratio_range: Optional[List[float]] = None
 
   @property
   def label(self) -> str:
@@ -284,40 +287,98 @@ def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[st
     return {"error": f"exit code {returncode}, no {out} ({e}); see {log_path}"}
 
 
+def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], runs_dir: str,
+               timeout: float) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
+  """Every entry once: the reference, then at each worker count the probe and each backend."""
+  results = [measure(REFERENCE, 1, config, os.path.join(runs_dir, "reference-1w"), timeout)]
+  step_costs = {}
+  for n in workers:
+    step_costs[n] = probe(n, config, os.path.join(runs_dir, f"probe-{n}w"), timeout)
+    logging.info("step costs x%d: %s", n, step_costs[n])
+    for name in backends:
+      results.append(measure(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout))
+  reference = results[0].examples_per_second
+  for r in results:
+    logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
+    if r.name != REFERENCE and reference and r.examples_per_second:
+      r.ratio_to_reference = round(r.examples_per_second / reference, 3)
+  return results, step_costs
+
+
+def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+  present = [v for v in values if v is not None]
+  return round(statistics.median(present), 3) if present else None
+
+
+def combine_rounds(rounds: Sequence[Result]) -> Result:
+  """One entry's rounds as one Result: the median of each number, the peak of each RSS.
+
+  Ratios to the reference are taken within each round (runs minutes apart,
+  so a drift of the machine's speed hits both alike) before their median;
+  `ratio_range` keeps their spread.
+  """
+  failed = [f"round {i + 1}: {r.error}" for i, r in enumerate(rounds) if r.error]
+  if failed:
+    return dataclasses.replace(rounds[0], error="; ".join(failed))
+  tasks = sorted({k for r in rounds for k in r.peak_rss_mb})
+  ratios = [r.ratio_to_reference for r in rounds if r.ratio_to_reference is not None]
+  steps = [r.step_at_accuracy for r in rounds if r.step_at_accuracy is not None]
+  return dataclasses.replace(
+      rounds[0],
+      rounds=len(rounds),
+      **{name: _median([getattr(r, name) for r in rounds])
+         for name in ("examples_per_second", "ms_per_step", "ratio_to_reference",
+                      "launch_to_first_step", "time_to_accuracy", "wall_seconds")},
+      ratio_range=[min(ratios), max(ratios)] if ratios else None,
+      step_at_accuracy=statistics.median_low(steps) if steps else None,
+      window_ms_per_step=[w for r in rounds for w in r.window_ms_per_step],
+      peak_rss_mb={k: max(r.peak_rss_mb.get(k, 0.0) for r in rounds) for k in tasks},
+      cpu_seconds={k: _median([r.cpu_seconds.get(k) for r in rounds]) for k in tasks},
+      breakdown={k: _median([r.breakdown.get(k) for r in rounds]) for k in rounds[0].breakdown},
+      model_dir=", ".join(r.model_dir for r in rounds))
+
+
+def combine_step_costs(rounds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+  """One worker count's probe rounds: the median of each part's ms."""
+  failed = [f"round {i + 1}: {c['error']}" for i, c in enumerate(rounds) if "error" in c]
+  if failed:
+    return {"error": "; ".join(failed)}
+  combined = dict(rounds[0])
+  for part in STEP_PARTS:
+    combined[part] = {"ms": _median([c[part]["ms"] for c in rounds]),
+                      "windows": [w for c in rounds for w in c[part]["windows"]]}
+  return combined
+
+
 def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
-              backends: Sequence[str] = BACKENDS, timeout: float = 900
+              backends: Sequence[str] = BACKENDS, timeout: float = 900, repeats: int = 1
               ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
   """The reference, then at each worker count the step-cost probe and each backend.
 
-  One run at a time, each as a user would start it.
+  One run at a time, each as a user would start it. With `repeats` > 1 every
+  entry runs once per round, rounds one after the other, and each number is
+  the median over the rounds (see combine_rounds).
 
   Args:
     config: hyperparameters every run uses (train_steps, data_dir, ...).
     workers: worker counts for the backends; the reference always has one.
-    out_dir: each run's model_dir and log go under `<out_dir>/runs/<name>-<workers>w`.
+    out_dir: each run's model_dir and log go under
+      `<out_dir>/runs[-<round>]/<name>-<workers>w`.
     backends: which backends to run.
     timeout: seconds allowed for each run.
+    repeats: rounds.
 
   Returns:
-    One Result per run, the reference first (a failed run has `error` set),
+    One Result per entry, the reference first (a failed run sets `error`),
     and the step costs by worker count.
   """
-  results = [measure(REFERENCE, 1, config, os.path.join(out_dir, "runs", "reference-1w"),
-                     timeout)]
-  step_costs = {}
-  for n in workers:
-    step_costs[n] = probe(n, config, os.path.join(out_dir, "runs", f"probe-{n}w"), timeout)
-    logging.info("step costs x%d: %s", n, step_costs[n])
-    for name in backends:
-      results.append(measure(name, n, config, os.path.join(out_dir, "runs", f"{name}-{n}w"),
-                             timeout))
-  for r in results:
-    logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
-  reference = results[0].examples_per_second
-  for r in results[1:]:
-    if reference and r.examples_per_second:
-      r.ratio_to_reference = round(r.examples_per_second / reference, 3)
-  return results, step_costs
+  rounds = [_run_round(config, workers, backends,
+                       os.path.join(out_dir, "runs" if repeats == 1 else f"runs-{k + 1}"), timeout)
+            for k in range(repeats)]
+  if repeats == 1:
+    return rounds[0]
+  results = [combine_rounds([r[0][i] for r in rounds]) for i in range(len(rounds[0][0]))]
+  return results, {n: combine_step_costs([r[1][n] for r in rounds]) for n in workers}
 
 
 # --- Report -----------------------------------------------------------------------------------
@@ -380,9 +441,10 @@ def format_table(results: Sequence[Result]) -> str:
       continue
     workers_rss = [v for k, v in r.peak_rss_mb.items() if k != "launcher"]
     rss = "/".join(f"{v:.0f}" for v in workers_rss) or "-"
+    spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
     rows.append(
         f"| {r.name} | {r.workers} | {_fmt(r.examples_per_second, '.0f')} | "
-        f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_reference, '.2f')} | "
+        f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_reference, '.2f')}{spread} | "
         f"{_fmt(r.launch_to_first_step, '.1f')} | {_fmt(r.time_to_accuracy, '.1f')} | "
         f"{_fmt(r.step_at_accuracy)} | {_fmt(r.final_accuracy, '.4f')} | {rss} | "
         f"{_fmt(r.wall_seconds, '.1f')} |")
@@ -407,9 +469,6 @@ def format_breakdown(results: Sequence[Result]) -> str:
       rows.append(f"| {r.label} | " + " | ".join(_fmt(r.breakdown.get(k), ".1f") for k in keys)
                   + f" | {cpu} | {rss} |")
   return "\n".join(rows)
-
-
-STEP_PARTS = ("input", "compute", "all_reduce", "step")
 
 
 def _cost(costs: Mapping[str, Any], part: str) -> Optional[float]:
@@ -506,27 +565,33 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
       "targets": [{**dataclasses.asdict(t), "met": t.met} for t in targets(results)],
       "missed": explain(results, step_costs),
   }
+  missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
+  rounds = results[0].rounds if results else 1
+  medians = (f"Each number is the median of {rounds} rounds run one after the other; a "
+             "ratio to the reference is taken within each round, its range across rounds "
+             "in parentheses.\n\n" if rounds > 1 else "")
+  markdown = (f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
+              f"\n\nMachine: {json.dumps(started)}\n\n{medians}{format_table(results)}\n\n"
+              f"## Missed targets\n\n{missed}\n"
+              f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs)}\n\n"
+              "Measured by `python -m trainers.bare_main --probe_out` in every task of a cluster "
+              "of that size, on the same model, data and batch: fetching a batch alone; the "
+              "forward, backward and update with no all-reduce (each worker alone, sharing the "
+              "cores as in training); the gradients' all-reduce alone; and a bare step under "
+              "MultiWorkerMirroredStrategy, all-reduce included, one step per call. Medians of "
+              f"{bare.PROBE_WINDOWS} windows of {bare.PROBE_CALLS_PER_WINDOW} calls. "
+              "`<backend> - bare step` is what Keras or the Estimator add around the step.\n\n"
+              f"## Where the run's time goes (s)\n\n{format_breakdown(results)}\n\n"
+              "Steady speed is the median over the windows between `loss` events "
+              f"(every {config.log_every_steps} steps) after warm-up (the first window and the "
+              f"first epoch, {warmup_steps(config)} steps). Per-window ms/step are in "
+              "bench.json. `training` runs from the first step to the last `loss` event; "
+              "`training_overhead` is what it spent beyond `steady_steps` (warm-up, hooks, "
+              "checkpoints, evaluations); `after_training` is evaluation, export and exit; "
+              "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers. CPU "
+              "seconds are user plus system time, as last polled before each task exited.\n")
+  # Both built before either is written: a failure leaves no half report.
   with open(os.path.join(out_dir, "bench.json"), "w") as f:
     json.dump(report, f, indent=2)
-  missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
   with open(os.path.join(out_dir, "bench.md"), "w") as f:
-    f.write(f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
-            f"\n\nMachine: {json.dumps(started)}\n\n{format_table(results)}\n\n"
-            f"## Missed targets\n\n{missed}\n"
-            f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs)}\n\n"
-            "Measured by `python -m trainers.bare_main --probe_out` in every task of a cluster "
-            "of that size, on the same model, data and batch: fetching a batch alone; the "
-            "forward, backward and update with no all-reduce (each worker alone, sharing the "
-            "cores as in training); the gradients' all-reduce alone; and a bare step under "
-            "MultiWorkerMirroredStrategy, all-reduce included, one step per call. Medians of "
-            f"{bare.PROBE_WINDOWS} windows of {bare.PROBE_CALLS_PER_WINDOW} calls. "
-            "`<backend> - bare step` is what Keras or the Estimator add around the step.\n\n"
-            f"## Where the run's time goes (s)\n\n{format_breakdown(results)}\n\n"
-            "Steady speed is the median over the windows between `loss` events "
-            f"(every {config.log_every_steps} steps) after warm-up (the first window and the "
-            f"first epoch, {warmup_steps(config)} steps). Per-window ms/step are in "
-            "bench.json. `training` runs from the first step to the last `loss` event; "
-            "`training_overhead` is what it spent beyond `steady_steps` (warm-up, hooks, "
-            "checkpoints, evaluations); `after_training` is evaluation, export and exit; "
-            "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers. CPU "
-            "seconds are user plus system time, as last polled before each task exited.\n")
+    f.write(markdown)
