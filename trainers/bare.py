@@ -145,7 +145,8 @@ def _median_ms_per_call(fn: Callable[[], Any], warmup_calls: int) -> Dict[str, A
     start = time.perf_counter()
     for _ in range(PROBE_CALLS_PER_WINDOW):
       out = fn()
-    tf.nest.map_structure(lambda t: t.numpy(), out)  # Calls run eagerly; this only makes sure.
+    # A call returns once its step has run; reading the result only makes sure.
+    tf.nest.map_structure(lambda t: t.numpy(), out)
     windows.append(1000 * (time.perf_counter() - start) / PROBE_CALLS_PER_WINDOW)
   return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows]}
 
@@ -206,10 +207,9 @@ def probe_step_costs(config: Config, out_path: Optional[str],
                                             [tf.identity(v) for v in step.variables]))
 
   epoch = -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
-  costs = {"workers": workers,
-           "per_replica_batch": config.global_batch_size // strategy.num_replicas_in_sync,
-           "intra_op_threads": (tf.config.threading.get_intra_op_parallelism_threads()
-                                    or os.cpu_count())}
+  threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+  costs = {"workers": workers, "intra_op_threads": threads,
+           "per_replica_batch": config.global_batch_size // strategy.num_replicas_in_sync}
   costs["input"] = _median_ms_per_call(fetch, warmup_calls=epoch + 5)
   costs["compute"] = _median_ms_per_call(train(all_reduce=False), warmup_calls=5)
   costs["all_reduce"] = _median_ms_per_call(all_reduce_only, warmup_calls=5)

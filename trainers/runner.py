@@ -70,7 +70,7 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
         "first, or choose another --model_dir.")
   if os.path.exists(path) and not os.path.isdir(path):
     raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
-                               "choose another --model_dir.")
+                        "choose another --model_dir.")
   if os.path.isdir(path) and set(os.listdir(path)) - {LOG_SUBDIR}:
     from trainers import common  # pylint: disable=import-outside-toplevel
     problem = common.checkpoint_problem(backend, path)
@@ -85,7 +85,7 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
     os.remove(probe)
   except OSError as e:
     raise ModelDirError(f"--model_dir={model_dir} is not writable ({e.strerror}); "
-                               "choose a directory you can write to.") from e
+                        "choose a directory you can write to.") from e
 
 
 def run(backend: str, config: Config, options: RunOptions) -> int:
