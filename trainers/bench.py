@@ -22,10 +22,12 @@ The report says, for each missed target, where the time went.
 """
 
 import dataclasses
+import datetime
 import glob
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -126,6 +128,31 @@ def step_windows(events: Sequence[Tuple[int, float, float]], warmup_steps: int =
 def warmup_steps(config: Config) -> int:
   """Steps of the first epoch, after which the input pipeline serves from its cache."""
   return -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
+
+
+# Lines the chief logs as it starts: once its imports are done (distribute.setup_process),
+# and once TF has created the strategy (the cluster has met).
+_CHIEF_MILESTONES = {"imported": "] Task chief:0 of ",
+                     "strategy": "MultiWorkerMirroredStrategy with cluster_spec"}
+_ABSL_TIME = re.compile(r"\] [IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) ")
+
+
+def chief_milestones(log_path: str, launched: float) -> Dict[str, float]:
+  """Unix times of the chief's start-up milestones, read from its absl log lines."""
+  found: Dict[str, float] = {}
+  year = datetime.datetime.fromtimestamp(launched).year  # absl logs local time, no year.
+  try:
+    with open(log_path, errors="replace") as f:
+      for line in f:
+        for name, text in _CHIEF_MILESTONES.items():
+          match = _ABSL_TIME.search(line) if name not in found and text in line else None
+          if match:
+            month, day, hour, minute, second = match.groups()
+            found[name] = datetime.datetime(year, int(month), int(day), int(hour), int(minute),
+                                            0).timestamp() + float(second)
+  except OSError:
+    pass
+  return found
 
 
 def _vm_hwm_mb(pid: int) -> Optional[float]:
@@ -250,8 +277,17 @@ def measure(name: str, workers: int, config: Config, run_dir: str, timeout: floa
   breakdown = {}
   tasks_file = os.path.join(model_dir, TASKS_FILE)
   if workers > 1 and os.path.exists(tasks_file):
-    # The launcher's own start-up (imports, checks) before any task process exists.
-    breakdown["launch_to_tasks_started"] = os.path.getmtime(tasks_file) - launched
+    # The launcher's own start-up (checks) before any task process exists, then
+    # the chief's: imports, the strategy (all tasks must have met), the first step.
+    started = os.path.getmtime(tasks_file)
+    breakdown["launch_to_tasks_started"] = started - launched
+    milestones = chief_milestones(os.path.join(model_dir, "logs", "chief-0.log"), launched)
+    if "imported" in milestones:
+      breakdown["chief_imports"] = milestones["imported"] - started
+      if "strategy" in milestones:
+        breakdown["chief_strategy"] = milestones["strategy"] - milestones["imported"]
+        if first_step:
+          breakdown["chief_to_first_step"] = first_step - milestones["strategy"]
   if first_step and loss_events:
     last_step_time = loss_events[-1][1]
     breakdown["launch_to_first_step"] = first_step - launched
@@ -297,12 +333,18 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
     logging.info("step costs x%d: %s", n, step_costs[n])
     for name in backends:
       results.append(measure(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout))
-  reference = results[0].examples_per_second
   for r in results:
     logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
-    if r.name != REFERENCE and reference and r.examples_per_second:
-      r.ratio_to_reference = round(r.examples_per_second / reference, 3)
+  _set_ratios(results)
   return results, step_costs
+
+
+def _set_ratios(results: Sequence[Result]) -> None:
+  """Each backend's examples/s over the reference's (the first result)."""
+  reference = results[0].examples_per_second
+  for r in results[1:]:
+    r.ratio_to_reference = (round(r.examples_per_second / reference, 3)
+                            if reference and r.examples_per_second else None)
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -313,9 +355,8 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
 def combine_rounds(rounds: Sequence[Result]) -> Result:
   """One entry's rounds as one Result: the median of each number, the peak of each RSS.
 
-  Ratios to the reference are taken within each round (runs minutes apart,
-  so a drift of the machine's speed hits both alike) before their median;
-  `ratio_range` keeps their spread.
+  `ratio_range` keeps the spread of the ratios to the reference taken within
+  each round; run_bench sets the ratio itself from the medians.
   """
   failed = [f"round {i + 1}: {r.error}" for i, r in enumerate(rounds) if r.error]
   if failed:
@@ -327,8 +368,8 @@ def combine_rounds(rounds: Sequence[Result]) -> Result:
       rounds[0],
       rounds=len(rounds),
       **{name: _median([getattr(r, name) for r in rounds])
-         for name in ("examples_per_second", "ms_per_step", "ratio_to_reference",
-                      "launch_to_first_step", "time_to_accuracy", "wall_seconds")},
+         for name in ("examples_per_second", "ms_per_step", "launch_to_first_step",
+                      "time_to_accuracy", "wall_seconds")},
       ratio_range=[min(ratios), max(ratios)] if ratios else None,
       step_at_accuracy=statistics.median_low(steps) if steps else None,
       window_ms_per_step=[w for r in rounds for w in r.window_ms_per_step],
@@ -378,6 +419,7 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
   if repeats == 1:
     return rounds[0]
   results = [combine_rounds([r[0][i] for r in rounds]) for i in range(len(rounds[0][0]))]
+  _set_ratios(results)
   return results, {n: combine_step_costs([r[1][n] for r in rounds]) for n in workers}
 
 
@@ -458,8 +500,9 @@ def format_table(results: Sequence[Result]) -> str:
 
 def format_breakdown(results: Sequence[Result]) -> str:
   """Where each run's wall time went, in seconds, and each task's CPU time."""
-  keys = ["launch_to_tasks_started", "launch_to_first_step", "training", "steady_steps",
-          "training_overhead", "after_training"]
+  keys = ["launch_to_tasks_started", "chief_imports", "chief_strategy", "chief_to_first_step",
+          "launch_to_first_step", "training", "steady_steps", "training_overhead",
+          "after_training"]
   rows = ["| run | " + " | ".join(keys) + " | CPU s by task | peak RSS by task (MB) |",
           "| --- |" + " ---: |" * len(keys) + " --- | --- |"]
   for r in results:
@@ -534,12 +577,16 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
                       f"{r.wall_seconds:.0f} s ({evaluator / (cpus * r.wall_seconds):.0%} of "
                       f"the {cpus} cores).")
     elif "first step" in t.name:
-      launcher = r.breakdown.get("launch_to_tasks_started")
+      parts = [_fmt(r.breakdown.get(k), ".1f") for k in ("launch_to_tasks_started",
+                                                          "chief_imports", "chief_strategy",
+                                                          "chief_to_first_step")]
       lines.append(
-          f"{t.name}: {r.launch_to_first_step:.1f} s, of which {_fmt(launcher, '.1f')} s before "
-          f"any task started (the launcher checks the flags, data and model_dir), "
-          f"then {len(r.peak_rss_mb) - 1} task processes on {cpus} cores import TensorFlow, "
-          "create the strategy, build the model and run the first step.")
+          f"{t.name}: {r.launch_to_first_step:.1f} s: {parts[0]} s before any task started "
+          f"(the launcher checks flags, data and model_dir), then in the chief "
+          f"{parts[1]} s of imports (Python, TensorFlow, this code; {len(r.peak_rss_mb) - 1} "
+          f"processes start at once on {cpus} cores), {parts[2]} s to create the strategy "
+          f"(every training task must have started and joined), and {parts[3]} s to build "
+          "the model and its step and run the first one.")
     else:
       lines.append(f"{t.name}: {t.measured} (limit {t.limit}); see the tables above.")
   return lines
@@ -567,9 +614,9 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
   }
   missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
   rounds = results[0].rounds if results else 1
-  medians = (f"Each number is the median of {rounds} rounds run one after the other; a "
-             "ratio to the reference is taken within each round, its range across rounds "
-             "in parentheses.\n\n" if rounds > 1 else "")
+  medians = (f"Each number is the median of {rounds} rounds run one after the other, and "
+             "each ratio to the reference a ratio of medians; in parentheses, the range of "
+             "that ratio taken within each round.\n\n" if rounds > 1 else "")
   markdown = (f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
               f"\n\nMachine: {json.dumps(started)}\n\n{medians}{format_table(results)}\n\n"
               f"## Missed targets\n\n{missed}\n"
@@ -588,7 +635,9 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
               "bench.json. `training` runs from the first step to the last `loss` event; "
               "`training_overhead` is what it spent beyond `steady_steps` (warm-up, hooks, "
               "checkpoints, evaluations); `after_training` is evaluation, export and exit; "
-              "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers. CPU "
+              "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers; "
+              "`chief_imports`, `chief_strategy` and `chief_to_first_step` split the chief's "
+              "start-up at the lines it logs once imported and once the strategy exists. CPU "
               "seconds are user plus system time, as last polled before each task exited.\n")
   # Both built before either is written: a failure leaves no half report.
   with open(os.path.join(out_dir, "bench.json"), "w") as f:
