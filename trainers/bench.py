@@ -565,7 +565,7 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
           f"{t.name}: a step takes {r.ms_per_step:.2f} ms against {one.ms_per_step:.2f} at 1 "
           f"worker. Each of the {n} workers computes its {costs['per_replica_batch']} examples in "
           f"{_cost(costs, 'compute'):.2f} ms with {costs['intra_op_threads']} thread(s) "
-          f"({n} processes share {cpus} cores, so splitting the batch saves no time; 1 worker: "
+          f"({n} processes on {cpus} cores; 1 worker computes the whole batch in "
           f"{_fmt(_cost(step_costs.get(1, {}), 'compute'), '.2f')} ms), and the all-reduce "
           f"alone takes {_cost(costs, 'all_reduce'):.2f} ms. A bare step takes {step:.2f} ms: "
           f"with nothing added, {n} workers would reach "
