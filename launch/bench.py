@@ -61,7 +61,7 @@ def main(argv: Sequence[str]) -> None:
   started = bench.machine()
   results, step_costs = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
                                         timeout=_TIMEOUT.value, repeats=_REPEATS.value)
-  bench.write_report(results, step_costs, config, out, started)
+  bench.write_report(results, step_costs, config, out, started, _BACKENDS.value)
   print(bench.format_table(results))
   print("\nWhere a step's time goes (ms):\n" + bench.format_step_costs(results, step_costs,
                                                                      _BACKENDS.value))

@@ -96,7 +96,8 @@ def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
   assert combined.breakdown == {"training": 25} and combined.step_at_accuracy == 1000
   assert combined.window_ms_per_step == [10, 12, 11]
   failed = bench.combine_rounds([rounds[0], dataclasses.replace(rounds[1], error="exit code 1")])
-  assert failed.error == "round 2: exit code 1"
+  assert failed.error == "round 2: exit code 1" and failed.rounds == 2
+  assert failed.ms_per_step is None  # No round's numbers stand for a failed entry.
   costs = [{"workers": 2, **{part: {"ms": ms + i, "windows": [ms + i]}
                              for i, part in enumerate(bench.STEP_PARTS)}} for ms in (3, 1, 2)]
   combined_costs = bench.combine_step_costs(costs)

@@ -136,7 +136,9 @@ def test_no_autotuning_in_the_pipeline_or_the_per_device_buffers(tiny_data_dir):
     ds = mnist.input_fn(mode, global_batch_size=10, data_dir=tiny_data_dir)
     assert ds.options().autotune.enabled is False
   distribute.no_autotune_on_device_datasets()
+  wrapped = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
   distribute.no_autotune_on_device_datasets()  # Idempotent: wraps once.
+  assert multi_device_iterator_ops._create_device_dataset is wrapped  # pylint: disable=protected-access
   iterator = multi_device_iterator_ops.OwnedMultiDeviceIterator(tf.data.Dataset.range(3),
                                                                 ["/cpu:0"])
   per_device = iterator._device_iterators[0]._dataset  # pylint: disable=protected-access

@@ -210,10 +210,12 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
   costs = {"workers": workers, "intra_op_threads": threads,
            "per_replica_batch": config.global_batch_size // strategy.num_replicas_in_sync}
-  costs["input"] = _median_ms_per_call(fetch, warmup_calls=epoch + 5)
-  costs["compute"] = _median_ms_per_call(train(all_reduce=False), warmup_calls=5)
-  costs["all_reduce"] = _median_ms_per_call(all_reduce_only, warmup_calls=5)
-  costs["step"] = _median_ms_per_call(train(all_reduce=True), warmup_calls=5)
+  phases = [("input", fetch, epoch + 5), ("compute", train(all_reduce=False), 5),
+            ("all_reduce", all_reduce_only, 5), ("step", train(all_reduce=True), 5)]
+  for part, fn, warmup_calls in phases:
+    # Every task starts each part together, so they share the cores as in training.
+    distribute.barrier(strategy, f"probe_{part}")
+    costs[part] = _median_ms_per_call(fn, warmup_calls)
   logging.info("Step costs (ms per call): %s",
                {k: v["ms"] for k, v in costs.items() if isinstance(v, dict)})
   if out_path and distribute.is_chief(strategy):

@@ -308,19 +308,23 @@ def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[st
   """
   os.makedirs(run_dir, exist_ok=True)
   out = os.path.join(run_dir, "step_costs.json")
+  if os.path.exists(out):
+    os.remove(out)  # Never report an earlier run's numbers.
   cmd = [sys.executable, "-m", MODULES[REFERENCE], f"--probe_out={out}",
          *trainer_flags.config_to_flags(config)]
   if workers > 1:
-    cmd = [sys.executable, "-m", "launch.local", f"--workers={workers}",
+    cmd = [sys.executable, "-m", "launch.local", f"--workers={workers}", "--max_restarts=0",
            f"--task_log_dir={os.path.join(run_dir, 'logs')}", f"--timeout={timeout}", "--", *cmd]
   log_path = os.path.join(run_dir, "run.log")
   logging.info("Running %s", " ".join(cmd))
   returncode = _run_process(cmd, run_dir, log_path, workers, timeout)[0]
+  if returncode != 0:
+    return {"error": f"exit code {returncode}; see {log_path}"}
   try:
     with open(out) as f:
       return json.load(f)
   except (OSError, ValueError) as e:
-    return {"error": f"exit code {returncode}, no {out} ({e}); see {log_path}"}
+    return {"error": f"no valid {out} ({e}); see {log_path}"}
 
 
 def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], runs_dir: str,
@@ -360,8 +364,10 @@ def combine_rounds(rounds: Sequence[Result]) -> Result:
   """
   failed = [f"round {i + 1}: {r.error}" for i, r in enumerate(rounds) if r.error]
   if failed:
-    return dataclasses.replace(rounds[0], error="; ".join(failed))
+    return Result(rounds[0].name, rounds[0].workers, rounds=len(rounds), error="; ".join(failed),
+                  model_dir=", ".join(r.model_dir for r in rounds))
   tasks = sorted({k for r in rounds for k in r.peak_rss_mb})
+  cpu_tasks = sorted({k for r in rounds for k in r.cpu_seconds})
   ratios = [r.ratio_to_reference for r in rounds if r.ratio_to_reference is not None]
   steps = [r.step_at_accuracy for r in rounds if r.step_at_accuracy is not None]
   return dataclasses.replace(
@@ -374,7 +380,7 @@ def combine_rounds(rounds: Sequence[Result]) -> Result:
       step_at_accuracy=statistics.median_low(steps) if steps else None,
       window_ms_per_step=[w for r in rounds for w in r.window_ms_per_step],
       peak_rss_mb={k: max(r.peak_rss_mb.get(k, 0.0) for r in rounds) for k in tasks},
-      cpu_seconds={k: _median([r.cpu_seconds.get(k) for r in rounds]) for k in tasks},
+      cpu_seconds={k: _median([r.cpu_seconds.get(k) for r in rounds]) for k in cpu_tasks},
       breakdown={k: _median([r.breakdown.get(k) for r in rounds]) for k in rounds[0].breakdown},
       model_dir=", ".join(r.model_dir for r in rounds))
 
@@ -600,7 +606,8 @@ def machine() -> Dict[str, Any]:
 
 
 def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
-                 config: Config, out_dir: str, started: Dict[str, Any]) -> None:
+                 config: Config, out_dir: str, started: Dict[str, Any],
+                 backends: Sequence[str] = BACKENDS) -> None:
   """bench.json and bench.md in out_dir."""
   report = {
       "config": dataclasses.asdict(config),
@@ -613,14 +620,14 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
       "missed": explain(results, step_costs),
   }
   missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
-  rounds = results[0].rounds if results else 1
+  rounds = max((r.rounds for r in results), default=1)
   medians = (f"Each number is the median of {rounds} rounds run one after the other, and "
              "each ratio to the reference a ratio of medians; in parentheses, the range of "
              "that ratio taken within each round.\n\n" if rounds > 1 else "")
   markdown = (f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
               f"\n\nMachine: {json.dumps(started)}\n\n{medians}{format_table(results)}\n\n"
               f"## Missed targets\n\n{missed}\n"
-              f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs)}\n\n"
+              f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs, backends)}\n\n"
               "Measured by `python -m trainers.bare_main --probe_out` in every task of a cluster "
               "of that size, on the same model, data and batch: fetching a batch alone; the "
               "forward, backward and update with no all-reduce (each worker alone, sharing the "

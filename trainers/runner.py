@@ -15,8 +15,9 @@ from launch import supervisor
 from trainers.config import Config
 
 # TensorFlow is imported only where needed (trainers.common, trainers.distribute
-# and the trainers import it): a launcher that starts a local cluster checks
-# its flags, the data and model_dir, and starts the tasks without it.
+# and the trainers import it): a launcher checks its flags, the data and a new
+# model_dir, and starts the tasks, without it. Only a model_dir holding files
+# (a resumed run) is inspected with TensorFlow.
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 EXIT_USAGE = supervisor.EXIT_USAGE
