@@ -35,6 +35,11 @@ PROBE_WINDOWS = 5
 PROBE_CALLS_PER_WINDOW = 30
 
 
+def steps_per_epoch(config: Config) -> int:
+  """Steps until every pipeline has read its shard once (and its cache serves the rest)."""
+  return -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
+
+
 class _Step:
   """The shared model and its update, with no strategy in them.
 
@@ -206,11 +211,10 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     return run(lambda: replica().all_reduce(tf.distribute.ReduceOp.SUM,
                                             [tf.identity(v) for v in step.variables]))
 
-  epoch = -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
   threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
   costs = {"workers": workers, "intra_op_threads": threads,
            "per_replica_batch": config.global_batch_size // strategy.num_replicas_in_sync}
-  phases = [("input", fetch, epoch + 5), ("compute", train(all_reduce=False), 5),
+  phases = [("input", fetch, steps_per_epoch(config) + 5), ("compute", train(all_reduce=False), 5),
             ("all_reduce", all_reduce_only, 5), ("step", train(all_reduce=True), 5)]
   for part, fn, warmup_calls in phases:
     # Every task starts each part together, so they share the cores as in training.

@@ -38,7 +38,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
-from data import mnist
 from launch import supervisor
 from trainers import bare
 from trainers import common
@@ -127,7 +126,7 @@ def step_windows(events: Sequence[Tuple[int, float, float]], warmup_steps: int =
 
 def warmup_steps(config: Config) -> int:
   """Steps of the first epoch, after which the input pipeline serves from its cache."""
-  return -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
+  return bare.steps_per_epoch(config)
 
 
 # Lines the chief logs as it starts: once its imports are done (distribute.setup_process),
