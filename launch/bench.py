@@ -20,8 +20,9 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from trainers import bench
-from trainers import flags as trainer_flags
+from launch.tools import bench_report
+from launch.tools import bench_run
+from launch.tools import runs
 from trainers.config import Config
 
 _WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run each backend at.")
@@ -30,7 +31,7 @@ _STEPS = flags.DEFINE_integer("steps", Config.train_steps, "Training steps of ev
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/.")
 _TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
-_BACKENDS = flags.DEFINE_list("backends", list(bench.BACKENDS), "Backends to run.")
+_BACKENDS = flags.DEFINE_list("backends", list(bench_run.BACKENDS), "Backends to run.")
 _LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
                                   f"{Config.log_every_steps}, fewer for short runs).")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of every run; each number is then the "
@@ -48,7 +49,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--workers must be integers, got {_WORKERS.value}", exitcode=2)
   if not workers or min(workers) < 1 or _STEPS.value < 1 or _REPEATS.value < 1:
     raise app.UsageError("--workers, --steps and --repeats must be at least 1.", exitcode=2)
-  unknown = set(_BACKENDS.value) - set(bench.BACKENDS)
+  unknown = set(_BACKENDS.value) - set(bench_run.BACKENDS)
   if unknown:
     raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
   # At least ~10 windows, so the median has something to choose from.
@@ -56,16 +57,16 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=_STEPS.value, data_dir=_DATA_DIR.value, log_every_steps=log_every,
                   checkpoint_every_steps=min(_EVAL_EVERY.value, _STEPS.value))
   for n in workers:
-    trainer_flags.check_or_exit(config, n)
+    runs.check_or_exit(config, n)
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
-  started = bench.machine()
-  results, step_costs = bench.run_bench(config, workers, out, backends=_BACKENDS.value,
+  started = bench_report.machine()
+  results, step_costs = bench_run.run_bench(config, workers, out, backends=_BACKENDS.value,
                                         timeout=_TIMEOUT.value, repeats=_REPEATS.value)
-  bench.write_report(results, step_costs, config, out, started, _BACKENDS.value)
-  print(bench.format_table(results))
-  print("\nWhere a step's time goes (ms):\n" + bench.format_step_costs(results, step_costs,
+  bench_report.write_report(results, step_costs, config, out, started, _BACKENDS.value)
+  print(bench_report.format_table(results))
+  print("\nWhere a step's time goes (ms):\n" + bench_report.format_step_costs(results, step_costs,
                                                                      _BACKENDS.value))
-  for line in bench.explain(results, step_costs):
+  for line in bench_report.explain(results, step_costs):
     print(f"- {line}")
   print(f"Report: {out}/bench.md, {out}/bench.json")
   failed = any(r.error for r in results) or any("error" in c for c in step_costs.values())

@@ -19,8 +19,8 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from trainers import chaos
-from trainers import flags as trainer_flags
+from launch.tools import chaos
+from launch.tools import runs
 from trainers.config import Config
 
 _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Backend to train.",
@@ -50,7 +50,7 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=_TRAIN_STEPS.value, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
                   log_every_steps=max(1, min(5, every)))
-  trainer_flags.check_or_exit(config, _WORKERS.value)
+  runs.check_or_exit(config, _WORKERS.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   results = chaos.run_chaos(_BACKEND.value, config, _WORKERS.value, _TRIALS.value, out,
                             seed=_SEED.value, timeout=_TIMEOUT.value)

@@ -18,8 +18,8 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from trainers import flags as trainer_flags
-from trainers import parity
+from launch.tools import parity
+from launch.tools import runs
 from trainers.config import Config
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Local workers for both backends.")
@@ -40,14 +40,14 @@ def main(argv: Sequence[str]) -> None:
   if _WORKERS.value < 1 or _STEPS.value < 1:
     raise app.UsageError("--workers and --steps must be at least 1.", exitcode=2)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
-  trainer_flags.check_or_exit(config, _WORKERS.value)
+  runs.check_or_exit(config, _WORKERS.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
   try:
     report = parity.run_parity(
         config, _WORKERS.value, out, steps=_STEPS.value, long_steps=_LONG_STEPS.value,
         tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
         timeout=_TIMEOUT.value)
-  except RuntimeError as e:  # A backend run failed: its log is named in the message.
+  except runs.RunError as e:  # A backend run failed: its log is named in the message.
     sys.exit(f"error: {e}")
   parity.write_report(report, out)
   print(parity.format_table(report))

@@ -29,6 +29,7 @@ DUMP_WAIT_SECONDS = 3.0
 EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
 EXIT_TIMEOUT = 124  # As coreutils' timeout(1).
 TASKS_FILE = "tasks.json"
+LOG_SUBDIR = "logs"  # A trainer's local cluster keeps its task logs in model_dir/logs.
 
 
 @dataclasses.dataclass

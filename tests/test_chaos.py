@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from trainers import chaos
+from launch.tools import chaos
 from trainers.config import Config
 from tests.conftest import run_module
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from trainers import parity
+from launch.tools import parity
 from trainers.config import Config
 from tests.conftest import run_module
 

@@ -20,7 +20,7 @@ from launch import cluster
 from trainers import distribute
 from trainers import flags as trainer_flags
 from trainers import model as model_lib
-from trainers import reference
+from launch.tools import reference
 from trainers.config import Config
 from tests.conftest import REPO, run_module
 
@@ -105,7 +105,7 @@ def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data
   Keras divides by the global batch; under train_distribute the Estimator's v1
   optimizer divides the per-replica mean by the number of replicas. A model_fn
   dividing by the global batch would step half as far at 2 workers: the
-  `half` weights show the test tells the two apart. trainers.reference is the
+  `half` weights show the test tells the two apart. launch.tools.reference is the
   same loop launch.parity uses; its own test is here.
   """
   backend, workers, model_dir, _ = run

@@ -19,6 +19,68 @@ EXPORT_SUBDIR = "export"
 EVAL_SUBDIR = "eval"  # Estimator's own name for its evaluation events.
 BACKUP_SUBDIR = "backup"  # Keras BackupAndRestore's state while training runs.
 KERAS_CHECKPOINT_PREFIX = "ckpt"  # Keras: ckpt-<step>; the Estimator: model.ckpt-<step>.
+PROGRESS_FILE = "progress.jsonl"  # The chief's run records, one JSON object a line.
+_STARTUP: Dict[str, float] = {}  # Unix times this process passed start-up milestones.
+
+
+def mark_startup(milestone: str) -> None:
+  """Notes when this process passed a start-up milestone ("imported", "strategy")."""
+  _STARTUP[milestone] = time.time()
+
+
+def record_progress(model_dir: str, event: str, **fields: Any) -> None:
+  """Appends one record to `model_dir/progress.jsonl` (chief only).
+
+  The tools (chaos, bench, handoff) read these instead of parsing log lines.
+  Each record is written whole, in one write, so a reader sees whole lines.
+  """
+  line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n"
+  with tf.io.gfile.GFile(os.path.join(model_dir, PROGRESS_FILE), "a") as f:
+    f.write(line)
+
+
+class Progress:
+  """What both trainers report while training: log lines and, on the chief, records.
+
+  `start` logs "Training from step S to T." and records a `start` record
+  with the start-up milestones; `log` logs "step N/T: loss L, X steps/s, ETA
+  Y s" and records a `step` record. `loss` is the mean global-batch training
+  loss over the steps since the previous log, in both backends.
+  """
+
+  def __init__(self, total: int, model_dir: Optional[str]):
+    """model_dir: where the chief records progress; None on other workers."""
+    self._total, self._model_dir = total, model_dir
+    self.first_step = self.last_step = 0
+    self.start_time = self.end_time = self.first_step_time = self._last_time = 0.0
+
+  def start(self, step: int) -> None:
+    self.first_step = self.last_step = step
+    self.start_time = self._last_time = time.time()
+    logging.info("Training from step %d to %d.", step, self._total)
+    if self._model_dir:
+      record_progress(self._model_dir, "start", from_step=step, to_step=self._total,
+                      startup={k: round(v, 3) for k, v in _STARTUP.items()})
+
+  def first_step_done(self) -> None:
+    if not self.first_step_time:
+      self.first_step_time = time.time()
+
+  def log(self, step: int, loss: float) -> float:
+    """Reports the window ending at `step`; returns its steps/s."""
+    now = time.time()
+    steps_per_sec = (step - self.last_step) / max(now - self._last_time, 1e-9)
+    eta = (self._total - step) / max(steps_per_sec, 1e-9)
+    logging.info("step %d/%d: loss %.4f, %.1f steps/s, ETA %.0f s", step, self._total, loss,
+                 steps_per_sec, eta)
+    if self._model_dir:
+      record_progress(self._model_dir, "step", step=step, loss=float(loss),
+                      steps_per_sec=round(steps_per_sec, 3))
+    self.last_step, self._last_time = step, now
+    return steps_per_sec
+
+  def end(self) -> None:
+    self.end_time = time.time()
 
 
 def default_input_fn(config: Config) -> InputFn:

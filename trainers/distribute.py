@@ -20,6 +20,7 @@ from tensorflow.python.eager import context
 from tensorflow.tsl.protobuf import coordination_config_pb2
 
 from launch import cluster
+from trainers import common
 
 # TF waits an hour for every task to register by default: a peer that never
 # comes up must be reported well within a minute.
@@ -58,6 +59,7 @@ def setup_process(task: Optional[cluster.Task]) -> None:
   faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
   skip_autograph_for_tf_keras()
   no_autotune_on_device_datasets()
+  common.mark_startup("imported")
   if task is None:
     return
   logging.get_absl_handler().setFormatter(_TaskFormatter(task.name))
@@ -135,7 +137,9 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   task = cluster.parse_tf_config()
   if task is None or task.type == cluster.EVALUATOR:
-    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    common.mark_startup("strategy")
+    return strategy
   _configure_coordination_service(resolver)
   # TF 2.15 waits forever, holding the GIL, for a peer that never starts (its
   # registration timeout does not cover the eager context's set-up), so the
@@ -155,6 +159,7 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   finally:
     watchdog.kill()
     watchdog.wait()
+  common.mark_startup("strategy")
   return strategy
 
 

@@ -8,7 +8,7 @@ import glob
 import os
 import shutil
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -93,39 +93,44 @@ def serving_input_fn() -> tf.estimator.export.TensorServingInputReceiver:
   return tf.estimator.export.TensorServingInputReceiver(image, {"image": image})
 
 
-class _TrainProgress(tf.estimator.SessionRunHook):
-  """Times this process's training steps and logs "step N/T" every `every` steps, as Keras does.
+class _Progress(tf.estimator.SessionRunHook):
+  """Progress every `every` steps (common.Progress), as Keras reports it.
 
-  Synchronous training: every run of the train op is one global step.
+  Synchronous training: every run of the train op is one global step. The
+  loss is the one the Estimator reports (its `loss` summary): the
+  global-batch loss, all-reduced over the workers, which the Estimator's own
+  session run fetches every step anyway; the logged loss is its mean over the
+  window, as in Keras.
   """
 
-  def __init__(self, every: int, total: int):
+  def __init__(self, every: int, total: int, model_dir: Optional[str]):
     self._every, self._total = every, total
-    self.first_step = self.last_step = self._logged_step = 0
-    self.started = self.ended = self._logged_time = self.first_step_done = 0.0
+    self.report = common.Progress(total, model_dir)
+    self._loss: Optional[tf.Tensor] = None
+    self._window: List[float] = []
+
+  def begin(self):
+    # The Estimator adds its reported (reduced) loss to LOSSES after the
+    # model_fn's own per-replica loss, and before the session starts.
+    self._loss = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[-1]
 
   def after_create_session(self, session, coord):
-    self.first_step = self.last_step = self._logged_step = int(
-        session.run(tf.compat.v1.train.get_global_step()))
-    logging.info("Training from step %d to %d.", self.first_step, self._total)
+    self.report.start(int(session.run(tf.compat.v1.train.get_global_step())))
 
   def before_run(self, run_context):
-    if not self.started:
-      self.started = self._logged_time = time.time()
+    return tf.estimator.SessionRunArgs(self._loss)
 
   def after_run(self, run_context, run_values):
-    if not self.first_step_done:
-      self.first_step_done = time.time()
-    step = self.last_step = self.last_step + 1
+    self.report.first_step_done()
+    self._window.append(float(run_values.results))
+    step = self.report.last_step + len(self._window)
     if step % self._every and step != self._total:
       return
-    now = time.time()
-    logging.info("step %d/%d: %.1f steps/s", step, self._total,
-                 (step - self._logged_step) / max(now - self._logged_time, 1e-9))
-    self._logged_step, self._logged_time = step, now
+    self.report.log(step, sum(self._window) / len(self._window))
+    self._window = []
 
   def end(self, session):
-    self.ended = time.time()
+    self.report.end()
 
 
 def read_eval_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
@@ -170,8 +175,10 @@ def train_and_evaluate(
 
   One local process trains and evaluates each checkpoint itself. In a
   cluster, workers train under MultiWorkerMirroredStrategy and the
-  "evaluator" task evaluates each checkpoint the chief writes; the chief
-  then reads the evaluator's result for the final step.
+  "evaluator" task evaluates the newest checkpoint each time it looks; the
+  chief then reads the evaluator's result for the final step. The steps, in
+  the Keras trainer's order and names: strategy, set-up, input, model,
+  train, evaluate, export, summary.
 
   Args:
     config: hyperparameters.
@@ -183,15 +190,22 @@ def train_and_evaluate(
   Returns:
     The summary on the chief; None on other tasks.
   """
-  common.setup_determinism(config)
+  # Strategy. The evaluator task is outside the training cluster: it has none.
   task = cluster.parse_tf_config()
   evaluator = task is not None and task.type == cluster.EVALUATOR
   if strategy is None and not evaluator:
     strategy = distribute.create_strategy()
-  num_replicas = strategy.num_replicas_in_sync if strategy else 1
-  config.validate(num_replicas)
-  input_fn = input_fn or common.default_input_fn(config)
   chief = strategy is not None and distribute.is_chief(strategy)
+
+  # Set-up. RunConfig(tf_random_seed) below sets the global seed in the
+  # Estimator's graph, as tf.random.set_seed does for Keras.
+  config.validate(strategy.num_replicas_in_sync if strategy else 1)
+  common.setup_determinism(config)
+
+  # Input. train_and_evaluate calls it once per worker with its InputContext.
+  input_fn = input_fn or common.default_input_fn(config)
+
+  # Model.
   run_config = tf.estimator.RunConfig(
       model_dir=model_dir,
       tf_random_seed=config.seed,
@@ -202,7 +216,9 @@ def train_and_evaluate(
       keep_checkpoint_max=3,
   )
   estimator = tf.estimator.Estimator(make_model_fn(config), config=run_config)
-  progress = _TrainProgress(config.log_every_steps, config.train_steps)
+
+  # Train, and evaluate as it goes (in the evaluator task, or here in one process).
+  progress = _Progress(config.log_every_steps, config.train_steps, model_dir if chief else None)
   train_spec = tf.estimator.TrainSpec(
       lambda input_context=None: input_fn(mnist.TRAIN, input_context),
       max_steps=config.train_steps, hooks=[progress])
@@ -239,20 +255,26 @@ def train_and_evaluate(
       shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
     return None
   global_step = estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
-  if result is not None:  # One local process evaluated the final checkpoint itself.
-    metrics = result[0]
-  else:  # In a cluster train_and_evaluate returns None: the evaluator has the numbers.
-    metrics = _wait_for_eval(model_dir, global_step, RESULT_WAIT_SECONDS)
+
+  # Evaluate: one local process evaluated the final checkpoint itself; in a
+  # cluster train_and_evaluate returns None and the evaluator has the numbers.
+  metrics = result[0] if result is not None else _wait_for_eval(model_dir, global_step,
+                                                                RESULT_WAIT_SECONDS)
   logging.info("Test metrics at step %d: %s", global_step, metrics)
+
+  # Export.
   export_dir = estimator.export_saved_model(
       os.path.join(model_dir, common.EXPORT_SUBDIR), serving_input_fn).decode()
+
+  # Summary.
+  report = progress.report
   return common.finish(
       "estimator", config, model_dir,
       workers=distribute.num_workers(strategy),
       global_step=global_step,
       metrics=metrics,
-      train_seconds=progress.ended - progress.started,
-      trained_steps=progress.last_step - progress.first_step,
+      train_seconds=report.end_time - report.start_time,
+      trained_steps=report.last_step - report.first_step,
       export_dir=export_dir,
-      first_step_time=progress.first_step_done,
+      first_step_time=report.first_step_time,
   )

@@ -4,10 +4,8 @@ import dataclasses
 import sys
 from typing import List
 
-from absl import app
 from absl import flags
 
-from data import paths
 from trainers import runner
 from trainers.config import Config
 
@@ -88,14 +86,3 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       stall_timeout=FLAGS.stall_timeout,
       max_restarts=FLAGS.max_restarts,
   )
-
-
-def check_or_exit(config: Config, workers: int) -> None:
-  """For the tool binaries (parity, chaos, bench): exit 2 on a bad config, 1 on missing data."""
-  try:
-    config.validate(workers)
-    paths.check_prepared(config.data_dir)
-  except ValueError as e:
-    raise app.UsageError(str(e), exitcode=2)
-  except paths.MissingDataError as e:
-    sys.exit(f"error: {e}")

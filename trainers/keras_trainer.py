@@ -3,7 +3,6 @@
 import os
 import shutil
 import tempfile
-import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -79,56 +78,49 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
 
 
 class _Progress(tf_keras.callbacks.Callback):
-  """Step logs and loss summaries every `every` steps, under Estimator's tags.
+  """Progress every `every` steps (common.Progress), and the loss under Estimator's tag.
 
   Keras reports the mean loss since this `fit` began; the difference of two
-  running sums gives the mean over the last window, or the loss of one step.
+  running sums gives the mean over the last window, or over one execution.
   Steps are global: a run resumed from a backup goes on from the backup's step.
   """
 
-  def __init__(self, every: int, total: int, logdir: Optional[str]):
+  def __init__(self, every: int, total: int, model_dir: Optional[str]):
     super().__init__()
     self._every, self._total = every, total
-    self._writer = tf.summary.create_file_writer(logdir) if logdir else None
+    self.report = common.Progress(total, model_dir)
+    self._writer = tf.summary.create_file_writer(model_dir) if model_dir else None
     self._first_batch: Optional[int] = None
     self._last_sum = self._previous_sum = 0.0
-    self.first_step = self.last_step = 0
     self.step_losses: List[float] = []
-    self.start_time = self.end_time = self._last_time = self.first_step_time = 0.0
 
   def on_train_begin(self, logs=None):
     # Runs after BackupAndRestore's on_train_begin, so a restored step shows here.
-    self.first_step = self.last_step = int(self.model.optimizer.iterations.numpy())
-    logging.info("Training from step %d to %d.", self.first_step, self._total)
-    self.start_time = self._last_time = time.time()
+    self.report.start(int(self.model.optimizer.iterations.numpy()))
 
   def on_train_batch_begin(self, batch, logs=None):
     if self._first_batch is None:  # A resumed fit starts mid-epoch.
       self._first_batch = batch
 
   def on_train_batch_end(self, batch, logs=None):
+    self.report.first_step_done()
     seen = batch - self._first_batch + 1
-    step = self.first_step + seen
-    if not self.first_step_time:
-      self.first_step_time = time.time()
+    step = self.report.first_step + seen
     loss_sum = logs["loss"] * seen
     self.step_losses.append(loss_sum - self._previous_sum)
     self._previous_sum = loss_sum
     if step % self._every and step != self._total:
       return
-    now = time.time()
-    window_loss = (loss_sum - self._last_sum) / (step - self.last_step)
-    steps_per_sec = (step - self.last_step) / max(now - self._last_time, 1e-9)
-    logging.info("step %d/%d: loss %.4f, %.1f steps/s", step, self._total, window_loss,
-                 steps_per_sec)
+    window_loss = (loss_sum - self._last_sum) / (step - self.report.last_step)
+    steps_per_sec = self.report.log(step, window_loss)
+    self._last_sum = loss_sum
     if self._writer:
       with self._writer.as_default(step=step):
         tf.summary.scalar("loss", window_loss)
         tf.summary.scalar("global_step/sec", steps_per_sec)
-    self.last_step, self._last_sum, self._last_time = step, loss_sum, now
 
   def on_train_end(self, logs=None):
-    self.end_time = time.time()
+    self.report.end()
     if self._writer:
       self._writer.close()
 
@@ -244,6 +236,9 @@ def train_and_evaluate(
 ) -> Optional[Dict[str, Any]]:
   """Trains with Model.fit, then the chief evaluates, exports and writes the summary.
 
+  The steps, in the Estimator trainer's order and names: strategy, set-up,
+  input, model, train, evaluate, export, summary.
+
   Args:
     config: hyperparameters.
     model_dir: the chief's output directory (events, export, summary.json).
@@ -253,24 +248,29 @@ def train_and_evaluate(
   Returns:
     The summary on the chief; None on other workers.
   """
+  # Strategy.
   strategy = strategy or distribute.create_strategy()
-  config.validate(strategy.num_replicas_in_sync)
-  # The global seed takes part in the shuffle order: the Estimator sets the
-  # same one through RunConfig(tf_random_seed), so both read the same batches.
-  common.setup_determinism(config)
-  input_fn = input_fn or common.default_input_fn(config)
   chief = distribute.is_chief(strategy)
+
+  # Set-up. The global seed takes part in the shuffle order: the Estimator sets
+  # the same one through RunConfig(tf_random_seed), so both read the same batches.
+  config.validate(strategy.num_replicas_in_sync)
+  common.setup_determinism(config)
+
+  # Input. Each worker builds its own pipeline; the InputContext shards it.
+  input_fn = input_fn or common.default_input_fn(config)
+  dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
+
+  # Model. A finished (or extended: a larger --train_steps) run goes on from its
+  # final checkpoint; an interrupted one from its backup, in fit.
   with strategy.scope():
     model = compile_model(config)
-    # A finished (or extended: a larger --train_steps) run goes on from its
-    # final checkpoint; an interrupted one from its backup, in fit.
     final = tf.train.latest_checkpoint(model_dir)
     if final:
       tf.train.Checkpoint(model=model).restore(final)
   start_step = int(model.optimizer.iterations.numpy())
-  # Each worker builds its own pipeline; the InputContext shards it.
-  dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
-  # Only the chief writes: other workers log, but keep no events.
+
+  # Train. Only the chief writes: other workers log, but keep no events.
   progress = _Progress(config.log_every_steps, config.train_steps, model_dir if chief else None)
   backup_dir = os.path.join(model_dir, common.BACKUP_SUBDIR)
   if start_step < config.train_steps:
@@ -294,24 +294,30 @@ def train_and_evaluate(
     return None
   # Left behind only by workers killed while saving: the run is over now.
   shutil.rmtree(backup_dir, ignore_errors=True)
-
   if config.record_dir:
     common.record_losses(config, "keras", progress.step_losses)
-  # The chief evaluates the whole test split in one process, outside the
-  # strategy, as the Estimator's evaluator task does: no collective can wait
+
+  # Evaluate. The chief evaluates the whole test split in one process, outside
+  # the strategy, as the Estimator's evaluator task does: no collective can wait
   # on a worker that has finished, and uneven shards cannot skew the metric.
   eval_model, metrics = evaluate_weights(config, model_lib.get_weights(model), input_fn)
   logging.info("Test metrics at step %d: %s", global_step, metrics)
   with tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)).as_default():
     for name, value in metrics.items():
       tf.summary.scalar(name, value, step=global_step)
+
+  # Export.
+  export_dir = _export(eval_model, model_dir)
+
+  # Summary.
+  report = progress.report
   return common.finish(
       "keras", config, model_dir,
       workers=distribute.num_workers(strategy),
       global_step=global_step,
       metrics=metrics,
-      train_seconds=progress.end_time - progress.start_time,
-      trained_steps=progress.last_step - progress.first_step,
-      export_dir=_export(eval_model, model_dir),
-      first_step_time=progress.first_step_time,
+      train_seconds=report.end_time - report.start_time,
+      trained_steps=report.last_step - report.first_step,
+      export_dir=export_dir,
+      first_step_time=report.first_step_time,
   )

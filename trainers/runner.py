@@ -21,7 +21,6 @@ from trainers.config import Config
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 EXIT_USAGE = supervisor.EXIT_USAGE
-LOG_SUBDIR = "logs"  # A local cluster's task logs, in model_dir by default.
 
 
 class ModelDirError(ValueError):
@@ -72,7 +71,7 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
   if os.path.exists(path) and not os.path.isdir(path):
     raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
                         "choose another --model_dir.")
-  if os.path.isdir(path) and set(os.listdir(path)) - {LOG_SUBDIR}:
+  if os.path.isdir(path) and set(os.listdir(path)) - {supervisor.LOG_SUBDIR}:
     from trainers import common  # pylint: disable=import-outside-toplevel
     problem = common.checkpoint_problem(backend, path)
     if problem:
@@ -146,7 +145,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
 
   if launcher:
     model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
-    log_dir = options.log_dir or os.path.join(model_dir, LOG_SUBDIR)
+    log_dir = options.log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
                  model_dir, log_dir)
     return supervisor.run_local_cluster(

@@ -1,7 +1,7 @@
 r"""The benchmark's bare loops: the reference, or the step-cost probe.
 
-  python -m trainers.bare_main [--model_dir=DIR] [--data_dir=DIR] [--train_steps=N]
-  python -m launch.local --workers=N -- python -m trainers.bare_main --probe_out=FILE
+  python -m launch.bare [--model_dir=DIR] [--data_dir=DIR] [--train_steps=N]
+  python -m launch.local --workers=N -- python -m launch.bare --probe_out=FILE
 
 Without --probe_out it trains with a bare tf.function loop, one process, no
 strategy (launch.bench's reference); the last line on stdout is the summary
@@ -17,7 +17,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from trainers import bare
+from launch.tools import bare
 from trainers import flags as trainer_flags
 
 trainer_flags.define_flags()

@@ -1,34 +1,27 @@
 """Chaos trials: kill a random worker at a random step, and check the run still ends right.
 
 Each trial runs a trainer binary as a user would (`--workers=N`, the launcher
-restarting every task after a failure), waits for the chief's log to reach a
-random step, sends SIGKILL or SIGTERM to a random training task, and then
-checks what users rely on: the run ends at exactly `train_steps`, the final
-checkpoint loads, no process of any attempt is left, and no backup or worker
+restarting every task after a failure), waits for the chief's progress records
+(progress.jsonl) to reach a random step, sends SIGKILL or SIGTERM to a random
+training task, and then checks what users rely on: the run ends at exactly
+`train_steps`, the final checkpoint loads, no process of any attempt is left, and no backup or worker
 temp directory is left in model_dir.
 """
 
 import dataclasses
-import json
 import os
 import random
-import re
 import signal
 import subprocess
-import sys
-import threading
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from launch import supervisor
+from launch.tools import runs
 from trainers import common
-from trainers import flags as trainer_flags
 from trainers.config import Config
 
-_STEP = re.compile(r"^\[chief:0\] .*\] step (\d+)/\d+")
-_RESUMED = re.compile(r"^\[chief:0\] .*\] Training from step (\d+) to")
 SIGNALS = (signal.SIGKILL, signal.SIGTERM)
 # What a finished run must not leave in model_dir (Keras backup, Estimator worker copies).
 LEFTOVER_PREFIXES = (common.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
@@ -56,30 +49,6 @@ class Trial:
     return not self.problems
 
 
-class _ChiefLog:
-  """Follows the launcher's stderr (the chief's stream): latest step and each resume."""
-
-  def __init__(self, stream):
-    self.step = 0
-    self.resumed_from: List[int] = []
-    self.tail: List[str] = []
-    self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-    self._thread.start()
-
-  def _read(self, stream):
-    for line in stream:
-      self.tail = (self.tail + [line])[-40:]
-      match = _STEP.match(line)
-      if match:
-        self.step = int(match.group(1))
-      match = _RESUMED.match(line)
-      if match:
-        self.resumed_from.append(int(match.group(1)))
-
-  def join(self):
-    self._thread.join()
-
-
 def _alive(pid: int) -> bool:
   try:
     os.kill(pid, 0)
@@ -88,9 +57,16 @@ def _alive(pid: int) -> bool:
   return True
 
 
-def _read_tasks(log_dir: str) -> dict:
-  with open(os.path.join(log_dir, supervisor.TASKS_FILE)) as f:
-    return json.load(f)
+def _progress(model_dir: str) -> Tuple[int, List[int]]:
+  """The chief's latest recorded step, and the step each start began from."""
+  records = runs.read_progress(model_dir)
+  steps = [r["step"] for r in records if r["event"] == "step"]
+  return (steps[-1] if steps else 0), [r["from_step"] for r in records if r["event"] == "start"]
+
+
+def _tail(path: str, lines: int) -> str:
+  with open(path, errors="replace") as f:
+    return "".join(f.readlines()[-lines:]).strip()
 
 
 def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
@@ -98,28 +74,28 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   """Runs one trial of `backend` on `workers` local workers; see the module docstring."""
   result = Trial(trial, backend)
   model_dir = os.path.join(out_dir, f"{backend}-{trial}")
-  log_dir = os.path.join(model_dir, "logs")
+  log_dir = runs.task_log_dir(model_dir)
   target = rng.randint(1, config.train_steps - 1)
   sig = rng.choice(SIGNALS)
   result.signal = sig.name
-  cmd = [sys.executable, "-m", f"trainers.{backend}_main", f"--workers={workers}",
-         f"--model_dir={model_dir}", f"--timeout={timeout}",
-         *trainer_flags.config_to_flags(config)]
+  cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
+                             timeout=timeout)
+  os.makedirs(model_dir, exist_ok=True)
+  run_log = os.path.join(out_dir, f"{backend}-{trial}.log")
   start = time.monotonic()
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
-  chief = _ChiefLog(proc.stderr)
-  stdout: List[str] = []
-  stdout_reader = threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True)
-  stdout_reader.start()
+  with open(run_log, "wb") as log:
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=runs.clean_env(),
+                            stdin=subprocess.DEVNULL)
   pids = set()
-  while chief.step < target and proc.poll() is None and time.monotonic() - start < timeout:
+  step = 0
+  while step < target and proc.poll() is None and time.monotonic() - start < timeout:
     time.sleep(0.05)
-  if proc.poll() is None and chief.step >= target:
-    tasks = _read_tasks(log_dir)["tasks"]
+    step = _progress(model_dir)[0]
+  if proc.poll() is None and step >= target:
+    tasks = runs.read_tasks(log_dir)["tasks"]
     pids.update(t["pid"] for t in tasks)
     victim = rng.choice([t for t in tasks if not t["name"].startswith("evaluator")])
-    result.victim, result.step_killed = victim["name"], chief.step
+    result.victim, result.step_killed = victim["name"], step
     os.kill(victim["pid"], sig)
   else:
     result.problems.append(f"the run never reached step {target} to kill a worker")
@@ -129,28 +105,27 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
     proc.kill()
     proc.wait()
     result.problems.append("the launcher hung past its own --timeout")
-  chief.join()
-  stdout_reader.join()
   result.wall_seconds = time.monotonic() - start
   result.exit_code = proc.returncode
   if proc.returncode != 0:
-    result.problems.append(f"exit code {proc.returncode}: {''.join(chief.tail[-5:]).strip()}")
+    result.problems.append(f"exit code {proc.returncode}: {_tail(run_log, 5)}")
   try:
-    tasks_file = _read_tasks(log_dir)
-  except OSError:
-    result.problems.append(f"the launcher started no tasks: {''.join(chief.tail[-3:]).strip()}")
+    tasks_file = runs.read_tasks(log_dir)
+  except (OSError, ValueError):
+    result.problems.append(f"the launcher started no tasks: {_tail(run_log, 3)}")
     return result
   result.restarts = tasks_file["restarts"]
   pids.update(t["pid"] for t in tasks_file["tasks"])
   if result.step_killed is not None and not result.restarts:
     result.problems.append("the kill caused no restart")
-  if len(chief.resumed_from) > 1 and result.step_killed is not None:
-    # The first "Training from step" is the start; the next, the first resume.
-    result.steps_redone = result.step_killed - chief.resumed_from[1]
+  resumed_from = _progress(model_dir)[1]
+  if len(resumed_from) > 1 and result.step_killed is not None:
+    # The first start record is the run's start; the next, the first resume.
+    result.steps_redone = result.step_killed - resumed_from[1]
   try:
-    result.final_step = json.loads(stdout[-1])["global_step"]
-  except (IndexError, ValueError, KeyError):
-    result.problems.append("no summary line on stdout")
+    result.final_step = runs.read_summary(model_dir)["global_step"]
+  except (OSError, ValueError, KeyError):
+    result.problems.append("no summary.json in model_dir")
   if result.final_step != config.train_steps:
     result.problems.append(f"final step {result.final_step}, not {config.train_steps}")
   path = tf.train.latest_checkpoint(model_dir)

@@ -11,21 +11,19 @@ import dataclasses
 import itertools
 import json
 import os
-import subprocess
-import sys
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from data import mnist
+from launch.tools import convert
+from launch.tools import reference
+from launch.tools import runs
 from trainers import common
 from trainers import estimator_trainer
-from trainers import flags as trainer_flags
 from trainers import keras_trainer
 from trainers import model as model_lib
-from trainers import reference
 from trainers.config import Config
 
 BACKENDS = ("keras", "estimator")
@@ -65,30 +63,17 @@ class Report:
     return all(c.passed for c in self.checks)
 
 
-def run_backend(backend: str, config: Config, workers: int, run_dir: str,
-                extra_flags: Sequence[str] = (), timeout: float = 1800) -> Dict:
-  """Runs one backend's binary as a user would; returns its summary."""
-  model_dir = os.path.join(run_dir, "model")
-  cmd = [sys.executable, "-m", f"trainers.{backend}_main", f"--workers={workers}",
-         f"--model_dir={model_dir}", f"--timeout={timeout}",
-         *trainer_flags.config_to_flags(config), *extra_flags]
-  logging.info("Running %s", " ".join(cmd))
-  with open(os.path.join(run_dir, "run.log"), "w") as log:
-    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
-  if result.returncode != 0:
-    raise RuntimeError(f"{backend} run failed with exit code {result.returncode}; "
-                       f"see {os.path.join(run_dir, 'run.log')} and {model_dir}/logs")
-  return json.loads(result.stdout.strip().splitlines()[-1])
+def backend_weights(backend: str, summary: Dict) -> model_lib.Weights:
+  """Every final model weight by name: Keras from its SavedModel, Estimator from its checkpoint.
 
-
-def backend_weights(backend: str, summary: Dict, names: Sequence[str]) -> model_lib.Weights:
-  """Final weights by name: Keras from its SavedModel, Estimator from its checkpoint."""
+  All of them, not only the names the reference has: check_mapping must see a
+  variable one backend has and another has not.
+  """
   if backend == "keras":
     loaded = tf.saved_model.load(summary["export_dir"])
     return {model_lib.weight_name(v): v.numpy() for v in loaded.trainable_variables}
   reader = tf.train.load_checkpoint(summary["model_dir"])
-  shapes = reader.get_variable_to_shape_map()
-  return {name: reader.get_tensor(name) for name in names if name in shapes}
+  return {name: reader.get_tensor(name) for name in convert.estimator_weight_names(reader)}
 
 
 def check_mapping(weights: Dict[str, model_lib.Weights]) -> Check:
@@ -168,8 +153,10 @@ def _train_both(config: Config, workers: int, out_dir: str, backend_flags, timeo
     run_dir = os.path.join(out_dir, backend)
     os.makedirs(run_dir, exist_ok=True)
     run_config = dataclasses.replace(config, record_dir=run_dir)
-    summaries[backend] = run_backend(backend, run_config, workers, run_dir,
-                                     backend_flags.get(backend, ()), timeout)
+    summaries[backend] = runs.run_trainer(
+        backend, run_config, workers=workers, model_dir=os.path.join(run_dir, "model"),
+        log_path=os.path.join(run_dir, "run.log"), timeout=timeout,
+        extra_flags=backend_flags.get(backend, ()))
     record_dirs[backend] = run_dir
   return summaries, record_dirs
 
@@ -213,7 +200,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   losses["short/reference"], ref_weights = reference.train_reference(short, workers)
   weights = {"reference": ref_weights}
   for backend in BACKENDS:
-    weights[backend] = backend_weights(backend, summaries[backend], ref_weights)
+    weights[backend] = backend_weights(backend, summaries[backend])
     losses[f"short/{backend}"] = _read_losses(record_dirs[backend])
   mapping = check_mapping(weights)
   checks.append(mapping)
@@ -238,11 +225,11 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                              "loss curve rel diff, long run", start=CURVE_START_STEP)
     eval_summary = long_summaries["estimator"]
 
-  checks += _eval_parity(config, eval_summary, ref_weights, tolerances.eval_loss_atol)
+  checks += _eval_parity(config, eval_summary, tolerances.eval_loss_atol)
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses)
 
 
-def _eval_parity(config: Config, summary: Dict, names, loss_atol: float) -> List[Check]:
+def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]:
   """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's."""
   step = summary["global_step"]
   estimator_metrics = estimator_trainer.read_eval_result(
@@ -250,7 +237,7 @@ def _eval_parity(config: Config, summary: Dict, names, loss_atol: float) -> List
   if estimator_metrics is None:
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
   _, keras_metrics = keras_trainer.evaluate_weights(
-      config, backend_weights("estimator", summary, names))
+      config, backend_weights("estimator", summary))
   acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
   loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])
   where = f"checkpoint step {step}: accuracy {estimator_metrics['accuracy']:.4f}"

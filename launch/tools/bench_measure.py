@@ -1,0 +1,249 @@
+"""Benchmark measurements: the numbers, read back from what a run wrote and from the OS.
+
+A run is judged only by its structured records, so the benchmark depends on
+no trainer internals:
+
+- steady-state speed: the median over the windows between consecutive `loss`
+  events (step and wall time), after the first window (warm-up);
+- launch to first step: `summary.json`'s `first_step_time` minus the time the
+  process was started;
+- the chief's start-up: the milestones in its first `start` record in
+  `progress.jsonl` (imports done, strategy created);
+- time to the target accuracy: the wall time of the first `eval` `accuracy`
+  event at or above it, minus the launch time;
+- peak RSS and CPU seconds per task: `VmHWM` and `utime + stime` of each
+  task process, polled while it runs (bench_run polls).
+"""
+
+import dataclasses
+import glob
+import os
+import statistics
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from launch import supervisor
+from launch.tools import bare
+from launch.tools import runs
+from trainers import common
+from trainers.config import Config
+
+REFERENCE = bare.REFERENCE
+TARGET_ACCURACY = 0.98
+STEP_PARTS = ("input", "compute", "all_reduce", "step")  # What bare.probe_step_costs times.
+
+
+@dataclasses.dataclass
+class Result:
+  """One benchmark row. Times in seconds; None where the run did not produce the number."""
+
+  name: str
+  workers: int
+  steps: int = 0
+  examples_per_second: Optional[float] = None
+  ms_per_step: Optional[float] = None
+  ratio_to_reference: Optional[float] = None
+  window_ms_per_step: List[float] = dataclasses.field(default_factory=list)
+  launch_to_first_step: Optional[float] = None
+  time_to_accuracy: Optional[float] = None
+  step_at_accuracy: Optional[int] = None
+  final_accuracy: Optional[float] = None
+  peak_rss_mb: Dict[str, float] = dataclasses.field(default_factory=dict)
+  cpu_seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
+  wall_seconds: Optional[float] = None
+  breakdown: Dict[str, float] = dataclasses.field(default_factory=dict)
+  model_dir: str = ""
+  error: Optional[str] = None
+  rounds: int = 1
+  ratio_range: Optional[List[float]] = None
+
+  @property
+  def label(self) -> str:
+    return self.name if self.name == REFERENCE else f"{self.name} x{self.workers}"
+
+
+def scalar_events(directory: str, tag: str) -> List[Tuple[int, float, float]]:
+  """(step, wall_time, value) of every `tag` scalar in a directory's event files, by step.
+
+  Reads both TF1 `simple_value` summaries (Estimator) and TF2 tensor ones
+  (Keras, reference); a step logged twice keeps its last event.
+  """
+  by_step: Dict[int, Tuple[int, float, float]] = {}
+  for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          if value.tag != tag:
+            continue
+          number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                    else float(value.simple_value))
+          by_step[event.step] = (int(event.step), event.wall_time, number)
+    except tf.errors.DataLossError:
+      pass  # A truncated last record: keep what came before it.
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def step_windows(events: Sequence[Tuple[int, float, float]], warmup_steps: int = 0
+                 ) -> List[float]:
+  """Seconds per step of each window between consecutive events, after warm-up.
+
+  Warm-up is the first window and every window starting before `warmup_steps`
+  (the first epoch: until the cache holds the split, the pipeline also reads
+  and decodes images). Runs too short to have steady windows keep all but the first.
+  """
+  pairs = [(a, b) for a, b in list(zip(events, events[1:]))[1:] if b[0] > a[0]]
+  steady = [(a, b) for a, b in pairs if a[0] >= warmup_steps] or pairs
+  return [(b[1] - a[1]) / (b[0] - a[0]) for a, b in steady]
+
+
+def warmup_steps(config: Config) -> int:
+  """Steps of the first epoch, after which the input pipeline serves from its cache."""
+  return bare.steps_per_epoch(config)
+
+
+def read_result(name: str, workers: int, config: Config, model_dir: str, launched: float,
+                exited: float) -> Result:
+  """The numbers of a run that exited 0, read back from what it wrote to model_dir.
+
+  Args:
+    name: "reference", "keras" or "estimator".
+    workers: its worker count.
+    config: the hyperparameters it ran with.
+    model_dir: its model_dir.
+    launched, exited: unix times its process started and ended.
+
+  Returns:
+    The Result; `error` is set if the run wrote no summary.
+  """
+  result = Result(name, workers, model_dir=model_dir, wall_seconds=round(exited - launched, 2))
+  try:
+    summary = runs.read_summary(model_dir)
+  except (OSError, ValueError) as e:
+    result.error = f"no summary.json ({e})"
+    return result
+  result.steps = int(summary["global_step"])
+  result.final_accuracy = summary.get("test_accuracy")
+  loss_events = scalar_events(model_dir, "loss")
+  windows = step_windows(loss_events, warmup_steps(config))
+  if windows:
+    seconds = statistics.median(windows)
+    result.window_ms_per_step = [round(1000 * w, 3) for w in windows]
+    result.ms_per_step = round(1000 * seconds, 3)
+    result.examples_per_second = round(config.global_batch_size / seconds, 1)
+  first_step = summary.get("first_step_time")
+  if first_step:
+    result.launch_to_first_step = round(first_step - launched, 2)
+  for step, wall, accuracy in scalar_events(os.path.join(model_dir, common.EVAL_SUBDIR),
+                                            "accuracy"):
+    if accuracy >= TARGET_ACCURACY:
+      result.time_to_accuracy, result.step_at_accuracy = round(wall - launched, 2), step
+      break
+  # Where the wall time went: start-up; from the first step to the last loss
+  # event (the last step): steady steps at the median speed, and the rest
+  # (warm-up, hooks, checkpoints, evaluations); then what follows training.
+  breakdown = {}
+  tasks_file = os.path.join(runs.task_log_dir(model_dir), supervisor.TASKS_FILE)
+  if workers > 1 and os.path.exists(tasks_file):
+    # The launcher's own start-up (checks) before any task process exists, then
+    # the chief's: imports, the strategy (all tasks must have met), the first step.
+    started = os.path.getmtime(tasks_file)
+    breakdown["launch_to_tasks_started"] = started - launched
+    milestones = startup_milestones(model_dir)
+    if "imported" in milestones:
+      breakdown["chief_imports"] = milestones["imported"] - started
+      if "strategy" in milestones:
+        breakdown["chief_strategy"] = milestones["strategy"] - milestones["imported"]
+        if first_step:
+          breakdown["chief_to_first_step"] = first_step - milestones["strategy"]
+  if first_step and loss_events:
+    last_step_time = loss_events[-1][1]
+    breakdown["launch_to_first_step"] = first_step - launched
+    breakdown["training"] = last_step_time - first_step
+    breakdown["after_training"] = exited - last_step_time
+    if result.ms_per_step is not None:
+      breakdown["steady_steps"] = (result.steps - 1) * result.ms_per_step / 1000
+      breakdown["training_overhead"] = breakdown["training"] - breakdown["steady_steps"]
+  result.breakdown = {k: round(v, 2) for k, v in breakdown.items()}
+  return result
+
+
+def startup_milestones(model_dir: str) -> Dict[str, float]:
+  """Unix times the chief passed its start-up milestones, from its first `start` record."""
+  starts = [r for r in runs.read_progress(model_dir) if r["event"] == "start"]
+  return starts[0].get("startup", {}) if starts else {}
+
+
+def vm_hwm_mb(pid: int) -> Optional[float]:
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024.0
+  except (OSError, ValueError):
+    pass
+  return None
+
+
+def cpu_seconds(pid: int) -> Optional[float]:
+  """User plus system CPU time of a live process so far."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def set_ratios(results: Sequence[Result]) -> None:
+  """Each backend's examples/s over the reference's (the first result)."""
+  reference = results[0].examples_per_second
+  for r in results[1:]:
+    r.ratio_to_reference = (round(r.examples_per_second / reference, 3)
+                            if reference and r.examples_per_second else None)
+
+
+def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+  present = [v for v in values if v is not None]
+  return round(statistics.median(present), 3) if present else None
+
+
+def combine_rounds(rounds: Sequence[Result]) -> Result:
+  """One entry's rounds as one Result: the median of each number, the peak of each RSS.
+
+  `ratio_range` keeps the spread of the ratios to the reference taken within
+  each round; run_bench sets the ratio itself from the medians.
+  """
+  failed = [f"round {i + 1}: {r.error}" for i, r in enumerate(rounds) if r.error]
+  if failed:
+    return Result(rounds[0].name, rounds[0].workers, rounds=len(rounds), error="; ".join(failed),
+                  model_dir=", ".join(r.model_dir for r in rounds))
+  tasks = sorted({k for r in rounds for k in r.peak_rss_mb})
+  cpu_tasks = sorted({k for r in rounds for k in r.cpu_seconds})
+  ratios = [r.ratio_to_reference for r in rounds if r.ratio_to_reference is not None]
+  steps = [r.step_at_accuracy for r in rounds if r.step_at_accuracy is not None]
+  return dataclasses.replace(
+      rounds[0],
+      rounds=len(rounds),
+      **{name: _median([getattr(r, name) for r in rounds])
+         for name in ("examples_per_second", "ms_per_step", "launch_to_first_step",
+                      "time_to_accuracy", "wall_seconds")},
+      ratio_range=[min(ratios), max(ratios)] if ratios else None,
+      step_at_accuracy=statistics.median_low(steps) if steps else None,
+      window_ms_per_step=[w for r in rounds for w in r.window_ms_per_step],
+      peak_rss_mb={k: max(r.peak_rss_mb.get(k, 0.0) for r in rounds) for k in tasks},
+      cpu_seconds={k: _median([r.cpu_seconds.get(k) for r in rounds]) for k in cpu_tasks},
+      breakdown={k: _median([r.breakdown.get(k) for r in rounds]) for k in rounds[0].breakdown},
+      model_dir=", ".join(r.model_dir for r in rounds))
+
+
+def combine_step_costs(rounds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+  """One worker count's probe rounds: the median of each part's ms."""
+  failed = [f"round {i + 1}: {c['error']}" for i, c in enumerate(rounds) if "error" in c]
+  if failed:
+    return {"error": "; ".join(failed)}
+  combined = dict(rounds[0])
+  for part in STEP_PARTS:
+    combined[part] = {"ms": _median([c[part]["ms"] for c in rounds]),
+                      "windows": [w for c in rounds for w in c[part]["windows"]]}
+  return combined

@@ -1,0 +1,184 @@
+"""Benchmark runs: each entry started as a user would, its processes polled while it runs.
+
+`run_bench` runs, one after the other and each a fresh `python -m ...`
+process: the reference (`launch.bare`: a bare `tf.function` step in a plain
+Python loop, one process, no strategy), then at each worker count the
+step-cost probe (`launch.bare --probe_out`, see `bare.probe_step_costs`) and
+both trainer binaries. bench_measure reads the numbers back; bench_report
+judges and reports them.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Sequence, Tuple
+
+from absl import logging
+
+from launch.tools import bench_measure
+from launch.tools import runs
+from launch.tools.bench_measure import REFERENCE, Result
+from trainers import flags as trainer_flags
+from trainers.config import Config
+
+BACKENDS = ("keras", "estimator")
+BARE_MODULE = "launch.bare"
+POLL_SECONDS = 0.25
+
+
+def _task_pids(model_dir: str) -> Dict[str, int]:
+  try:
+    return {t["name"]: int(t["pid"]) for t in runs.read_tasks(runs.task_log_dir(model_dir))["tasks"]}
+  except (OSError, ValueError, KeyError):
+    return {}
+
+
+def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int,
+                 timeout: float) -> Tuple[int, float, float, Dict[str, float], Dict[str, float]]:
+  """Runs cmd and polls the peak RSS and the CPU time of its task processes.
+
+  Returns:
+    Exit code, launch time and exit time (unix s), and by task, peak RSS in
+    MB and CPU seconds (as last polled): "main" for a 1-worker run (it trains
+    in the process started), "launcher" and the names in logs/tasks.json for
+    a local cluster.
+  """
+  peaks: Dict[str, float] = {}
+  cpu: Dict[str, float] = {}
+  with open(log_path, "wb") as log:
+    launched = time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=runs.clean_env(), start_new_session=True)
+    try:
+      while proc.poll() is None:
+        pids = {"main" if workers == 1 else "launcher": proc.pid}
+        if workers > 1:
+          pids.update(_task_pids(model_dir))
+        for name, pid in pids.items():
+          mb = bench_measure.vm_hwm_mb(pid)
+          if mb is not None:
+            peaks[name] = max(peaks.get(name, 0.0), mb)
+          seconds = bench_measure.cpu_seconds(pid)
+          if seconds is not None:
+            cpu[name] = seconds
+        if time.time() - launched > timeout:
+          logging.error("%s timed out after %.0f s; stopping it.", cmd[2], timeout)
+          os.killpg(proc.pid, signal.SIGTERM)
+          try:
+            proc.wait(30)
+          except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+          break
+        time.sleep(POLL_SECONDS)
+    finally:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+      returncode = proc.wait()
+  return returncode, launched, time.time(), peaks, cpu
+
+
+def run_entry(name: str, workers: int, config: Config, run_dir: str, timeout: float) -> Result:
+  """Runs one entry as a user would and reads its numbers back from what it wrote."""
+  model_dir = os.path.join(run_dir, "model")
+  os.makedirs(model_dir, exist_ok=True)
+  if name == REFERENCE:
+    cmd = [sys.executable, "-m", BARE_MODULE, f"--model_dir={model_dir}",
+           *trainer_flags.config_to_flags(config)]
+  else:
+    cmd = runs.trainer_command(name, config, workers=workers, model_dir=model_dir,
+                               timeout=timeout)
+  log_path = os.path.join(run_dir, "run.log")
+  logging.info("Running %s", " ".join(cmd))
+  returncode, launched, exited, peaks, cpu = _run_process(cmd, model_dir, log_path, workers,
+                                                         timeout)
+  if returncode != 0:
+    result = Result(name, workers, model_dir=model_dir, wall_seconds=round(exited - launched, 2),
+                    error=f"exit code {returncode}")
+  else:
+    result = bench_measure.read_result(name, workers, config, model_dir, launched, exited)
+  if result.error:
+    result.error += f"; see {log_path}"
+  result.peak_rss_mb = {k: round(v, 1) for k, v in peaks.items()}
+  result.cpu_seconds = {k: round(v, 1) for k, v in cpu.items()}
+  return result
+
+
+def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[str, Any]:
+  """Times the parts of a step (bare.probe_step_costs) in a cluster of `workers` tasks.
+
+  Returns:
+    The chief's numbers, or {"error": ...} if the probe failed.
+  """
+  os.makedirs(run_dir, exist_ok=True)
+  out = os.path.join(run_dir, "step_costs.json")
+  if os.path.exists(out):
+    os.remove(out)  # Never report an earlier run's numbers.
+  cmd = [sys.executable, "-m", BARE_MODULE, f"--probe_out={out}",
+         *trainer_flags.config_to_flags(config)]
+  if workers > 1:
+    cmd = [sys.executable, "-m", "launch.local", f"--workers={workers}", "--max_restarts=0",
+           f"--task_log_dir={os.path.join(run_dir, 'logs')}", f"--timeout={timeout}", "--", *cmd]
+  log_path = os.path.join(run_dir, "run.log")
+  logging.info("Running %s", " ".join(cmd))
+  returncode = _run_process(cmd, run_dir, log_path, workers, timeout)[0]
+  if returncode != 0:
+    return {"error": f"exit code {returncode}; see {log_path}"}
+  try:
+    with open(out) as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    return {"error": f"no valid {out} ({e}); see {log_path}"}
+
+
+def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], runs_dir: str,
+               timeout: float) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
+  """Every entry once: the reference, then at each worker count the probe and each backend."""
+  results = [run_entry(REFERENCE, 1, config, os.path.join(runs_dir, "reference-1w"), timeout)]
+  step_costs = {}
+  for n in workers:
+    step_costs[n] = probe(n, config, os.path.join(runs_dir, f"probe-{n}w"), timeout)
+    logging.info("step costs x%d: %s", n, step_costs[n])
+    for name in backends:
+      results.append(run_entry(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout))
+  for r in results:
+    logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
+  bench_measure.set_ratios(results)
+  return results, step_costs
+
+
+def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
+              backends: Sequence[str] = BACKENDS, timeout: float = 900, repeats: int = 1
+              ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
+  """The reference, then at each worker count the step-cost probe and each backend.
+
+  One run at a time, each as a user would start it. With `repeats` > 1 every
+  entry runs once per round, rounds one after the other, and each number is
+  the median over the rounds (see combine_rounds).
+
+  Args:
+    config: hyperparameters every run uses (train_steps, data_dir, ...).
+    workers: worker counts for the backends; the reference always has one.
+    out_dir: each run's model_dir and log go under
+      `<out_dir>/runs[-<round>]/<name>-<workers>w`.
+    backends: which backends to run.
+    timeout: seconds allowed for each run.
+    repeats: rounds.
+
+  Returns:
+    One Result per entry, the reference first (a failed run sets `error`),
+    and the step costs by worker count.
+  """
+  rounds = [_run_round(config, workers, backends,
+                       os.path.join(out_dir, "runs" if repeats == 1 else f"runs-{k + 1}"), timeout)
+            for k in range(repeats)]
+  if repeats == 1:
+    return rounds[0]
+  results = [bench_measure.combine_rounds([r[0][i] for r in rounds]) for i in range(len(rounds[0][0]))]
+  bench_measure.set_ratios(results)
+  return results, {n: bench_measure.combine_step_costs([r[1][n] for r in rounds]) for n in workers}
+
+
+# --- Report -----------------------------------------------------------------------------------

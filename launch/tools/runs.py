@@ -1,0 +1,110 @@
+"""Running trainer binaries as users do, and reading back what a run writes.
+
+The one place the tools (parity, chaos, bench, handoff) build a trainer's
+command line, and read `tasks.json`, `summary.json` and `progress.jsonl`:
+they judge runs only by these structured records, never by human log lines.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import app
+
+from data import paths
+from launch import supervisor
+from trainers import common
+from trainers import flags as trainer_flags
+from trainers.config import Config
+
+TRAINER_MODULES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
+
+
+class RunError(RuntimeError):
+  """A trainer run failed; the message names its log."""
+
+
+def trainer_command(backend: str, config: Config, *, workers: int, model_dir: str,
+                    timeout: Optional[float] = None, extra_flags: Sequence[str] = ()
+                    ) -> List[str]:
+  """The command line a user would type to train `backend` with `config`."""
+  cmd = [sys.executable, "-m", TRAINER_MODULES[backend], f"--workers={workers}",
+         f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
+  if timeout is not None:
+    cmd.append(f"--timeout={timeout}")
+  return cmd + list(extra_flags)
+
+
+def clean_env() -> Dict[str, str]:
+  """This environment without TF_CONFIG: a tool's runs start their own clusters."""
+  return {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+
+
+def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, log_path: str,
+                timeout: float = 1800, extra_flags: Sequence[str] = ()) -> Dict[str, Any]:
+  """Trains `backend` as a user would, to the end; returns its summary.
+
+  Raises:
+    RunError: the run exited non-zero or wrote no summary; names its log.
+  """
+  cmd = trainer_command(backend, config, workers=workers, model_dir=model_dir, timeout=timeout,
+                        extra_flags=extra_flags)
+  with open(log_path, "w") as log:
+    log.write(" ".join(cmd) + "\n")
+    log.flush()
+    result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=clean_env(),
+                            stdin=subprocess.DEVNULL, check=False)
+  if result.returncode != 0:
+    raise RunError(f"{backend} run failed with exit code {result.returncode}; see {log_path}"
+                   f"{' and ' + task_log_dir(model_dir) if workers > 1 else ''}")
+  try:
+    return read_summary(model_dir)
+  except (OSError, ValueError) as e:
+    raise RunError(f"{backend} run wrote no valid summary ({e}); see {log_path}") from e
+
+
+def task_log_dir(model_dir: str) -> str:
+  """Where a local cluster's task logs and tasks.json go by default."""
+  return os.path.join(model_dir, supervisor.LOG_SUBDIR)
+
+
+def read_tasks(log_dir: str) -> Dict[str, Any]:
+  """The launcher's tasks.json: {"restarts": R, "tasks": [{"name", "pid"}, ...]}.
+
+  Raises:
+    OSError or ValueError: not written (yet) or unreadable.
+  """
+  with open(os.path.join(log_dir, supervisor.TASKS_FILE)) as f:
+    return json.load(f)
+
+
+def read_summary(model_dir: str) -> Dict[str, Any]:
+  """The chief's summary.json."""
+  with open(os.path.join(model_dir, common.SUMMARY_FILE)) as f:
+    return json.load(f)
+
+
+def read_progress(model_dir: str) -> List[Dict[str, Any]]:
+  """The chief's progress records so far, oldest first (see common.record_progress).
+
+  A line being written (no newline yet) is left for the next read.
+  """
+  try:
+    with open(os.path.join(model_dir, common.PROGRESS_FILE)) as f:
+      text = f.read()
+  except OSError:
+    return []
+  return [json.loads(line) for line in text.split("\n")[:-1] if line]
+
+
+def check_or_exit(config: Config, workers: int) -> None:
+  """For the tool binaries: exit 2 on a bad config, 1 on missing data."""
+  try:
+    config.validate(workers)
+    paths.check_prepared(config.data_dir)
+  except ValueError as e:
+    raise app.UsageError(str(e), exitcode=2)
+  except paths.MissingDataError as e:
+    sys.exit(f"error: {e}")

@@ -1,0 +1,51 @@
+"""launch.tools.bench_measure: numbers read back from what runs wrote, and rounds combined."""
+
+import dataclasses
+import json
+
+from launch.tools import bench_measure
+
+
+def test_step_windows_skip_warm_up():
+  events = [(10, 100.0, 0.0), (20, 101.0, 0.0), (30, 101.5, 0.0), (40, 102.0, 0.0)]
+  assert bench_measure.step_windows(events) == [0.05, 0.05]
+  assert bench_measure.step_windows(events, warmup_steps=30) == [0.05]
+  assert bench_measure.step_windows(events, warmup_steps=1000) == [0.05, 0.05]
+
+
+
+def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
+  rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_reference=ratio,
+                         launch_to_first_step=launch, peak_rss_mb={"main": rss},
+                         cpu_seconds={"main": cpu}, breakdown={"training": training},
+                         window_ms_per_step=[ms], step_at_accuracy=step)
+            for ms, ratio, launch, rss, cpu, training, step in [(10, 1.0, 5, 800, 60, 20, 900),
+                                                                (12, 0.9, 4, 900, 70, 30, 1000),
+                                                                (11, 1.1, 6, 850, 50, 25, 1000)]]
+  combined = bench_measure.combine_rounds(rounds)
+  assert (combined.rounds, combined.ms_per_step) == (3, 11)
+  assert combined.ratio_range == [0.9, 1.1] and combined.launch_to_first_step == 5
+  assert combined.peak_rss_mb == {"main": 900} and combined.cpu_seconds == {"main": 60}
+  assert combined.breakdown == {"training": 25} and combined.step_at_accuracy == 1000
+  assert combined.window_ms_per_step == [10, 12, 11]
+  failed = bench_measure.combine_rounds([rounds[0], dataclasses.replace(rounds[1], error="exit code 1")])
+  assert failed.error == "round 2: exit code 1" and failed.rounds == 2
+  assert failed.ms_per_step is None  # No round's numbers stand for a failed entry.
+  costs = [{"workers": 2, **{part: {"ms": ms + i, "windows": [ms + i]}
+                             for i, part in enumerate(bench_measure.STEP_PARTS)}} for ms in (3, 1, 2)]
+  combined_costs = bench_measure.combine_step_costs(costs)
+  assert combined_costs["workers"] == 2 and combined_costs["step"]["ms"] == 5
+  assert combined_costs["input"] == {"ms": 2, "windows": [3, 1, 2]}
+  assert "round 2" in bench_measure.combine_step_costs([costs[0], {"error": "exit code 1"}])["error"]
+
+
+def test_startup_milestones_come_from_the_first_start_record(tmp_path):
+  assert bench_measure.startup_milestones(str(tmp_path)) == {}
+  (tmp_path / "progress.jsonl").write_text(
+      json.dumps({"event": "start", "time": 9.0, "from_step": 0, "to_step": 4,
+                  "startup": {"imported": 4.25, "strategy": 6.5}}) + "\n" +
+      json.dumps({"event": "step", "time": 10.0, "step": 2, "loss": 1.0}) + "\n" +
+      json.dumps({"event": "start", "time": 20.0, "from_step": 2, "to_step": 4,
+                  "startup": {"imported": 14.0, "strategy": 16.0}}) + "\n" +
+      '{"event": "step", "ti')  # A record still being written is not read.
+  assert bench_measure.startup_milestones(str(tmp_path)) == {"imported": 4.25, "strategy": 6.5}

@@ -1,0 +1,51 @@
+"""launch.bench: a short run of every entry writes a table and valid JSON (no speed limits)."""
+
+import json
+
+from launch.tools import bench_measure
+from tests.conftest import run_module
+
+STEPS = 12
+
+
+def test_cli_writes_every_row(tiny_data_dir, tmp_path):
+  result = run_module("launch.bench", [f"--steps={STEPS}", "--workers=1,2",
+                                       "--log_every_steps=2", "--checkpoint_every_steps=6",
+                                       f"--data_dir={tiny_data_dir}", f"--out={tmp_path}",
+                                       "--timeout=240"], timeout=600)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+  with open(tmp_path / "bench.json") as f:
+    report = json.load(f)
+  rows = {(r["name"], r["workers"]): r for r in report["results"]}
+  assert set(rows) == {("reference", 1), ("keras", 1), ("estimator", 1), ("keras", 2),
+                       ("estimator", 2)}
+  for key, row in rows.items():
+    assert row["error"] is None, key
+    assert row["steps"] == STEPS, key
+    assert row["examples_per_second"] > 0 and row["ms_per_step"] > 0, key
+    assert 0 < row["launch_to_first_step"] < row["wall_seconds"], key
+    assert 0.0 <= row["final_accuracy"] <= 1.0, key
+    if key[0] != "reference":
+      assert row["ratio_to_reference"] > 0, key
+    # One process trains at 1 worker; at 2, the launcher and every task of tasks.json.
+    expected = {"main"} if key[1] == 1 else {"launcher", "chief-0", "worker-0"}
+    if key == ("estimator", 2):
+      expected.add("evaluator-0")
+    assert set(row["peak_rss_mb"]) == expected, key
+    if key[1] == 2:  # The chief's start-up, split at the milestones it records.
+      assert all(row["breakdown"][k] > 0 for k in ("chief_imports", "chief_strategy",
+                                                   "chief_to_first_step")), key
+    assert all(mb > 300 for name, mb in row["peak_rss_mb"].items() if name != "launcher"), key
+    # The launcher starts the tasks without importing TensorFlow (~400 MB).
+    assert row["peak_rss_mb"].get("launcher", 0) < 200, key
+  for n in ("1", "2"):
+    costs = report["step_costs"][n]
+    assert costs["workers"] == int(n) and costs["per_replica_batch"] == 96 // int(n), costs
+    assert all(costs[part]["ms"] > 0 for part in bench_measure.STEP_PARTS), costs
+  assert isinstance(report["missed"], list)
+  assert {t["name"] for t in report["targets"]} >= {"keras x1 throughput / reference",
+                                                    "estimator x2 launch to first step (s)"}
+  table = (tmp_path / "bench.md").read_text()
+  assert "| keras | 2 |" in table and "Where a step's time goes" in table
+  assert "| estimator | 1 |" in result.stdout
+
