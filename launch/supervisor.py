@@ -18,11 +18,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
 from launch import cluster
+from launch import console
 
 GRACE_SECONDS = 10.0
 DUMP_WAIT_SECONDS = 3.0
@@ -53,11 +54,15 @@ class _Proc:
     return now - self.last_output
 
 
-def _pump(src: IO[bytes], sinks: Sequence[IO[bytes]]) -> None:
+def _pump(src: IO[bytes], log: IO[bytes], terminal: IO[bytes],
+          show: Callable[[bytes], bool]) -> None:
+  """Copies every line to the log, and those `show` lets through to the terminal."""
   for line in iter(src.readline, b""):
-    for sink in sinks:
-      sink.write(line)
-      sink.flush()
+    log.write(line)
+    log.flush()
+    if show(line):
+      terminal.write(line)
+      terminal.flush()
   src.close()
 
 
@@ -68,7 +73,7 @@ def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> Non
 
 
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
-           stream: bool, header: bytes) -> _Proc:
+           stream: bool, header: bytes, verbose: bool) -> _Proc:
   log = open(log_path, "ab")  # pylint: disable=consider-using-with
   log.write(header)
   log.flush()
@@ -80,9 +85,12 @@ def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
     return _Proc(name, popen, log_path, [])
   popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            stdin=subprocess.DEVNULL, start_new_session=True)
+  # The terminal gets the run's own lines; the log keeps everything.
   pumps = [
-      threading.Thread(target=_pump, args=(popen.stdout, [sys.stdout.buffer, log]), daemon=True),
-      threading.Thread(target=_pump, args=(popen.stderr, [sys.stderr.buffer, log]), daemon=True),
+      threading.Thread(target=_pump, args=(popen.stdout, log, sys.stdout.buffer, lambda _: True),
+                       daemon=True),
+      threading.Thread(target=_pump, args=(popen.stderr, log, sys.stderr.buffer,
+                                           console.LineFilter(verbose)), daemon=True),
   ]
   for t in pumps:
     t.start()
@@ -195,6 +203,7 @@ def run_local_cluster(
     max_restarts: int = 0,
     env: Optional[Mapping[str, str]] = None,
     grace: float = GRACE_SECONDS,
+    verbose: bool = True,
 ) -> int:
   """Runs `cmd` once per task of a localhost cluster and supervises the tasks.
 
@@ -211,6 +220,8 @@ def run_local_cluster(
       fails (a usage error, exit code 2, is never retried).
     env: base environment; defaults to os.environ.
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
+    verbose: stream all of the chief's output; False streams only the run's
+      own lines, warnings and errors (launch.console). Logs keep everything.
 
   Returns:
     0 when every task exits 0. Otherwise the exit code of the task whose
@@ -240,7 +251,7 @@ def run_local_cluster(
         name = f"{task['type']}-{task['index']}"
         task_env = dict(base_env, TF_CONFIG=json.dumps(tf_config))
         procs.append(_start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
-                            stream=not procs, header=header))
+                            stream=not procs, header=header, verbose=verbose))
       _write_tasks_file(log_dir, restarts, procs)
       logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
       outcome, failed = _watch(procs, deadline, stall_timeout)

@@ -83,3 +83,24 @@ def run_module(module: str, args: List[str], timeout: float = 600,
   full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=full_env,
                         capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 256):
+  """A tiny in-memory input_fn with the shared one's contract, for in-process trainer tests."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  splits = {mnist.TRAIN: synthetic_split(n, seed=0), mnist.EVAL: synthetic_split(100, seed=1)}
+
+  def input_fn(mode, input_context=None):
+    images, labels = splits[mode]
+    ds = tf.data.Dataset.from_tensor_slices((images[..., None].astype("float32") / 255.0,
+                                             labels.astype("int64")))
+    batch = global_batch_size if mode == mnist.TRAIN else eval_batch_size
+    if input_context is not None:
+      ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+      batch = input_context.get_per_replica_batch_size(batch)
+    if mode == mnist.TRAIN:
+      ds = ds.repeat()
+    return ds.batch(batch, drop_remainder=mode == mnist.TRAIN)
+
+  return input_fn

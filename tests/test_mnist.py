@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from tensorflow_datasets.core import constants as tfds_constants
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
 from data import mnist
@@ -144,20 +143,3 @@ def test_no_autotuning_in_the_pipeline_or_the_per_device_buffers(tiny_data_dir):
   per_device = iterator._device_iterators[0]._dataset  # pylint: disable=protected-access
   assert per_device.options().autotune.enabled is False
   assert [int(x[0]) for x in iterator] == [0, 1, 2]
-
-
-def test_the_tensorflow_free_paths_agree_with_tfds(tiny_data_dir, tmp_path, monkeypatch):
-  assert paths.VERSION == str(tfds_mnist.MNIST.VERSION)
-  for data_dir in (str(tiny_data_dir), str(tmp_path)):
-    builder = tfds.builder(paths.DATASET, data_dir=data_dir)
-    assert paths.dataset_path(data_dir) == os.fspath(builder.data_path)
-    assert paths.is_prepared(data_dir) == builder.is_prepared()
-  assert paths.is_prepared(str(tiny_data_dir)) and not paths.is_prepared(str(tmp_path))
-  # TFDS's default data_dir: $TFDS_DATA_DIR, else ~/tensorflow_datasets.
-  for env in (str(tiny_data_dir), None):
-    if env:
-      monkeypatch.setenv("TFDS_DATA_DIR", env)
-    else:
-      monkeypatch.delenv("TFDS_DATA_DIR", raising=False)
-    assert paths.dataset_path(None) == os.path.join(tfds_constants.get_default_data_dir(),
-                                                    paths.DATASET, paths.VERSION)

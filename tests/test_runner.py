@@ -79,6 +79,18 @@ def test_only_the_chief_writes_to_model_dir(run):
     assert logs == sorted(expected)
 
 
+def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
+  backend, workers, model_dir, result = run
+  assert f"step {STEPS}/{STEPS}: loss " in result.stderr and "ETA" in result.stderr
+  assert "Unable to register cuDNN factory" not in result.stderr
+  assert "cpu_feature_guard" not in result.stderr
+  if workers > 1:
+    with open(os.path.join(model_dir, "logs", "chief-0.log")) as f:
+      log = f.read()
+    assert "cpu_feature_guard" in log and "all_reduce" in log
+    assert "cross_device_ops.py" not in result.stderr
+
+
 def test_the_evaluator_waits_for_checkpoints_without_spinning(run):
   backend, workers, model_dir, _ = run
   if (backend, workers) != ("estimator", 2):

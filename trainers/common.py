@@ -231,6 +231,6 @@ def finish(
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
     json.dump(summary, f, indent=2)
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-  logging.info("Wrote %s", path)
+  logging.info("Wrote %s; SavedModel in %s", path, export_dir)
   print(json.dumps(summary), flush=True)
   return summary

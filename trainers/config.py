@@ -7,56 +7,51 @@ from typing import Optional
 AUTO_STEPS_PER_EXECUTION_MAX = 10
 
 
+def _field(default, help_text: str):
+  """A Config field; its help is the one text for the flag's --help and README's table."""
+  return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
   """Hyperparameters and run settings shared by the Keras and Estimator trainers.
 
   The defaults reach >= 98% test accuracy on the 22,699-image offline MNIST
-  subset with either backend at 1 or 2 workers.
-
-  Attributes:
-    train_steps: optimizer steps; each consumes one global batch.
-    global_batch_size: examples per step summed over all replicas; must be
-      divisible by the number of replicas (96 divides 1, 2, 3 and 4).
-    learning_rate: initial SGD learning rate, cosine-decayed to 0 over
-      train_steps.
-    momentum: SGD momentum.
-    seed: seeds the initial weights and the shuffle order.
-    data_dir: TFDS data directory; None means TFDS's default.
-    eval_batch_size: evaluation batch; a divisor of the 10,000 test images
-      keeps the mean-of-batch-means loss of the Estimator equal to the
-      per-example mean of Keras.
-    log_every_steps: steps between progress logs and loss summaries.
-    checkpoint_every_steps: steps between checkpoints (and so between the
-      Estimator evaluator's evaluations); the Estimator resumes from them.
-    backup_every_steps: steps between Keras BackupAndRestore backups, which
-      Keras resumes from after a failure.
-    init_weights: a .npz of initial weights by variable name (as written by
-      `model.save_weights_npz`); None initializes from `seed`.
-    deterministic: turn on TensorFlow op determinism.
-    record_dir: if set, the chief writes each step's loss there and every
-      training pipeline writes the fingerprints of its shard (for launch.parity).
-    steps_per_execution: Keras only: training steps per call of the compiled
-      train function. Keras calls batch callbacks once per call, so the step
-      count and the log, checkpoint and backup intervals must be multiples of
-      it, and per-step records need 1. 0 (auto) picks the largest that fits,
-      up to 10.
+  subset with either backend at 1 or 2 workers. Each field is a flag of the
+  trainer binaries, of the same name; its help (in the field's metadata) is
+  the flag's --help and the row of README's flag table.
   """
 
-  train_steps: int = 1500
-  global_batch_size: int = 96
-  learning_rate: float = 0.1
-  momentum: float = 0.9
-  seed: int = 1
-  data_dir: Optional[str] = None
-  eval_batch_size: int = 500
-  log_every_steps: int = 100
-  checkpoint_every_steps: int = 500
-  backup_every_steps: int = 100
-  init_weights: Optional[str] = None
-  deterministic: bool = False
-  record_dir: Optional[str] = None
-  steps_per_execution: int = 0
+  train_steps: int = _field(1500, "Optimizer steps; each consumes one global batch.")
+  global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
+                                  "divisible by the workers (96 divides 1 to 4).")
+  learning_rate: float = _field(0.1, "Initial SGD learning rate, cosine-decayed to 0 over "
+                                "--train_steps.")
+  momentum: float = _field(0.9, "SGD momentum.")
+  seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
+  data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
+                                   "$TFDS_DATA_DIR or ~/tensorflow_datasets). Fill it with "
+                                   "`python -m data.prepare`.")
+  eval_batch_size: int = _field(500, "Evaluation batch; a divisor of the 10,000 test images "
+                                "keeps the Estimator's mean of batch means equal to Keras's "
+                                "per-example mean.")
+  log_every_steps: int = _field(100, "Steps between progress lines, progress records and loss "
+                                "summaries.")
+  checkpoint_every_steps: int = _field(500, "Steps between Estimator checkpoints (which it "
+                                       "resumes from, and its evaluator evaluates) and Keras "
+                                       "chief evaluations.")
+  backup_every_steps: int = _field(100, "Steps between Keras BackupAndRestore backups, which "
+                                   "Keras resumes from after a failure.")
+  init_weights: Optional[str] = _field(None, "A .npz of initial weights by variable name "
+                                       "(launch.parity writes one); default: initialize from "
+                                       "--seed.")
+  deterministic: bool = _field(False, "Turn on TensorFlow op determinism.")
+  record_dir: Optional[str] = _field(None, "Record per-step losses (chief) and each shard's "
+                                     "example fingerprints here, for launch.parity.")
+  steps_per_execution: int = _field(0, "Keras only: training steps per call of the compiled "
+                                    "train function; --train_steps and the log, checkpoint and "
+                                    "backup intervals must be multiples of it. 0: the largest "
+                                    "that fits, up to 10 (1 with --record_dir).")
 
   def keras_steps_per_execution(self) -> int:
     """steps_per_execution with auto (0) resolved: the largest value up to 10 that
@@ -75,8 +70,8 @@ class Config:
                  "checkpoint_every_steps", "backup_every_steps"):
       if getattr(self, name) <= 0:
         raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
-    if self.learning_rate <= 0:
-      raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}.")
+    if not math.isfinite(self.learning_rate) or self.learning_rate <= 0:
+      raise ValueError(f"--learning_rate must be positive and finite, got {self.learning_rate}.")
     if not 0 <= self.momentum < 1:
       raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}.")
     if self.steps_per_execution < 0:

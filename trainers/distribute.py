@@ -20,6 +20,7 @@ from tensorflow.python.eager import context
 from tensorflow.tsl.protobuf import coordination_config_pb2
 
 from launch import cluster
+from launch import console
 from trainers import common
 
 # TF waits an hour for every task to register by default: a peer that never
@@ -41,6 +42,9 @@ class _TaskFormatter(logging.PythonFormatter):
     self._prefix = f"[{task_name}] "
 
   def format(self, record):
+    if console.is_own(record.pathname):
+      # The project's own lines carry their path, so a launcher can show them.
+      record.filename = os.path.relpath(record.pathname, console.REPO)
     return self._prefix + super().format(record)
 
 

@@ -1,8 +1,12 @@
-"""Flags shared by the trainer binaries; defined only when a binary calls define_flags."""
+"""Flags of the trainer binaries; defined only when a binary calls define_flags.
+
+Each flag's help is written once: the launcher flags here, the hyperparameters
+in `Config`'s field metadata. `help_table()` renders the same texts for README.
+"""
 
 import dataclasses
 import sys
-from typing import List
+from typing import List, Tuple
 
 from absl import flags
 
@@ -10,57 +14,56 @@ from trainers import runner
 from trainers.config import Config
 
 FLAGS = flags.FLAGS
-_HELP = {
-    "train_steps": "Optimizer steps; each consumes one global batch.",
-    "global_batch_size": "Examples per step, summed over all workers.",
-    "learning_rate": "Initial SGD learning rate, cosine-decayed to 0 over --train_steps.",
-    "momentum": "SGD momentum.",
-    "seed": "Seeds the initial weights and the shuffle order.",
-    "data_dir": "TFDS data directory holding mnist/ (default: $TFDS_DATA_DIR or "
-                "~/tensorflow_datasets). Fill it with `python -m data.prepare`.",
-    "eval_batch_size": "Evaluation batch size; a divisor of 10,000 keeps both backends' "
-                       "test loss identical.",
-    "log_every_steps": "Steps between progress logs and loss summaries.",
-    "checkpoint_every_steps": "Steps between checkpoints (and Estimator evaluations); the "
-                              "Estimator resumes from them after a failure.",
-    "backup_every_steps": "Steps between Keras BackupAndRestore backups; Keras resumes from "
-                          "them after a failure.",
-    "init_weights": "A .npz of initial weights by variable name (launch.parity writes one); "
-                    "default: initialize from --seed.",
-    "deterministic": "Turn on TensorFlow op determinism.",
-    "record_dir": "Record per-step losses (chief) and each shard's example fingerprints "
-                  "here, for launch.parity.",
-    "steps_per_execution": "Keras only: training steps per call of the compiled train "
-                           "function (fewer Python round trips); --train_steps and the log, "
-                           "checkpoint and backup intervals must be multiples of it. 0: the "
-                           "largest that fits, up to 10.",
-}
+# (name, default, help) of the flags that say how to run, not what to train.
+RUN_FLAGS = (
+    ("workers", 1, "Training workers. Above 1, this process starts a local cluster with one "
+     "process per worker (plus an evaluator for the Estimator). A process with TF_CONFIG set "
+     "runs as that task."),
+    ("model_dir", None, "Output directory: events, checkpoints, export, summary.json, "
+     "progress.jsonl. Default: a new directory under the system temp dir."),
+    ("max_restarts", 3, "With --workers > 1: times every task is started again (resuming from "
+     "the last backup or checkpoint) after one fails."),
+    ("stall_timeout", 300.0, "With --workers > 1: seconds without output from any task before "
+     "the run is stopped as hung."),
+    ("timeout", None, "With --workers > 1: seconds before the whole run is stopped and the "
+     "launcher exits non-zero."),
+    ("task_log_dir", None, "With --workers > 1: where each task's log and tasks.json go. "
+     "Default: <model_dir>/logs."),
+)
+_TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout": float,
+          "timeout": float, "task_log_dir": str}
+_DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
+           str: flags.DEFINE_string}
 
 
-def define_flags() -> None:
-  """Defines --workers, --model_dir, the launcher flags and one flag per Config field."""
-  flags.DEFINE_integer("workers", 1, "Training workers. Above 1, this process starts a "
-                       "local cluster with one process per worker (plus an evaluator for the "
-                       "Estimator). A process with TF_CONFIG set runs as that task.")
-  flags.DEFINE_string("model_dir", None, "Output directory: events, checkpoints, export, "
-                      "summary.json. Default: a new directory under the system temp dir.")
-  flags.DEFINE_string("task_log_dir", None, "With --workers > 1: where each task's log file goes. "
-                      "Default: <model_dir>/logs.")
-  flags.DEFINE_float("timeout", None, "With --workers > 1: seconds before the whole run is "
-                     "stopped and the launcher exits non-zero.")
-  flags.DEFINE_float("stall_timeout", 300, "With --workers > 1: seconds without output from "
-                     "any task before the run is stopped as hung.")
-  flags.DEFINE_integer("max_restarts", 3, "With --workers > 1: times every task is started "
-                       "again (resuming from the last backup) after one fails.")
+def _all_flags() -> List[Tuple[str, type, object, str]]:
+  """(name, type, default, help) of every trainer flag, run flags first."""
+  rows = [(name, _TYPES[name], default, text) for name, default, text in RUN_FLAGS]
   for field in dataclasses.fields(Config):
-    define = {int: flags.DEFINE_integer, float: flags.DEFINE_float,
-              bool: flags.DEFINE_bool}.get(field.type, flags.DEFINE_string)
-    define(field.name, field.default, _HELP[field.name])
+    kind = field.type if field.type in (int, float, bool) else str  # Optional[str] too.
+    rows.append((field.name, kind, field.default, field.metadata["help"]))
+  return rows
 
 
-def config_from_flags() -> Config:
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines the launcher flags and one flag per Config field."""
+  for name, kind, default, text in _all_flags():
+    _DEFINE[kind](name, default, text, flag_values=flag_values)
+
+
+def help_table() -> str:
+  """README's flag table, from the same help texts as --help."""
+  rows = ["| flag | default | meaning |", "| --- | --- | --- |"]
+  for name, _, default, text in _all_flags():
+    shown = "none" if default is None else str(default).lower() if isinstance(default, bool) \
+        else str(default)
+    rows.append(f"| `--{name}` | {shown} | {text} |")
+  return "\n".join(rows)
+
+
+def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> Config:
   """The Config the parsed flags describe."""
-  return Config(**{f.name: FLAGS[f.name].value for f in dataclasses.fields(Config)})
+  return Config(**{f.name: flag_values[f.name].value for f in dataclasses.fields(Config)})
 
 
 def config_to_flags(config: Config) -> List[str]:
@@ -85,4 +88,5 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       timeout=FLAGS.timeout,
       stall_timeout=FLAGS.stall_timeout,
       max_restarts=FLAGS.max_restarts,
+      verbosity=FLAGS.verbosity,
   )

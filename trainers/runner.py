@@ -11,6 +11,7 @@ from absl import logging
 
 from data import paths
 from launch import cluster
+from launch import console
 from launch import supervisor
 from trainers.config import Config
 
@@ -40,6 +41,8 @@ class RunOptions:
     stall_timeout: seconds without output from any task of a local cluster
       before it is stopped as hung; None never.
     max_restarts: times a local cluster is started again after a task fails.
+    verbosity: absl's --verbosity; below 1 the terminal shows the run's own
+      lines, warnings and errors, not TensorFlow's INFO logs (launch.console).
   """
 
   workers: Optional[int]
@@ -49,6 +52,7 @@ class RunOptions:
   timeout: Optional[float] = None
   stall_timeout: Optional[float] = None
   max_restarts: int = 0
+  verbosity: int = 0
 
 
 def _error(message: str, code: int) -> int:
@@ -130,6 +134,8 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     if task:
       cluster.check_port_free(task)
     launcher = task is None and num_workers > 1
+    if task is None and not launcher:
+      console.quiet_lone_process(options.verbosity)  # Before TensorFlow is imported.
     if not launcher:
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # pylint: disable=import-outside-toplevel
@@ -151,7 +157,8 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     return supervisor.run_local_cluster(
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
         evaluator=backend == "estimator", timeout=options.timeout,
-        stall_timeout=options.stall_timeout, max_restarts=options.max_restarts)
+        stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
+        verbose=options.verbosity >= 1)
 
   model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
   # Imported by name, so the Keras path never loads tf.estimator (gone in TF 2.16).

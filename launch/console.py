@@ -1,0 +1,95 @@
+"""What reaches the user's terminal: the run's own lines, warnings and errors, not TF's chatter.
+
+A default run shows the project's own log lines (progress, evaluations, where
+things were written), every warning and error, and the summary. TensorFlow's
+own INFO logs (C++ start-up, every collective's "all_reduce tensors" line,
+Estimator's hooks) and its known start-up noise are shown only with
+`--verbosity=1` (`-v 1`). Task log files keep everything: this filters only
+what a launcher streams to the terminal (`LineFilter`), or what a lone
+process logs (`RecordFilter`, with TensorFlow's C++ logging turned down).
+No TensorFlow import here.
+"""
+
+import logging
+import os
+import re
+from typing import Optional
+
+PACKAGES = ("data", "launch", "trainers")  # This project's code, by path.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Warnings and errors that TensorFlow prints on every start or about its own
+# code, and that no user can act on.
+NOISE = (
+    "cuda_dnn.cc", "cuda_fft.cc", "cuda_blas.cc", "cudart_stub.cc", "cpu_feature_guard.cc",
+    "py_utils.cc",  # TF-TRT: could not find TensorRT.
+    "deprecation.py",  # TF's notices that its own code calls deprecated APIs.
+    "distribute_coordinator.py",  # Estimator: "`eval_strategy` is not passed in".
+    "dataset.cc",  # "Input of GeneratorDatasetOp::Dataset will not be optimized".
+)
+# An absl line, optionally after a task tag: "[chief:0] I1123 07:47:46.041 1406 file.py:60] ".
+_ABSL = re.compile(rb"^(?:\[[\w:]+\] )?([IWEF])\d{4} [\d:.]+ +\d+ (\S+):\d+\] ")
+# A TensorFlow C++ line: "2026-11-23 07:47:36.259: E external/.../cuda_dnn.cc:9261] ".
+_NATIVE = re.compile(rb"^\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) (\S+):\d+\] ")
+# A Python warning: "/path/to/file.py:12: UserWarning: ...".
+_WARNING = re.compile(rb"^(\S+\.py):\d+: \w*Warning: ")
+# Lines that start something the user must see, whatever came before.
+_ALWAYS = re.compile(rb"^(Traceback |error: |Fatal Python error|[\w.]*(Error|Exception)\b)")
+
+
+def is_own(source: str) -> bool:
+  """Whether a log record's source path is this project's code."""
+  path = os.path.relpath(source, REPO) if os.path.isabs(source) else source
+  return "/" in path and path.split("/")[0] in PACKAGES and not path.startswith("..")
+
+
+def shown(level: str, source: str) -> bool:
+  """Whether a record of `level` ("I", "W", "E" or "F") from `source` is shown by default."""
+  if is_own(source):
+    return True
+  return level != "I" and not any(source.endswith(n) for n in NOISE)
+
+
+class LineFilter:
+  """Decides, line by line, what of a task's stderr reaches the terminal.
+
+  A log record's continuation lines (multi-line messages) follow its
+  decision; a traceback or an error line is always shown.
+  """
+
+  def __init__(self, verbose: bool):
+    self._verbose = verbose
+    self._showing = True
+
+  def __call__(self, line: bytes) -> bool:
+    if self._verbose:
+      return True
+    match = _ABSL.match(line) or _NATIVE.match(line)
+    if match:
+      self._showing = shown(match.group(1).decode(), match.group(2).decode())
+    elif _WARNING.match(line):  # Libraries' warnings about their own code are noise.
+      self._showing = b"site-packages" not in _WARNING.match(line).group(1)
+    elif _ALWAYS.match(line):
+      self._showing = True
+    return self._showing
+
+
+class RecordFilter(logging.Filter):
+  """The same rule for a lone process's Python log records."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return shown(record.levelname[0], record.pathname)
+
+
+def quiet_lone_process(verbosity: int, environ: Optional[dict] = None) -> None:
+  """Before TensorFlow is imported: at verbosity < 1, hide its C++ logs and INFO records.
+
+  TensorFlow's C++ logging is set once, from the environment, when it is
+  imported; with it off, a lone process's C++ warnings are hidden too (with
+  -v they show). Python records pass through RecordFilter on absl's handler.
+  """
+  if verbosity >= 1:
+    return
+  environ = os.environ if environ is None else environ
+  environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+  absl_logging.get_absl_handler().addFilter(RecordFilter())

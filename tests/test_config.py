@@ -1,0 +1,40 @@
+"""trainers.config: validation names the bad setting; auto steps_per_execution."""
+
+import dataclasses
+import re
+
+import pytest
+
+from trainers.config import Config
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"learning_rate": float("nan")}, "--learning_rate must be positive and finite"),
+    ({"learning_rate": float("inf")}, "--learning_rate must be positive and finite"),
+    ({"momentum": 1.0}, "--momentum must be in [0, 1)"),
+    ({"momentum": float("nan")}, "--momentum must be in [0, 1)"),
+    ({"train_steps": 0}, "--train_steps must be positive"),
+    ({"steps_per_execution": 7}, "is not a multiple of --steps_per_execution=7"),
+    ({"record_dir": "/tmp/r", "steps_per_execution": 10}, "needs --steps_per_execution=1"),
+])
+def test_bad_settings_are_named(changes, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    dataclasses.replace(Config(), **changes).validate()
+
+
+def test_the_global_batch_must_divide_among_the_replicas():
+  Config(global_batch_size=96).validate(num_replicas=4)
+  with pytest.raises(ValueError, match="not divisible by the 5 replicas"):
+    Config(global_batch_size=96).validate(num_replicas=5)
+
+
+def test_auto_steps_per_execution_divides_every_interval():
+  assert Config().keras_steps_per_execution() == 10
+  assert Config(train_steps=12, log_every_steps=2, checkpoint_every_steps=6,
+                backup_every_steps=6).keras_steps_per_execution() == 2
+  assert Config(record_dir="/tmp/r").keras_steps_per_execution() == 1
+  assert Config(steps_per_execution=5).keras_steps_per_execution() == 5
+
+
+def test_every_field_has_its_help():
+  assert all(f.metadata.get("help") for f in dataclasses.fields(Config))

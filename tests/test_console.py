@@ -1,0 +1,65 @@
+"""launch.console: the terminal gets the run's own lines, warnings and errors; -v gets all."""
+
+import logging
+
+from launch import console
+
+# Lines as a 2-worker Estimator chief writes them (its log keeps all of them).
+CHIEF = b"""\
+2026-11-23 07:47:36.156554: I external/local_tsl/tsl/cuda/cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+2026-11-23 07:47:36.259490: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory
+2026-11-23 07:47:39.508938: W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find TensorRT
+[chief:0] I1123 07:49:23.195112 140195716713344 trainers/distribute.py:74] Task chief:0 of 2 workers; 1 intra-op threads.
+[chief:0] W1123 07:47:44.100000 140615631063936 deprecation.py:50] From /x/estimator.py:1: Variable.initialized_value is deprecated
+Instructions for updating:
+Use Variable.read_value.
+[chief:0] I1123 07:47:43.801939 140615631063936 estimator.py:200] Using config: {'_model_dir': '/tmp/k2',
+, '_keep_checkpoint_max': 3}
+[chief:0] I1123 07:47:52.000000 140615631063936 cross_device_ops.py:1154] Collective all_reduce tensors: 6 all_reduces, num_devices = 1
+[chief:0] I1123 07:49:32.609083 140195716713344 trainers/common.py:74] step 10/40: loss 1.8661, 1.6 steps/s, ETA 19 s
+[chief:0] W1123 07:49:33.000000 140195716713344 checkpoint_management.py:100] A checkpoint was not found
+2026-11-23 07:49:34.000000: E tensorflow/core/common_runtime/base_collective_executor.cc:249] BaseCollectiveExecutor::StartAbort UNAVAILABLE: peer died
+/venv/lib/python3.11/site-packages/tensorflow_datasets/core/dataset_builder.py:9: UserWarning: a library's own warning
+  warnings.warn(
+[chief:0] I1123 07:49:35.000000 140195716713344 saver.py:1413] Restoring parameters from /tmp/k2/model.ckpt-40
+Traceback (most recent call last):
+  File "x.py", line 1, in <module>
+tensorflow.python.framework.errors_impl.UnavailableError: peer died
+"""
+
+SHOWN = [
+    b"[chief:0] I1123 07:49:23.195112 140195716713344 trainers/distribute.py:74] Task chief:0",
+    b"[chief:0] I1123 07:49:32.609083 140195716713344 trainers/common.py:74] step 10/40",
+    b"[chief:0] W1123 07:49:33.000000 140195716713344 checkpoint_management.py:100] A check",
+    b"2026-11-23 07:49:34.000000: E tensorflow/core/common_runtime/base_collective_executor",
+    b"Traceback (most recent call last):", b'  File "x.py", line 1, in <module>',
+    b"tensorflow.python.framework.errors_impl.UnavailableError: peer died",
+]
+
+
+def _filtered(verbose):
+  keep = console.LineFilter(verbose)
+  return [line for line in CHIEF.splitlines(keepends=True) if keep(line)]
+
+
+def test_the_terminal_shows_own_lines_warnings_and_errors_only():
+  shown = _filtered(verbose=False)
+  assert len(shown) == len(SHOWN), b"".join(shown).decode()
+  for line, start in zip(shown, SHOWN):
+    assert line.startswith(start)
+
+
+def test_verbose_shows_everything():
+  assert _filtered(verbose=True) == CHIEF.splitlines(keepends=True)
+
+
+def test_a_lone_process_filters_its_records_by_the_same_rule():
+  def record(level, path):
+    return logging.LogRecord("absl", level, path, 1, "message", None, None)
+
+  keep = console.RecordFilter()
+  assert keep.filter(record(logging.INFO, f"{console.REPO}/trainers/common.py"))
+  assert not keep.filter(record(logging.INFO, "/venv/site-packages/tensorflow/x/saver.py"))
+  assert keep.filter(record(logging.WARNING, "/venv/site-packages/tensorflow/x/saver.py"))
+  assert not keep.filter(record(logging.WARNING, "/venv/tensorflow/python/util/deprecation.py"))
+  assert not console.is_own("/elsewhere/trainers/common.py")

@@ -1,0 +1,42 @@
+"""trainers.distribute: the chief rule, task-tagged logs, and the process set-up."""
+
+import logging
+
+import tensorflow as tf
+from tensorflow.python.autograph.core import config as autograph_config
+
+from launch import cluster
+from launch import console
+from trainers import distribute
+
+
+def test_a_strategy_without_a_cluster_is_one_chief():
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  assert distribute.num_workers(strategy) == 1 and distribute.is_chief(strategy)
+  distribute.barrier(strategy, "alone")  # No-op for one worker.
+
+
+def test_task_logs_are_tagged_and_own_lines_carry_their_path():
+  formatter = distribute._TaskFormatter("worker:1")  # pylint: disable=protected-access
+  own = logging.LogRecord("absl", logging.INFO, f"{console.REPO}/trainers/common.py", 3,
+                          "hello", None, None)
+  theirs = logging.LogRecord("absl", logging.INFO, "/venv/tensorflow/saver.py", 3, "hi",
+                             None, None)
+  assert formatter.format(own).startswith("[worker:1] I")
+  assert "trainers/common.py:3] hello" in formatter.format(own)
+  assert " saver.py:3] hi" in formatter.format(theirs)
+  keep = console.LineFilter(verbose=False)
+  assert keep(formatter.format(own).encode()) and not keep(formatter.format(theirs).encode())
+
+
+def test_autograph_skips_tf_keras_once():
+  distribute.skip_autograph_for_tf_keras()
+  distribute.skip_autograph_for_tf_keras()
+  rules = [r for r in autograph_config.CONVERSION_RULES
+           if getattr(r, "_prefix", None) == "tf_keras"]
+  assert len(rules) == 1
+
+
+def test_the_chief_rule_follows_the_cluster_layout():
+  assert cluster.Task("chief", 0, 2).is_chief and not cluster.Task("worker", 0, 2).is_chief
+  assert cluster.Task("worker", 0, 2, has_chief_job=False).is_chief

@@ -1,0 +1,47 @@
+"""trainers.keras_trainer in this process: an injected strategy and input_fn, v1 momentum."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from launch.tools import runs
+from tests.conftest import memory_input_fn
+from trainers import keras_trainer
+from trainers.config import Config
+
+CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
+                checkpoint_every_steps=3, backup_every_steps=2)
+
+
+def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  input_fn = memory_input_fn(CONFIG.global_batch_size)
+  summary = keras_trainer.train_and_evaluate(CONFIG, str(tmp_path), strategy=strategy,
+                                             input_fn=input_fn)
+  assert summary["global_step"] == 6 and summary["workers"] == 1
+  assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-6")
+  records = runs.read_progress(str(tmp_path))
+  assert [r.get("step") for r in records] == [None, 2, 4, 6]
+  assert not os.path.exists(tmp_path / "backup")
+  # A larger --train_steps goes on from the final checkpoint, not from 0.
+  longer = keras_trainer.train_and_evaluate(
+      Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
+      input_fn=input_fn)
+  assert longer["global_step"] == 8
+  starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
+  assert [r["from_step"] for r in starts] == [0, 6]
+
+
+def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():
+  schedule = tf_keras.optimizers.schedules.PiecewiseConstantDecay([0, 1], [0.5, 0.1, 0.05])
+  optimizer = keras_trainer.V1MomentumSGD(schedule, momentum=0.9)
+  var = tf.Variable([1.0])
+  accum, want = 0.0, 1.0
+  for rate, grad in zip([0.5, 0.1, 0.05], [1.0, 2.0, -1.0]):
+    optimizer.apply_gradients([(tf.constant([grad]), var)])
+    accum = 0.9 * accum + grad
+    want -= rate * accum
+  np.testing.assert_allclose(var.numpy(), [want], rtol=1e-6)

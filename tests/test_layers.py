@@ -1,0 +1,79 @@
+"""The layers of WORKSPACE.md: each module imports only its own layer and those below it."""
+
+import ast
+import pathlib
+
+import pytest
+
+from tests.conftest import REPO
+
+# Lowest first. A module's layer is the first pattern its path matches.
+LAYERS = (
+    ("data", ("data/",)),
+    ("launcher core", ("launch/cluster.py", "launch/supervisor.py", "launch/console.py",
+                       "launch/local.py")),
+    ("trainers", ("trainers/",)),
+    ("tools", ("launch/tools/", "launch/")),
+    ("tests", ("tests/",)),
+)
+# The launcher core starts tasks at once: it must not import TensorFlow (2 to 3 s).
+TF_FREE = ("data/paths.py", "launch/cluster.py", "launch/supervisor.py", "launch/console.py",
+           "launch/local.py")
+
+
+def _layer(path: str) -> int:
+  return next(i for i, (_, prefixes) in enumerate(LAYERS) if path.startswith(prefixes))
+
+
+def _module_path(name: str) -> str:
+  """The repository path of an imported project module, or '' if it is not ours."""
+  parts = name.split(".")
+  if parts[0] not in ("data", "launch", "trainers", "tests"):
+    return ""
+  for candidate in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+    if (REPO / candidate).exists():
+      return candidate
+  return "/".join(parts) + "/"
+
+
+def _imports(path: pathlib.Path):
+  tree = ast.parse(path.read_text(), str(path))
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      yield node.module
+      yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+SOURCES = sorted(str(p.relative_to(REPO)) for d in ("data", "launch", "trainers", "tests")
+                 for p in (REPO / d).rglob("*.py"))
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_import_runs_up_a_layer(source):
+  mine = _layer(source)
+  for name in _imports(REPO / source):
+    target = _module_path(name)
+    if target and not target.endswith("/__init__.py") and target != source:
+      assert _layer(target) <= mine, (f"{source} ({LAYERS[mine][0]}) imports {name} "
+                                      f"({LAYERS[_layer(target)][0]})")
+
+
+@pytest.mark.parametrize("source", TF_FREE)
+def test_the_launcher_core_imports_no_tensorflow(source):
+  for name in _imports(REPO / source):
+    assert name.split(".")[0] not in ("tensorflow", "tf_keras", "tensorflow_datasets"), name
+
+
+def test_every_library_module_has_its_test_file():
+  """tests/test_<module>.py per library module; binaries (*_main.py, launch/<tool>.py,
+  data/prepare.py) are tested through theirs, by running them as users do."""
+  binaries = {"data/prepare.py", "trainers/keras_main.py", "trainers/estimator_main.py"}
+  binaries |= {str(p.relative_to(REPO)) for p in (REPO / "launch").glob("*.py")
+               if p.name not in ("cluster.py", "supervisor.py", "console.py", "__init__.py")}
+  missing = [s for s in SOURCES
+             if not s.startswith("tests/") and not s.endswith("__init__.py")
+             and s not in binaries
+             and not (REPO / "tests" / f"test_{pathlib.Path(s).stem}.py").exists()]
+  assert not missing, f"no tests/test_<module>.py for {missing}"

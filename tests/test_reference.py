@@ -1,0 +1,44 @@
+"""launch.tools.reference: the hand-written v1 momentum + cosine loop, checked by hand."""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from launch.tools import reference
+from tests.conftest import memory_input_fn
+from trainers import model as model_lib
+from trainers.config import Config
+
+CONFIG = Config(train_steps=2, global_batch_size=32, learning_rate=0.1, momentum=0.9)
+
+
+def _gradients(weights, images, labels):
+  model = model_lib.build_model(0, weights)
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=model(images, training=True)))
+  grads = tape.gradient(loss, model.trainable_variables)
+  return float(loss), {model_lib.weight_name(v): g.numpy()
+                       for v, g in zip(model.trainable_variables, grads)}
+
+
+def test_two_workers_step_on_their_concatenated_batches_with_v1_momentum():
+  input_fn = memory_input_fn(CONFIG.global_batch_size)
+  losses, got = reference.train_reference(CONFIG, 2, input_fn=input_fn)
+  shards = [iter(input_fn("train", tf.distribute.InputContext(2, i, 2))) for i in range(2)]
+  weights = model_lib.get_weights(model_lib.build_model(CONFIG.seed))
+  accum = {n: np.zeros_like(w) for n, w in weights.items()}
+  want_losses = []
+  for step in range(CONFIG.train_steps):
+    batches = [next(s) for s in shards]
+    loss, grads = _gradients(weights, tf.concat([b[0] for b in batches], 0),
+                             tf.concat([b[1] for b in batches], 0))
+    rate = 0.1 * 0.5 * (1 + math.cos(math.pi * step / CONFIG.train_steps))
+    for n in weights:
+      accum[n] = 0.9 * accum[n] + grads[n]
+      weights[n] = weights[n] - rate * accum[n]
+    want_losses.append(loss)
+  np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
+  for n in weights:
+    np.testing.assert_allclose(got[n], weights[n], atol=1e-6, err_msg=n)
