@@ -4,7 +4,7 @@ A local cluster of N training workers has one "chief" task and N-1 "worker"
 tasks, plus, for the Estimator, one "evaluator" task that is not part of the
 training cluster: the layout the Estimator documents, which Keras and
 MultiWorkerMirroredStrategy accept too. TF_CONFIGs written by hand may also
-leave out the chief job; then worker 0 is the chief.
+leave out the chief job; then `worker:0` is the chief.
 """
 
 import dataclasses

@@ -209,7 +209,7 @@ def run_local_cluster(
 
   Args:
     cmd: the command every task runs; each gets its own TF_CONFIG.
-    num_workers: training workers; worker 0 is the chief.
+    num_workers: training tasks: `chief:0` and `worker:0` to `worker:<N-2>`.
     log_dir: where `<type>-<index>.log` files and `tasks.json` go; created if missing.
     evaluator: also start an "evaluator" task (Estimator's sidecar).
     timeout: seconds before the whole run, restarts included, is stopped;

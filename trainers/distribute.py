@@ -214,7 +214,8 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-  """True for the one process that writes to model_dir: worker 0, or a local run."""
+  """True for the one process that writes to model_dir: `chief:0` (or, in a cluster with
+  no chief job, `worker:0`), or a local run."""
   resolver = getattr(strategy, "cluster_resolver", None)
   jobs = resolver.cluster_spec().as_dict() if resolver else {}
   if not jobs:

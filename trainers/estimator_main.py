@@ -3,7 +3,8 @@ r"""Trains the MNIST CNN with tf.estimator.train_and_evaluate.
   python -m trainers.estimator_main --workers=2 [--model_dir=DIR] [--data_dir=DIR]
 
 RunConfig(train_distribute=MultiWorkerMirroredStrategy()); with --workers > 1
-an "evaluator" task evaluates every checkpoint. See --helpfull for every flag.
+an "evaluator" task evaluates the newest checkpoint each time it looks (it can
+skip checkpoints written during an evaluation). See --helpfull for every flag.
 The last line on stdout is the run's summary JSON.
 """
 
