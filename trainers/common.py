@@ -59,7 +59,7 @@ class Progress:
     self.start_time = self._last_time = time.time()
     logging.info("Training from step %d to %d.", step, self._total)
     if self._model_dir:
-      record_progress(self._model_dir, "start", from_step=step, to_step=self._total,
+      record_progress(self._model_dir, "start", from_step=int(step), to_step=self._total,
                       startup={k: round(v, 3) for k, v in _STARTUP.items()})
 
   def first_step_done(self) -> None:
@@ -74,7 +74,7 @@ class Progress:
     logging.info("step %d/%d: loss %.4f, %.1f steps/s, ETA %.0f s", step, self._total, loss,
                  steps_per_sec, eta)
     if self._model_dir:
-      record_progress(self._model_dir, "step", step=step, loss=float(loss),
+      record_progress(self._model_dir, "step", step=int(step), loss=float(loss),
                       steps_per_sec=round(steps_per_sec, 3))
     self.last_step, self._last_time = step, now
     return steps_per_sec

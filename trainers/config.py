@@ -48,10 +48,17 @@ class Config:
   deterministic: bool = _field(False, "Turn on TensorFlow op determinism.")
   record_dir: Optional[str] = _field(None, "Record per-step losses (chief) and each shard's "
                                      "example fingerprints here, for launch.parity.")
+  decay_steps: int = _field(0, "Steps over which the learning rate decays to 0; 0: "
+                            "--train_steps. To stop a run early and go on later on the same "
+                            "schedule, give both runs the same --decay_steps.")
   steps_per_execution: int = _field(0, "Keras only: training steps per call of the compiled "
                                     "train function; --train_steps and the log, checkpoint and "
                                     "backup intervals must be multiples of it. 0: the largest "
                                     "that fits, up to 10 (1 with --record_dir).")
+
+  def schedule_steps(self) -> int:
+    """The learning-rate schedule's length: decay_steps, or train_steps when 0."""
+    return self.decay_steps or self.train_steps
 
   def keras_steps_per_execution(self) -> int:
     """steps_per_execution with auto (0) resolved: the largest value up to 10 that
@@ -74,6 +81,8 @@ class Config:
       raise ValueError(f"--learning_rate must be positive and finite, got {self.learning_rate}.")
     if not 0 <= self.momentum < 1:
       raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}.")
+    if self.decay_steps < 0:
+      raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")

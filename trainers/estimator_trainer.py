@@ -70,7 +70,7 @@ def make_model_fn(config: Config):
       return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.cosine_decay(
-        config.learning_rate, global_step, config.train_steps)
+        config.learning_rate, global_step, config.schedule_steps())
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
     train_op = optimizer.minimize(loss, global_step=global_step, var_list=model.trainable_variables)
     chief_hooks = []

@@ -37,7 +37,8 @@ class V1MomentumSGD(tf_keras.optimizers.SGD):
 
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
   """The Keras twin of the Estimator's MomentumOptimizer with cosine_decay."""
-  schedule = tf_keras.optimizers.schedules.CosineDecay(config.learning_rate, config.train_steps)
+  schedule = tf_keras.optimizers.schedules.CosineDecay(config.learning_rate,
+                                                              config.schedule_steps())
   return V1MomentumSGD(schedule, momentum=config.momentum)
 
 

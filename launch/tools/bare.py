@@ -65,7 +65,7 @@ class _Step:
     return loss, tape.gradient(loss, self.variables)
 
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
-    done = tf.minimum(tf.cast(self._step, tf.float32) / self._config.train_steps, 1.0)
+    done = tf.minimum(tf.cast(self._step, tf.float32) / self._config.schedule_steps(), 1.0)
     rate = self._config.learning_rate * 0.5 * (1.0 + tf.cos(math.pi * done))
     for variable, accumulator, gradient in zip(self.variables, self._accumulators, gradients):
       accumulator.assign(self._config.momentum * accumulator + gradient)

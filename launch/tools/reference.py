@@ -47,7 +47,8 @@ def train_reference(config: Config, num_workers: int,
       loss = tf.reduce_mean(
           tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
     gradients = tape.gradient(loss, variables)
-    rate = config.learning_rate * 0.5 * (1 + math.cos(math.pi * step / config.train_steps))
+    done = min(step, config.schedule_steps()) / config.schedule_steps()
+    rate = config.learning_rate * 0.5 * (1 + math.cos(math.pi * done))
     for i, (variable, gradient) in enumerate(zip(variables, gradients)):
       accumulators[i] = config.momentum * accumulators[i] + gradient
       variable.assign_sub(rate * accumulators[i])
