@@ -43,12 +43,9 @@ _EVAL_EVERY = flags.DEFINE_integer("checkpoint_every_steps", Config.checkpoint_e
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  try:
-    workers = [int(w) for w in _WORKERS.value]
-  except ValueError:
-    raise app.UsageError(f"--workers must be integers, got {_WORKERS.value}", exitcode=2)
-  if not workers or min(workers) < 1 or _STEPS.value < 1 or _REPEATS.value < 1:
-    raise app.UsageError("--workers, --steps and --repeats must be at least 1.", exitcode=2)
+  workers = runs.worker_counts(_WORKERS.value)
+  if _STEPS.value < 1 or _REPEATS.value < 1:
+    raise app.UsageError("--steps and --repeats must be at least 1.", exitcode=2)
   unknown = set(_BACKENDS.value) - set(bench_run.BACKENDS)
   if unknown:
     raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)

@@ -247,16 +247,21 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
                 loss_gap, loss_atol, where)]
 
 
-def format_table(report: Report) -> str:
-  rows = [f"Parity at {report.workers} worker(s): {report.steps}-step short run, "
-          f"{report.long_steps}-step long run",
-          "| check | result | measured | limit | where |", "| --- | --- | --- | --- | --- |"]
-  for c in report.checks:
+def format_checks(title: str, checks: Sequence[Check]) -> str:
+  """A Markdown table of checks under `title`, then the overall verdict."""
+  rows = [title, "| check | result | measured | limit | where |", "| --- | --- | --- | --- | --- |"]
+  for c in checks:
     rows.append(f"| {c.name} | {'PASS' if c.passed else 'FAIL'} | {c.measured:.3g} | "
                 f"{c.limit:.3g} | {c.where} |")
-  rows.append(f"Overall: {'PASS' if report.passed else 'FAIL'} "
-              f"({sum(c.passed for c in report.checks)}/{len(report.checks)} checks)")
+  passed = sum(c.passed for c in checks)
+  rows.append(f"Overall: {'PASS' if passed == len(checks) else 'FAIL'} "
+              f"({passed}/{len(checks)} checks)")
   return "\n".join(rows)
+
+
+def format_table(report: Report) -> str:
+  return format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step short run, "
+                       f"{report.long_steps}-step long run", report.checks)
 
 
 def write_report(report: Report, out_dir: str) -> None:

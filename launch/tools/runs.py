@@ -99,6 +99,17 @@ def read_progress(model_dir: str) -> List[Dict[str, Any]]:
   return [json.loads(line) for line in text.split("\n")[:-1] if line]
 
 
+def worker_counts(values: Sequence[str]) -> List[int]:
+  """A tool's --workers list (e.g. ["1", "2"]) as numbers; a usage error (exit 2) if bad."""
+  try:
+    counts = [int(v) for v in values]
+  except ValueError:
+    raise app.UsageError(f"--workers must be integers, got {','.join(values)}.", exitcode=2)
+  if not counts or min(counts) < 1:
+    raise app.UsageError("--workers must be at least 1.", exitcode=2)
+  return counts
+
+
 def check_or_exit(config: Config, workers: int) -> None:
   """For the tool binaries: exit 2 on a bad config, 1 on missing data."""
   try:
