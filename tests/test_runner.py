@@ -269,6 +269,7 @@ def test_a_checkpoint_of_the_other_backend_is_left_alone(backend, tiny_data_dir,
   result = _rejected(backend, [], {}, 2, f"holds a checkpoint of the {other} backend",
                      tiny_data_dir, tmp_path / "model")
   assert f"python -m trainers.{other}_main" in result.stderr
+  assert f"python -m launch.convert --from_{other}=" in result.stderr
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -166,7 +166,9 @@ def checkpoint_problem(backend: str, model_dir: str) -> Optional[str]:
     if owner != backend:
       return (f"--model_dir={model_dir} holds a checkpoint of the {owner} backend ({path}); "
               f"the {backend} backend cannot resume from it and will not overwrite it. Choose a "
-              f"new --model_dir, or resume it with python -m trainers.{owner}_main.")
+              f"new --model_dir, resume it with python -m trainers.{owner}_main, or carry it "
+              f"across with python -m launch.convert --from_{owner}={model_dir} "
+              f"--to_{backend}=NEW_MODEL_DIR.")
     mismatch = _model_mismatch(owner, shapes)
     if mismatch:
       return (f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "

@@ -145,7 +145,11 @@ class _Backup(tf_keras.callbacks.BackupAndRestore):
     super().on_train_batch_end(batch, logs)
 
 
-def _save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
+def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
+  """`directory/ckpt-<step>` of model and optimizer: what this trainer resumes from.
+
+  Relative paths in its `checkpoint` file, so the directory can be moved.
+  """
   manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
                                        max_to_keep=1,
                                        checkpoint_name=common.KERAS_CHECKPOINT_PREFIX)
@@ -168,11 +172,11 @@ class _FinalCheckpoint(tf_keras.callbacks.Callback):
   def on_train_end(self, logs=None):
     step = int(self.model.optimizer.iterations.numpy())
     if self._chief:
-      logging.info("Saved %s", _save_checkpoint(self.model, self._model_dir, step))
+      logging.info("Saved %s", save_checkpoint(self.model, self._model_dir, step))
       return
     scratch = tempfile.mkdtemp(prefix="mnist-worker-ckpt-")
     try:
-      _save_checkpoint(self.model, scratch, step)
+      save_checkpoint(self.model, scratch, step)
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
 

@@ -73,7 +73,10 @@ def backend_weights(backend: str, summary: Dict) -> model_lib.Weights:
     loaded = tf.saved_model.load(summary["export_dir"])
     return {model_lib.weight_name(v): v.numpy() for v in loaded.trainable_variables}
   reader = tf.train.load_checkpoint(summary["model_dir"])
-  return {name: reader.get_tensor(name) for name in convert.estimator_weight_names(reader)}
+  # Weights, and whatever the conversion could not place (an extra variable).
+  names = [e.name for e in convert.classify(reader.get_variable_to_shape_map())
+           if e.kind in (convert.WEIGHT, convert.UNMAPPED)]
+  return {name: reader.get_tensor(name) for name in names}
 
 
 def check_mapping(weights: Dict[str, model_lib.Weights]) -> Check:

@@ -1,0 +1,64 @@
+r"""Converts a training checkpoint to the other backend, so the run goes on there.
+
+  python -m launch.convert --from_estimator=EST_MODEL_DIR --to_keras=KERAS_MODEL_DIR \
+      [--assignment_map=map.json] [--seed=1]
+  python -m launch.convert --from_keras=KERAS_MODEL_DIR --to_estimator=EST_MODEL_DIR \
+      [--assignment_map=map.json]
+  python -m trainers.keras_main --model_dir=KERAS_MODEL_DIR --train_steps=1500  # Resumes.
+
+Carries the newest checkpoint's weights, momentum accumulators and step.
+--assignment_map is a JSON object of old checkpoint name -> model weight name
+({"dense_1/kernel": "hidden/kernel"}), or null to drop a variable that is not
+state to carry; any variable left unmapped is an error naming the entry that
+fixes it. Prints what went where, what was not carried, the step and the
+output directory. The target must be new (or empty); it appears only when
+complete. Exits 2, writing nothing, if the checkpoint cannot be converted.
+"""
+
+import sys
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from launch import console
+from trainers.config import Config
+
+_FROM_ESTIMATOR = flags.DEFINE_string("from_estimator", None, "The Estimator model_dir to "
+                                      "convert (its newest model.ckpt-<step>).")
+_TO_KERAS = flags.DEFINE_string("to_keras", None, "The new Keras model_dir to write.")
+_FROM_KERAS = flags.DEFINE_string("from_keras", None, "The Keras model_dir to convert (its "
+                                  "newest ckpt-<step>).")
+_TO_ESTIMATOR = flags.DEFINE_string("to_estimator", None, "The new Estimator model_dir to "
+                                    "write.")
+_ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an object of old "
+                                      "checkpoint name -> model weight name, or null to drop it.")
+_SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the model built before the converted "
+                             "values are assigned (they replace every weight).")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  to_keras = (_FROM_ESTIMATOR.value, _TO_KERAS.value)
+  to_estimator = (_FROM_KERAS.value, _TO_ESTIMATOR.value)
+  if any(to_keras) == any(to_estimator) or not all(to_keras if any(to_keras) else to_estimator):
+    raise app.UsageError("Give exactly one direction: --from_estimator and --to_keras, or "
+                         "--from_keras and --to_estimator.", exitcode=2)
+  console.quiet_lone_process(flags.FLAGS.verbosity)  # Before TensorFlow is imported.
+  from launch.tools import convert  # pylint: disable=import-outside-toplevel
+  source, target = to_keras if any(to_keras) else to_estimator
+  run = convert.estimator_to_keras if any(to_keras) else convert.keras_to_estimator
+  try:
+    assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
+                      if _ASSIGNMENT_MAP.value else None)
+    conversion = run(source, target, assignment_map=assignment_map,
+                     config=Config(seed=_SEED.value))
+  except convert.ConversionError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  print(convert.format_table(conversion))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,251 @@
+"""Handoff: an Estimator run carried across to Keras (and back) changes nothing, number by number.
+
+From one initial-weights file, with op determinism, at each worker count:
+
+- A: the Estimator trains 0 -> split, stops, and resumes split -> split+k (its own resume);
+- B: the same Estimator checkpoint at `split`, `launch.convert`, Keras resumes split -> split+k;
+- C: Keras trains 0 -> split, stops, and resumes split -> split+k (Keras's own resume);
+- D: the same Keras checkpoint at `split`, converted, the Estimator resumes split -> split+k.
+
+A resumed run builds its input pipeline again, so it reads other batches than
+an uninterrupted run would: A is compared with B and C with D, which read the
+same. Every run's learning rate decays over `train_steps` (`Config.decay_steps`),
+so stopping at `split` leaves the schedule as an uninterrupted run has it. How
+far a resumed run is from an uninterrupted one is measured and reported, not
+checked.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from launch.tools import convert
+from launch.tools import parity
+from launch.tools import runs
+from trainers import common
+from trainers import model as model_lib
+from trainers.config import Config
+
+Check = parity.Check
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerances:
+  weight_atol: float = 1e-6
+  loss_rtol: float = 1e-5
+  logit_atol: float = 1e-5
+  learning_rate_atol: float = 1e-9
+
+
+@dataclasses.dataclass
+class Report:
+  workers: List[int]
+  split_at: int
+  train_steps: int
+  resume_steps: int
+  checks: List[Check]
+  losses: Dict[str, List[float]]  # "<n>w/<run>": per-step training losses.
+  measured: Dict[str, float]  # Reported, not checked: resumed vs uninterrupted runs.
+
+  @property
+  def passed(self) -> bool:
+    return all(c.passed for c in self.checks)
+
+
+def v1_cosine_rate(config: Config, step: int) -> float:
+  """tf.compat.v1.train.cosine_decay's rate at `step`, written out."""
+  done = min(step, config.schedule_steps()) / config.schedule_steps()
+  return config.learning_rate * 0.5 * (1 + math.cos(math.pi * done))
+
+
+class _Runner:
+  """Runs the legs of one worker count under `<out_dir>/<n>w/<leg>/`."""
+
+  def __init__(self, config: Config, workers: int, out_dir: str, timeout: float):
+    self.config, self.workers, self.timeout = config, workers, timeout
+    self.out_dir = os.path.join(out_dir, f"{workers}w")
+
+  def model_dir(self, leg: str) -> str:
+    return os.path.join(self.out_dir, leg, "model")
+
+  def train(self, leg: str, backend: str, train_steps: int) -> Dict:
+    """Trains `backend` in leg's model_dir (resuming whatever it holds) to `train_steps`."""
+    run_dir = os.path.join(self.out_dir, leg)
+    os.makedirs(run_dir, exist_ok=True)
+    config = dataclasses.replace(self.config, train_steps=train_steps, record_dir=run_dir,
+                                 checkpoint_every_steps=train_steps)
+    return runs.run_trainer(backend, config, workers=self.workers,
+                            model_dir=self.model_dir(leg),
+                            log_path=os.path.join(run_dir, "run.log"), timeout=self.timeout)
+
+  def copy(self, source: str, leg: str) -> None:
+    """A run's model_dir as it stood at the split, for a leg of its own to resume."""
+    shutil.copytree(self.model_dir(source), self.model_dir(leg),
+                    ignore=shutil.ignore_patterns(common.PROGRESS_FILE, common.SUMMARY_FILE))
+
+  def losses(self, leg: str) -> List[float]:
+    with open(os.path.join(self.out_dir, leg, common.LOSSES_FILE)) as f:
+      return json.load(f)["losses"]
+
+
+def resume_checks(name: str, summaries: Dict[str, Dict], losses: Dict[str, List[float]],
+                   backends: Dict[str, str], tolerances: Tolerances) -> List[Check]:
+  weights = {leg: parity.backend_weights(backends[leg], summaries[leg]) for leg in summaries}
+  mapping = parity.check_mapping(weights)
+  checks = [dataclasses.replace(mapping, name=f"{name}: variable mapping")]
+  if mapping.passed:
+    checks += [dataclasses.replace(c, name=f"{name}: {c.name}")
+               for c in parity.compare_weights(weights, tolerances.weight_atol)]
+  checks += [dataclasses.replace(c, name=f"{name}: {c.name}")
+             for c in parity.compare_losses(losses, tolerances.loss_rtol,
+                                            "per-step loss rel diff after the split")]
+  return checks
+
+
+def _resumed_from(summary: Dict) -> int:
+  starts = [r for r in runs.read_progress(summary["model_dir"]) if r["event"] == "start"]
+  return starts[-1]["from_step"] if starts else -1
+
+
+def _rate_check(name: str, config: Config, step: int, split_at: int, atol: float) -> Check:
+  """The rate the resumed run's first step uses: the schedule's at the split, not at 0."""
+  want = v1_cosine_rate(config, split_at)
+  got = v1_cosine_rate(config, step)
+  return Check(f"{name}: learning rate at step {split_at + 1}", abs(got - want) <= atol,
+               abs(got - want), atol, f"carried step {step}: rate {got:.6g}, schedule "
+               f"{want:.6g}")
+
+
+def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: int,
+                train_steps: int, resume_steps: int = 10,
+                tolerances: Tolerances = Tolerances(), timeout: float = 1800,
+                tamper: Optional[Callable[[str], None]] = None) -> Report:
+  """Runs A, B, C and D (and the uninterrupted runs) at each worker count, and checks them.
+
+  Args:
+    config: hyperparameters; train_steps, decay_steps, init_weights, record_dir
+      and deterministic are set here.
+    workers: worker counts to run at.
+    out_dir: runs, records, conversions and the weights file go here.
+    split_at: the step at which each first run stops and is handed over.
+    train_steps: the schedule's length: every run's learning rate decays over it.
+    resume_steps: steps each resumed run trains past the split.
+    tolerances: the limits of the checks.
+    timeout: seconds for each run.
+    tamper: test-only: called with B's converted Keras model_dir before it is
+      resumed (the negative controls: zeroed slots or a reset step must fail).
+
+  Returns:
+    The report; `report.passed` only if every check passed.
+  """
+  os.makedirs(out_dir, exist_ok=True)
+  init_path = os.path.join(out_dir, "init_weights.npz")
+  model_lib.save_weights_npz(init_path, model_lib.get_weights(model_lib.build_model(config.seed)))
+  config = dataclasses.replace(config, init_weights=init_path, deterministic=True,
+                               decay_steps=train_steps)
+  end = split_at + resume_steps
+  checks: List[Check] = []
+  losses: Dict[str, List[float]] = {}
+  measured: Dict[str, float] = {}
+  for n in workers:
+    run = _Runner(config, n, out_dir, timeout)
+    first = {"estimator": run.train("estimator-first", "estimator", split_at),
+             "keras": run.train("keras-first", "keras", split_at)}
+    for backend in first:
+      losses[f"{n}w/{backend} 0-{split_at}"] = run.losses(f"{backend}-first")
+
+    # The handed-over checkpoints, checked before any step is taken from them.
+    to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"), run.model_dir("B"),
+                                          config=config)
+    convert.keras_to_estimator(run.model_dir("keras-first"), run.model_dir("D"),
+                                              config=config)
+    checks.append(Check(f"{n}w: every Estimator variable mapped or ignored", True,
+                        float(len(to_keras.mapped)), float(len(to_keras.mapped)),
+                        f"{len(to_keras.mapped)} mapped, ignored: {to_keras.ignored or 'none'}"))
+    same, logit_diff, images = convert.prediction_identity(first["estimator"]["export_dir"],
+                                                           run.model_dir("B"), config)
+    checks.append(Check(f"{n}w: classes, Estimator export vs converted Keras", same,
+                        0.0 if same else 1.0, 0.0, f"{images} test images"))
+    checks.append(Check(f"{n}w: max |logit diff|, Estimator export vs converted Keras",
+                        logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
+                        f"{images} test images"))
+    if tamper:
+      tamper(run.model_dir("B"))
+    for leg in ("B", "D"):
+      _, carried = common.checkpoint_step(tf.train.latest_checkpoint(run.model_dir(leg)))
+      checks.append(_rate_check(f"{n}w {leg}", config, carried, split_at,
+                                tolerances.learning_rate_atol))
+
+    run.copy("estimator-first", "A")
+    run.copy("keras-first", "C")
+    summaries = {"A": run.train("A", "estimator", end), "B": run.train("B", "keras", end),
+                 "C": run.train("C", "keras", end), "D": run.train("D", "estimator", end)}
+    backends = {"A": "estimator", "B": "keras", "C": "keras", "D": "estimator"}
+    for leg, summary in summaries.items():
+      losses[f"{n}w/{leg}"] = run.losses(leg)
+      checks.append(Check(f"{n}w {leg}: resumed from the split", _resumed_from(summary) == split_at,
+                          float(_resumed_from(summary)), float(split_at), "its start record"))
+    for name, pair in (("A vs B", ("A", "B")), ("C vs D", ("C", "D"))):
+      checks += resume_checks(f"{n}w {name}", {leg: summaries[leg] for leg in pair},
+                               {leg: losses[f"{n}w/{leg}"] for leg in pair},
+                               backends, tolerances)
+
+    # Reported, not checked: a resumed run against an uninterrupted one.
+    for leg, backend in (("A", "estimator"), ("C", "keras")):
+      whole = run.train(f"{backend}-uninterrupted", backend, end)
+      both = {leg: summaries[leg], "whole": whole}
+      weights = {k: parity.backend_weights(backend, s) for k, s in both.items()}
+      measured[f"{n}w {leg} vs uninterrupted {backend}: max |weight diff|"] = max(
+          float(np.max(np.abs(weights[leg][v] - weights["whole"][v]))) for v in weights[leg])
+      whole_losses = run.losses(f"{backend}-uninterrupted")[split_at:]
+      measured[f"{n}w {leg} vs uninterrupted {backend}: max per-step loss rel diff"] = max(
+          abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[f"{n}w/{leg}"], whole_losses))
+  return Report(workers=list(workers), split_at=split_at, train_steps=train_steps,
+                resume_steps=resume_steps, checks=checks, losses=losses, measured=measured)
+
+
+def format_table(report: Report) -> str:
+  rows = [parity.format_checks(f"Handoff at step {report.split_at} of {report.train_steps}, "
+                               f"{report.resume_steps} steps resumed, workers {report.workers}",
+                               report.checks)]
+  if report.measured:
+    rows += ["", "Resumed vs uninterrupted (measured, not checked: a resumed run rebuilds its "
+             "input pipeline and reads other batches):", "| comparison | value |",
+             "| --- | --- |"]
+    rows += [f"| {k} | {v:.3g} |" for k, v in report.measured.items()]
+  return "\n".join(rows)
+
+
+def write_report(report: Report, out_dir: str) -> None:
+  """handoff_report.md, handoff_report.json and loss_curves.png in out_dir."""
+  with open(os.path.join(out_dir, "handoff_report.md"), "w") as f:
+    f.write("# Handoff report\n\n" + format_table(report) + "\n")
+  with open(os.path.join(out_dir, "handoff_report.json"), "w") as f:
+    json.dump({"passed": report.passed, **dataclasses.asdict(report)}, f, indent=2)
+  _plot(report, os.path.join(out_dir, "loss_curves.png"))
+
+
+def _plot(report: Report, path: str) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, ax = plt.subplots(figsize=(9, 5))
+  for run, values in report.losses.items():
+    first = " 0-" in run
+    start = 1 if first else report.split_at + 1
+    ax.plot(range(start, start + len(values)), values, label=run,
+            linestyle="-" if first else "--", marker=None if first else ".")
+  ax.axvline(report.split_at + 0.5, color="grey", linewidth=0.5)
+  ax.set(yscale="log", xlabel="step", ylabel="training loss (global batch)",
+         title=f"Handoff at step {report.split_at}")
+  ax.legend(fontsize="small")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)

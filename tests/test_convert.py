@@ -1,0 +1,243 @@
+"""launch.tools.convert and launch.convert: checkpoints carried between the backends."""
+
+import json
+import os
+import pathlib
+from typing import Dict
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from launch.tools import convert
+from launch.tools import runs
+from tests import legacy_model
+from tests.conftest import run_module
+from trainers import common
+from trainers import estimator_trainer
+from trainers.config import Config
+
+STEPS = 3
+TRAIN_FLAGS = ["--global_batch_size=32", "--eval_batch_size=50", "--log_every_steps=1",
+               f"--checkpoint_every_steps={STEPS}"]
+
+
+def _config(data_dir: str, **changes) -> Config:
+  return Config(**{"train_steps": STEPS, "global_batch_size": 32, "eval_batch_size": 50,
+                   "log_every_steps": 1, "checkpoint_every_steps": STEPS, "data_dir": data_dir,
+                   **changes})
+
+
+def _read_checkpoint(model_dir: str) -> Dict[str, np.ndarray]:
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def _write_estimator_checkpoint(values: Dict[str, np.ndarray], model_dir: str, step: int) -> None:
+  """A name-based checkpoint of exactly `values`, as an Estimator's Saver writes it."""
+  with tf.Graph().as_default():
+    variables = {name: tf.compat.v1.Variable(value, name=f"v{i}")
+                 for i, (name, value) in enumerate(values.items())}
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver(variables).save(session, os.path.join(model_dir, "model.ckpt"),
+                                               global_step=step, write_meta_graph=False)
+
+
+def _leftovers(target: pathlib.Path):
+  """Staging directories a conversion left beside its target."""
+  return [p.name for p in target.parent.iterdir() if p.name.startswith(f".{target.name}.tmp-")]
+
+
+@pytest.fixture(scope="module")
+def estimator_dir(tiny_data_dir, tmp_path_factory) -> str:
+  """An Estimator model_dir at step 3, trained as a user would (summary.json, export)."""
+  model_dir = tmp_path_factory.mktemp("estimator") / "run"
+  result = run_module("trainers.estimator_main", [f"--model_dir={model_dir}",
+                                                  f"--data_dir={tiny_data_dir}",
+                                                  f"--train_steps={STEPS}", *TRAIN_FLAGS])
+  assert result.returncode == 0, result.stderr[-3000:]
+  return str(model_dir)
+
+
+@pytest.fixture(scope="module")
+def keras_dir(estimator_dir, tmp_path_factory) -> str:
+  """estimator_dir converted to Keras, in this process."""
+  target = tmp_path_factory.mktemp("converted") / "keras"
+  conversion = convert.estimator_to_keras(estimator_dir, str(target))
+  assert conversion.step == STEPS and not conversion.ignored
+  return str(target)
+
+
+def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, keras_dir,
+                                                              tiny_data_dir, tmp_path):
+  original = _read_checkpoint(estimator_dir)
+  assert common.checkpoint_problem("keras", keras_dir) is None
+  back = str(tmp_path / "estimator")
+  conversion = convert.keras_to_estimator(keras_dir, back)
+
+  assert common.checkpoint_problem("estimator", back) is None
+  # Every Estimator variable was carried: weights, their Momentum slots, the step.
+  entries = convert.estimator_accounting(tf.train.latest_checkpoint(estimator_dir))
+  assert sorted(e.kind for e in entries) == ["slot"] * 6 + ["step"] + ["weight"] * 6
+  assert len(conversion.mapped) == 13 and conversion.step == STEPS
+  assert np.abs(original["conv/kernel/Momentum"]).max() > 0  # Momentum is state here.
+  restored = _read_checkpoint(back)
+  assert sorted(restored) == sorted(original)
+  for name, value in original.items():
+    assert restored[name].dtype == value.dtype, name
+    assert np.array_equal(restored[name], value), name
+
+  # The Estimator goes on from the converted checkpoint: step 3 to 6.
+  summary = estimator_trainer.train_and_evaluate(
+      _config(tiny_data_dir, train_steps=2 * STEPS), back,
+      strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
+  assert summary["global_step"] == 2 * STEPS
+  starts = [r for r in runs.read_progress(back) if r["event"] == "start"]
+  assert [r["from_step"] for r in starts] == [STEPS]
+
+
+def test_estimator_export_and_converted_keras_predict_the_same(estimator_dir, keras_dir,
+                                                               tiny_data_dir, tmp_path):
+  with open(os.path.join(estimator_dir, common.SUMMARY_FILE)) as f:
+    export_dir = json.load(f)["export_dir"]
+  same, diff, images = convert.prediction_identity(export_dir, keras_dir, _config(tiny_data_dir))
+  assert (same, images) == (True, 200) and diff <= 1e-5
+
+  # Negative control: a checkpoint one bias off is caught.
+  tampered = _read_checkpoint(estimator_dir)
+  tampered["logits/bias"] = tampered["logits/bias"] + 1.0
+  _write_estimator_checkpoint(tampered, str(tmp_path / "tampered"), STEPS)
+  convert.estimator_to_keras(str(tmp_path / "tampered"), str(tmp_path / "tampered-keras"))
+  _, diff, _ = convert.prediction_identity(export_dir, str(tmp_path / "tampered-keras"),
+                                           _config(tiny_data_dir))
+  assert diff > 0.5
+
+
+def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tmp_path):
+  target = tmp_path / "keras"
+  result = run_module("launch.convert", [f"--from_estimator={estimator_dir}",
+                                         f"--to_keras={target}"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = {line.split()[0]: line.split()[2:] for line in result.stdout.splitlines()
+          if " -> " in line}
+  assert rows["conv/kernel/Momentum"] == [
+      "model/optimizer/_variables/1/.ATTRIBUTES/VARIABLE_VALUE", "(slot)"]
+  assert rows["global_step"] == [common.KERAS_STEP_KEY, "(step)"]
+  assert len(rows) == 1 + 13  # The header and every variable.
+  assert f"Step: {STEPS}" in result.stdout and f"Output directory: {target}" in result.stdout
+  assert "Ignored (not carried):\n  none" in result.stdout
+
+  result = run_module("trainers.keras_main", [f"--model_dir={target}",
+                                              f"--data_dir={tiny_data_dir}",
+                                              f"--train_steps={2 * STEPS}", *TRAIN_FLAGS])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert json.loads(result.stdout.strip().splitlines()[-1])["global_step"] == 2 * STEPS
+  assert f"Training from step {STEPS} to {2 * STEPS}." in result.stderr
+
+
+def test_unmapped_variable_fails_naming_it_and_the_fix(estimator_dir, tmp_path):
+  values = _read_checkpoint(estimator_dir)
+  values["extra/kernel"] = np.ones((7, 7), np.float32)
+  source = tmp_path / "extra"
+  _write_estimator_checkpoint(values, str(source), STEPS)
+  target = tmp_path / "keras"
+
+  result = run_module("launch.convert", [f"--from_estimator={source}", f"--to_keras={target}"])
+  assert result.returncode == 2
+  assert result.stderr.startswith("error: ")
+  assert "extra/kernel [7, 7]" in result.stderr
+  assert '"extra/kernel": null' in result.stderr  # The --assignment_map entry that fixes it.
+  assert not target.exists() and not _leftovers(target)
+
+  # With that entry it converts, and says what it dropped.
+  conversion = convert.estimator_to_keras(str(source), str(target),
+                                          assignment_map={"extra/kernel": None})
+  assert [i.name for i in conversion.ignored] == ["extra/kernel"]
+
+
+def test_wrong_shape_and_missing_slot_fail(estimator_dir, tmp_path):
+  values = _read_checkpoint(estimator_dir)
+  del values["hidden/bias/Momentum"]
+  _write_estimator_checkpoint(values, str(tmp_path / "no-slot"), STEPS)
+  with pytest.raises(convert.ConversionError, match=r"hidden/bias its momentum accumulator"):
+    convert.estimator_to_keras(str(tmp_path / "no-slot"), str(tmp_path / "a"))
+  with pytest.raises(convert.ConversionError, match=r"conv/kernel has shape \[3, 3, 1, 32\], but "
+                     r"the model weight logits/bias"):
+    convert.estimator_to_keras(estimator_dir, str(tmp_path / "b"),
+                               assignment_map={"conv/kernel": "logits/bias",
+                                               "logits/bias": None})
+  assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_non_empty_target_and_missing_source_are_refused(estimator_dir, keras_dir, tmp_path):
+  target = tmp_path / "taken"
+  target.mkdir()
+  (target / "keep.txt").write_text("mine")
+  for run, source in ((convert.estimator_to_keras, estimator_dir),
+                      (convert.keras_to_estimator, keras_dir)):
+    with pytest.raises(convert.ConversionError, match="exists and is not empty"):
+      run(source, str(target))
+  assert [p.name for p in target.iterdir()] == ["keep.txt"]
+  assert (target / "keep.txt").read_text() == "mine" and not _leftovers(target)
+
+  empty = tmp_path / "empty"
+  with pytest.raises(convert.ConversionError, match=f"No checkpoint in {empty}"):
+    convert.estimator_to_keras(str(empty), str(tmp_path / "out"))
+  with pytest.raises(convert.ConversionError, match="is a keras checkpoint"):
+    convert.estimator_to_keras(keras_dir, str(tmp_path / "out"))
+  assert not (tmp_path / "out").exists()
+
+
+def test_legacy_names_convert_through_the_map_and_predict_the_same(tiny_data_dir, tmp_path):
+  config = _config(tiny_data_dir)
+  legacy_dir = tmp_path / "legacy"
+  export_dir = legacy_model.train_and_export(config, str(legacy_dir))
+  target = tmp_path / "keras"
+
+  with pytest.raises(convert.ConversionError) as failure:
+    convert.estimator_to_keras(str(legacy_dir), str(target), config=config)
+  message = str(failure.value)
+  assert "6 variable(s) map to no model weight: model/conv2d/bias [32], model/conv2d/kernel " \
+      "[3, 3, 1, 32]," in message
+  for old, new in legacy_model.ASSIGNMENT_MAP.items():  # Shapes are unique: the whole fix.
+    assert f'"{old}": "{new}"' in message
+  assert not target.exists() and not _leftovers(target)
+
+  map_file = tmp_path / "map.json"
+  map_file.write_text(json.dumps(legacy_model.ASSIGNMENT_MAP))
+  assignment_map = convert.load_assignment_map(str(map_file))
+  conversion = convert.estimator_to_keras(str(legacy_dir), str(target),
+                                          assignment_map=assignment_map, config=config)
+  assert ("model/dense_1/kernel/Momentum", "slot") in [(m.source, m.kind)
+                                                       for m in conversion.mapped]
+  same, diff, images = convert.prediction_identity(export_dir, str(target), config)
+  assert (same, images) == (True, 200) and diff <= 1e-5
+
+  # Read backwards, the same map writes the legacy names again, bit for bit.
+  back = tmp_path / "legacy-again"
+  convert.keras_to_estimator(str(target), str(back), assignment_map=assignment_map)
+  original, restored = _read_checkpoint(str(legacy_dir)), _read_checkpoint(str(back))
+  assert sorted(restored) == sorted(original)
+  assert all(np.array_equal(restored[k], original[k]) for k in original)
+
+
+def test_cli_rejects_bad_directions_and_bad_maps(estimator_dir, tmp_path):
+  both = run_module("launch.convert", [f"--from_estimator={estimator_dir}",
+                                       f"--to_keras={tmp_path / 'k'}",
+                                       f"--from_keras={tmp_path / 'k'}",
+                                       f"--to_estimator={tmp_path / 'e'}"])
+  neither = run_module("launch.convert", [])
+  half = run_module("launch.convert", [f"--from_estimator={estimator_dir}"])
+  for result in (both, neither, half):
+    assert result.returncode == 2
+    assert "Give exactly one direction" in result.stderr
+
+  bad = tmp_path / "map.json"
+  bad.write_text("{not json")
+  result = run_module("launch.convert", [f"--from_estimator={estimator_dir}",
+                                         f"--to_keras={tmp_path / 'k'}",
+                                         f"--assignment_map={bad}"])
+  assert result.returncode == 2
+  assert f"error: --assignment_map={bad}" in result.stderr
+  assert not (tmp_path / "k").exists() and not (tmp_path / "e").exists()

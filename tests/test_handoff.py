@@ -1,0 +1,90 @@
+"""launch.handoff: A = B and C = D after the split, on real data; tampered conversions fail."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from launch.tools import convert
+from launch.tools import handoff
+from launch.tools import runs
+from tests.conftest import run_module
+from trainers import keras_trainer
+from trainers.config import Config
+
+# 1e-6 weight limits hold on real MNIST (see tests/test_parity.py), so this runs on it.
+SPLIT, STEPS, RESUME = 20, 60, 10
+
+
+def _zero_slots(model, config):
+  del config
+  for slot in model.optimizer.variables[1:]:
+    slot.assign(tf.zeros_like(slot))
+
+
+def _reset_step(model, config):
+  del config
+  model.optimizer.iterations.assign(0)
+
+
+def _tampered(model_dir: str, config: Config, change) -> None:
+  """Rewrites a converted Keras checkpoint with one piece of state broken (negative controls)."""
+  model = keras_trainer.compile_model(config)
+  model.optimizer.build(model.trainable_variables)
+  path = tf.train.latest_checkpoint(model_dir)
+  tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
+  change(model, config)
+  for name in os.listdir(model_dir):
+    if name.startswith(("ckpt-", "checkpoint")):
+      os.remove(os.path.join(model_dir, name))
+  keras_trainer.save_checkpoint(model, model_dir, int(path.rsplit("-", 1)[1]))
+
+
+@pytest.mark.real_data
+def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir, tmp_path):
+  out = tmp_path / "handoff"
+  result = run_module("launch.handoff", ["--workers=2", f"--split_at={SPLIT}",
+                                         f"--train_steps={STEPS}", f"--resume_steps={RESUME}",
+                                         f"--data_dir={real_data_dir}", f"--out={out}"],
+                      timeout=1500)
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+  assert "Overall: PASS" in result.stdout
+  report = json.loads((out / "handoff_report.json").read_text())
+  names = [c["name"] for c in report["checks"]]
+  for expected in ("2w: every Estimator variable mapped or ignored",
+                   "2w: max |logit diff|, Estimator export vs converted Keras",
+                   "2w A vs B: max |weight diff| A vs B", "2w C vs D: max |weight diff| C vs D",
+                   "2w A vs B: per-step loss rel diff after the split A vs B",
+                   "2w B: learning rate at step 21", "2w B: resumed from the split"):
+    assert expected in names, names
+  assert {len(v) for k, v in report["losses"].items() if " 0-" not in k} == {RESUME}
+  assert report["measured"] and os.path.getsize(out / "loss_curves.png") > 10_000
+
+  # Negative controls: B again, from the same Estimator checkpoint, with its
+  # momentum zeroed or its step reset: the resume check against A must fail.
+  run_dir = out / "2w"
+  config = Config(data_dir=real_data_dir, init_weights=str(out / "init_weights.npz"),
+                  deterministic=True, decay_steps=STEPS)
+  summary_a = runs.read_summary(str(run_dir / "A" / "model"))
+  for name, change in (("zero_slots", _zero_slots), ("reset_step", _reset_step)):
+    leg = tmp_path / name
+    convert.estimator_to_keras(str(run_dir / "estimator-first" / "model"), str(leg / "model"),
+                               config=config)
+    _tampered(str(leg / "model"), config, change)
+    summary = runs.run_trainer(
+        "keras", dataclasses.replace(config, train_steps=SPLIT + RESUME, record_dir=str(leg),
+                                     checkpoint_every_steps=SPLIT + RESUME),
+        workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"))
+    losses = {"A": json.loads((run_dir / "A" / "losses.json").read_text())["losses"],
+              name: json.loads((leg / "losses.json").read_text())["losses"]}
+    checks = handoff.resume_checks(name, {"A": summary_a, name: summary}, losses,
+                                   {"A": "estimator", name: "keras"}, handoff.Tolerances())
+    assert not all(c.passed for c in checks), handoff.format_table(
+        handoff.Report([2], SPLIT, STEPS, RESUME, checks, {}, {}))
+
+
+def test_cli_rejects_a_split_past_the_schedule():
+  result = run_module("launch.handoff", ["--split_at=50", "--train_steps=50"])
+  assert result.returncode == 2 and "--split_at < --train_steps" in result.stderr
