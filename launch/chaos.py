@@ -19,6 +19,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
+from launch import console
 from launch.tools import chaos
 from launch.tools import runs
 from trainers.config import Config
@@ -40,6 +41,7 @@ _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed for each trial's 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  console.quiet_records(flags.FLAGS.verbosity)  # The runs\' own logs keep everything.
   if _WORKERS.value < 2:
     raise app.UsageError("--workers must be at least 2: a lone process has no launcher to "
                          "restart it.", exitcode=2)

@@ -13,7 +13,6 @@ No TensorFlow import here.
 import logging
 import os
 import re
-from typing import Optional
 
 PACKAGES = ("data", "launch", "trainers")  # This project's code, by path.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,16 +79,21 @@ class RecordFilter(logging.Filter):
     return shown(record.levelname[0], record.pathname)
 
 
-def quiet_lone_process(verbosity: int, environ: Optional[dict] = None) -> None:
+def quiet_lone_process(verbosity: int) -> None:
   """Before TensorFlow is imported: at verbosity < 1, hide its C++ logs and INFO records.
 
   TensorFlow's C++ logging is set once, from the environment, when it is
   imported; with it off, a lone process's C++ warnings are hidden too (with
-  -v they show). Python records pass through RecordFilter on absl's handler.
+  -v they show). Only for a process that starts no TensorFlow children: they
+  would inherit the setting, and their logs must keep everything.
   """
-  if verbosity >= 1:
-    return
-  environ = os.environ if environ is None else environ
-  environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
-  absl_logging.get_absl_handler().addFilter(RecordFilter())
+  if verbosity < 1:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  quiet_records(verbosity)
+
+
+def quiet_records(verbosity: int) -> None:
+  """At verbosity < 1, this process's Python log records pass through RecordFilter."""
+  if verbosity < 1:
+    from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+    absl_logging.get_absl_handler().addFilter(RecordFilter())

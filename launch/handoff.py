@@ -22,6 +22,8 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
+from launch import console
+from launch.tools import convert
 from launch.tools import handoff
 from launch.tools import runs
 from trainers.config import Config
@@ -43,6 +45,7 @@ _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}."
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  console.quiet_records(flags.FLAGS.verbosity)  # The runs\' own logs keep everything.
   workers = runs.worker_counts(_WORKERS.value)
   if not 0 < _SPLIT_AT.value < _TRAIN_STEPS.value or _RESUME_STEPS.value < 1:
     raise app.UsageError("Need 0 < --split_at < --train_steps and --resume_steps >= 1.",
@@ -58,7 +61,7 @@ def main(argv: Sequence[str]) -> None:
         config, workers, out, split_at=_SPLIT_AT.value, train_steps=_TRAIN_STEPS.value,
         resume_steps=_RESUME_STEPS.value, timeout=_TIMEOUT.value,
         tolerances=handoff.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}))
-  except runs.RunError as e:  # A run failed: its log is named in the message.
+  except (runs.RunError, convert.ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)
   print(handoff.format_table(report))

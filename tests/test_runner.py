@@ -91,6 +91,16 @@ def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
     assert "cross_device_ops.py" not in result.stderr
 
 
+def test_verbosity_shows_tensorflows_own_logs_in_a_lone_process(tiny_data_dir, tmp_path):
+  runs = {v: run_module("trainers.keras_main", [f"--model_dir={tmp_path / str(v)}", f"-v={v}",
+                                                *_flags(TINY, tiny_data_dir)])
+          for v in (0, 1)}
+  for result in runs.values():
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Training from step 0 to 3." in result.stderr
+  assert "cpu_feature_guard" in runs[1].stderr and "cpu_feature_guard" not in runs[0].stderr
+
+
 def test_the_evaluator_waits_for_checkpoints_without_spinning(run):
   backend, workers, model_dir, _ = run
   if (backend, workers) != ("estimator", 2):

@@ -224,11 +224,7 @@ def format_table(report: Report) -> str:
 
 def write_report(report: Report, out_dir: str) -> None:
   """handoff_report.md, handoff_report.json and loss_curves.png in out_dir."""
-  with open(os.path.join(out_dir, "handoff_report.md"), "w") as f:
-    f.write("# Handoff report\n\n" + format_table(report) + "\n")
-  with open(os.path.join(out_dir, "handoff_report.json"), "w") as f:
-    json.dump({"passed": report.passed, **dataclasses.asdict(report)}, f, indent=2)
-  _plot(report, os.path.join(out_dir, "loss_curves.png"))
+  parity.write_files(out_dir, "handoff", report, format_table(report), _plot)
 
 
 def _plot(report: Report, path: str) -> None:

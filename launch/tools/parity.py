@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -267,13 +267,19 @@ def format_table(report: Report) -> str:
                        f"{report.long_steps}-step long run", report.checks)
 
 
+def write_files(out_dir: str, name: str, report: Any, table: str,
+                plot: Callable[[Any, str], None]) -> None:
+  """`<name>_report.md` (the table), `<name>_report.json` and `loss_curves.png` in out_dir."""
+  with open(os.path.join(out_dir, f"{name}_report.md"), "w") as f:
+    f.write(f"# {name.capitalize()} report\n\n{table}\n")
+  with open(os.path.join(out_dir, f"{name}_report.json"), "w") as f:
+    json.dump({"passed": report.passed, **dataclasses.asdict(report)}, f, indent=2)
+  plot(report, os.path.join(out_dir, "loss_curves.png"))
+
+
 def write_report(report: Report, out_dir: str) -> None:
   """parity_report.md, parity_report.json and loss_curves.png in out_dir."""
-  with open(os.path.join(out_dir, "parity_report.md"), "w") as f:
-    f.write("# Parity report\n\n" + format_table(report) + "\n")
-  with open(os.path.join(out_dir, "parity_report.json"), "w") as f:
-    json.dump({"passed": report.passed, **dataclasses.asdict(report)}, f, indent=2)
-  _plot(report, os.path.join(out_dir, "loss_curves.png"))
+  write_files(out_dir, "parity", report, format_table(report), _plot)
 
 
 def _plot(report: Report, path: str) -> None:
