@@ -134,7 +134,10 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     if task:
       cluster.check_port_free(task)
     launcher = task is None and num_workers > 1
-    if task is None and not launcher:
+    # The tasks' environment, before this process quiets its own TensorFlow (a
+    # launcher imports it to inspect a non-empty model_dir): their logs keep all.
+    task_env = dict(os.environ)
+    if task is None:
       console.quiet_lone_process(options.verbosity)  # Before TensorFlow is imported.
     if not launcher:
       # Before any TensorFlow op: the model_dir check below builds the model.
@@ -158,7 +161,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
         evaluator=backend == "estimator", timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
-        verbose=options.verbosity >= 1)
+        env=task_env, verbose=options.verbosity >= 1)
 
   model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
   # Imported by name, so the Keras path never loads tf.estimator (gone in TF 2.16).
