@@ -44,7 +44,7 @@ _EVAL_EVERY = flags.DEFINE_integer("checkpoint_every_steps", Config.checkpoint_e
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  console.quiet_records(flags.FLAGS.verbosity)  # The runs\' own logs keep everything.
+  console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
   workers = runs.worker_counts(_WORKERS.value)
   if _STEPS.value < 1 or _REPEATS.value < 1:
     raise app.UsageError("--steps and --repeats must be at least 1.", exitcode=2)

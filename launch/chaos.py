@@ -41,7 +41,7 @@ _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed for each trial's 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  console.quiet_records(flags.FLAGS.verbosity)  # The runs\' own logs keep everything.
+  console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
   if _WORKERS.value < 2:
     raise app.UsageError("--workers must be at least 2: a lone process has no launcher to "
                          "restart it.", exitcode=2)

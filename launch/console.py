@@ -83,9 +83,10 @@ def quiet_lone_process(verbosity: int) -> None:
   """Before TensorFlow is imported: at verbosity < 1, hide its C++ logs and INFO records.
 
   TensorFlow's C++ logging is set once, from the environment, when it is
-  imported; with it off, a lone process's C++ warnings are hidden too (with
-  -v they show). Only for a process that starts no TensorFlow children: they
-  would inherit the setting, and their logs must keep everything.
+  imported; with it off, a lone process's C++ warnings and errors are hidden
+  too (with -v they show). A process that starts TensorFlow children (a
+  launcher) must give them the environment it had before this call: their
+  logs keep everything.
   """
   if verbosity < 1:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -97,3 +98,8 @@ def quiet_records(verbosity: int) -> None:
   if verbosity < 1:
     from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
     absl_logging.get_absl_handler().addFilter(RecordFilter())
+    # TF adds a stderr handler of its own when imported before absl's is set up:
+    # without it, TF's records reach absl's handler, and the filter, through the root.
+    tf_logger = logging.getLogger("tensorflow")
+    for handler in list(tf_logger.handlers):
+      tf_logger.removeHandler(handler)

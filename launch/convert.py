@@ -1,7 +1,7 @@
 r"""Converts a training checkpoint to the other backend, so the run goes on there.
 
   python -m launch.convert --from_estimator=EST_MODEL_DIR --to_keras=KERAS_MODEL_DIR \
-      [--assignment_map=map.json] [--seed=1]
+      [--assignment_map=map.json]
   python -m launch.convert --from_keras=KERAS_MODEL_DIR --to_estimator=EST_MODEL_DIR \
       [--assignment_map=map.json]
   python -m trainers.keras_main --model_dir=KERAS_MODEL_DIR --train_steps=1500  # Resumes.
@@ -33,8 +33,7 @@ _TO_ESTIMATOR = flags.DEFINE_string("to_estimator", None, "The new Estimator mod
                                     "write.")
 _ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an object of old "
                                       "checkpoint name -> model weight name, or null to drop it.")
-_SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the model built before the converted "
-                             "values are assigned (they replace every weight).")
+
 
 
 def main(argv: Sequence[str]) -> None:
@@ -53,7 +52,7 @@ def main(argv: Sequence[str]) -> None:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
     conversion = run(source, target, assignment_map=assignment_map,
-                     config=Config(seed=_SEED.value))
+                     config=Config())
   except convert.ConversionError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -45,7 +45,7 @@ _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}."
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  console.quiet_records(flags.FLAGS.verbosity)  # The runs\' own logs keep everything.
+  console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
   workers = runs.worker_counts(_WORKERS.value)
   if not 0 < _SPLIT_AT.value < _TRAIN_STEPS.value or _RESUME_STEPS.value < 1:
     raise app.UsageError("Need 0 < --split_at < --train_steps and --resume_steps >= 1.",

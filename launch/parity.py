@@ -38,7 +38,7 @@ _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}."
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  console.quiet_records(flags.FLAGS.verbosity)  # The runs\' own logs keep everything.
+  console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
   if _WORKERS.value < 1 or _STEPS.value < 1:
     raise app.UsageError("--workers and --steps must be at least 1.", exitcode=2)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)

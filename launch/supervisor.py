@@ -60,7 +60,11 @@ def _pump(src: IO[bytes], log: IO[bytes], terminal: IO[bytes],
   for line in iter(src.readline, b""):
     log.write(line)
     log.flush()
-    if show(line):
+    try:
+      shown = show(line)
+    except Exception:  # pylint: disable=broad-except
+      shown = True  # A filter's bug must not stop the pipe (the task would block on it).
+    if shown:
       terminal.write(line)
       terminal.flush()
   src.close()

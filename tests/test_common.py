@@ -50,5 +50,5 @@ def test_a_checkpoint_is_recognised_by_backend_and_step(tmp_path):
   assert common.checkpoint_problem("keras", str(tmp_path)) is None
   assert "checkpoint of the keras backend" in common.checkpoint_problem("estimator",
                                                                          str(tmp_path))
-  with pytest.raises(Exception):
+  with pytest.raises(tf.errors.NotFoundError):
     common.checkpoint_step(str(tmp_path / "missing"))

@@ -1,7 +1,9 @@
 """The layers of WORKSPACE.md: each module imports only its own layer and those below it."""
 
 import ast
+import json
 import pathlib
+import re
 
 import pytest
 
@@ -77,3 +79,13 @@ def test_every_library_module_has_its_test_file():
              and s not in binaries
              and not (REPO / "tests" / f"test_{pathlib.Path(s).stem}.py").exists()]
   assert not missing, f"no tests/test_<module>.py for {missing}"
+
+
+def test_a_regular_install_ships_every_package():
+  """pip install . (not -e) installs what pyproject.toml's package list finds."""
+  setuptools = pytest.importorskip("setuptools")
+  include = re.search(r"^include = (\[[^\]]*\])", (REPO / "pyproject.toml").read_text(), re.M)
+  found = set(setuptools.find_packages(str(REPO), include=json.loads(include.group(1))))
+  packages = {str(p.parent.relative_to(REPO)).replace("/", ".")
+              for d in ("data", "launch", "trainers") for p in (REPO / d).rglob("__init__.py")}
+  assert packages <= found, f"not installed: {sorted(packages - found)}"

@@ -35,6 +35,7 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
                    "per-step loss rel diff reference vs estimator", "shards disjoint",
                    "shards cover the split", "test accuracy gap (pp), long run",
                    "loss curve rel diff, long run keras vs estimator",
+                   "progress.jsonl loss rel diff keras vs estimator",
                    "eval accuracy, Estimator evaluator vs Keras evaluate"):
     assert expected in names
   assert {len(v) for k, v in report["losses"].items() if k.startswith("short/")} == {10}

@@ -26,7 +26,7 @@ class Config:
   global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
                                   "divisible by the workers (96 divides 1 to 4).")
   learning_rate: float = _field(0.1, "Initial SGD learning rate, cosine-decayed to 0 over "
-                                "--train_steps.")
+                                "--decay_steps (default: --train_steps).")
   momentum: float = _field(0.9, "SGD momentum.")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "

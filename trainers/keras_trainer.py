@@ -35,11 +35,14 @@ class V1MomentumSGD(tf_keras.optimizers.SGD):
     variable.assign_sub(lr * accum)
 
 
+def learning_rate_schedule(config: Config) -> tf_keras.optimizers.schedules.LearningRateSchedule:
+  """The twin of the Estimator's v1 cosine_decay: the rate at `optimizer.iterations`."""
+  return tf_keras.optimizers.schedules.CosineDecay(config.learning_rate, config.schedule_steps())
+
+
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
   """The Keras twin of the Estimator's MomentumOptimizer with cosine_decay."""
-  schedule = tf_keras.optimizers.schedules.CosineDecay(config.learning_rate,
-                                                              config.schedule_steps())
-  return V1MomentumSGD(schedule, momentum=config.momentum)
+  return V1MomentumSGD(learning_rate_schedule(config), momentum=config.momentum)
 
 
 def _loss_and_metrics() -> Dict[str, Any]:

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from launch.tools import bare
 from launch.tools.bench_measure import REFERENCE, STEP_PARTS, TARGET_ACCURACY, Result, warmup_steps
-from launch.tools.bench_run import BACKENDS
+from launch.tools.runs import BACKENDS
 from trainers.config import Config
 
 # Targets of the benchmark issue, checked in the report (never raised on).
@@ -233,7 +233,8 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
               "checkpoints, evaluations); `after_training` is evaluation, export and exit; "
               "`launch_to_tasks_started` is the launcher's own start-up at N > 1 workers; "
               "`chief_imports`, `chief_strategy` and `chief_to_first_step` split the chief's "
-              "start-up at the lines it logs once imported and once the strategy exists. CPU "
+              "start-up at the milestones of its first `start` record in progress.jsonl (imports "
+              "done, strategy created). CPU "
               "seconds are user plus system time, as last polled before each task exited.\n")
   # Both built before either is written: a failure leaves no half report.
   with open(os.path.join(out_dir, "bench.json"), "w") as f:

@@ -24,7 +24,7 @@ from launch.tools.bench_measure import REFERENCE, Result
 from trainers import flags as trainer_flags
 from trainers.config import Config
 
-BACKENDS = ("keras", "estimator")
+BACKENDS = runs.BACKENDS
 BARE_MODULE = "launch.bare"
 POLL_SECONDS = 0.25
 
@@ -181,4 +181,3 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
   return results, {n: bench_measure.combine_step_costs([r[1][n] for r in rounds]) for n in workers}
 
 
-# --- Report -----------------------------------------------------------------------------------

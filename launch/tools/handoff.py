@@ -17,18 +17,19 @@ checked.
 
 import dataclasses
 import json
-import math
 import os
 import shutil
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from launch.tools import convert
 from launch.tools import parity
+from launch.tools import reference
 from launch.tools import runs
 from trainers import common
+from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -56,12 +57,6 @@ class Report:
   @property
   def passed(self) -> bool:
     return all(c.passed for c in self.checks)
-
-
-def v1_cosine_rate(config: Config, step: int) -> float:
-  """tf.compat.v1.train.cosine_decay's rate at `step`, written out."""
-  done = min(step, config.schedule_steps()) / config.schedule_steps()
-  return config.learning_rate * 0.5 * (1 + math.cos(math.pi * done))
 
 
 class _Runner:
@@ -113,19 +108,36 @@ def _resumed_from(summary: Dict) -> int:
   return starts[-1]["from_step"] if starts else -1
 
 
-def _rate_check(name: str, config: Config, step: int, split_at: int, atol: float) -> Check:
-  """The rate the resumed run's first step uses: the schedule's at the split, not at 0."""
-  want = v1_cosine_rate(config, split_at)
-  got = v1_cosine_rate(config, step)
+def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, float]:
+  """The step a converted checkpoint holds, and the rate `backend` would train its next step
+  with: that backend's own schedule (Keras's CosineDecay, the Estimator's v1 cosine_decay),
+  fed with the restored step."""
+  path = tf.train.latest_checkpoint(model_dir)
+  if backend == "keras":
+    model = keras_trainer.compile_model(config)
+    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    step = model.optimizer.iterations
+    return int(step.numpy()), float(keras_trainer.learning_rate_schedule(config)(step))
+  step = int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    rate = tf.compat.v1.train.cosine_decay(config.learning_rate, tf.constant(step, tf.int64),
+                                           config.schedule_steps())
+    return step, float(session.run(rate))
+
+
+def _rate_check(name: str, backend: str, model_dir: str, config: Config, split_at: int,
+                atol: float) -> Check:
+  """The resumed run's first rate: the schedule's at the split (written out), not at 0."""
+  step, got = carried_rate(backend, model_dir, config)
+  want = reference.v1_cosine_rate(config, split_at)
   return Check(f"{name}: learning rate at step {split_at + 1}", abs(got - want) <= atol,
-               abs(got - want), atol, f"carried step {step}: rate {got:.6g}, schedule "
-               f"{want:.6g}")
+               abs(got - want), atol, f"carried step {step}: rate {got:.6g}, schedule at the "
+               f"split {want:.6g}")
 
 
 def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: int,
                 train_steps: int, resume_steps: int = 10,
-                tolerances: Tolerances = Tolerances(), timeout: float = 1800,
-                tamper: Optional[Callable[[str], None]] = None) -> Report:
+                tolerances: Tolerances = Tolerances(), timeout: float = 1800) -> Report:
   """Runs A, B, C and D (and the uninterrupted runs) at each worker count, and checks them.
 
   Args:
@@ -138,8 +150,6 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     resume_steps: steps each resumed run trains past the split.
     tolerances: the limits of the checks.
     timeout: seconds for each run.
-    tamper: test-only: called with B's converted Keras model_dir before it is
-      resumed (the negative controls: zeroed slots or a reset step must fail).
 
   Returns:
     The report; `report.passed` only if every check passed.
@@ -163,11 +173,13 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     # The handed-over checkpoints, checked before any step is taken from them.
     to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"), run.model_dir("B"),
                                           config=config)
-    convert.keras_to_estimator(run.model_dir("keras-first"), run.model_dir("D"),
-                                              config=config)
-    checks.append(Check(f"{n}w: every Estimator variable mapped or ignored", True,
-                        float(len(to_keras.mapped)), float(len(to_keras.mapped)),
-                        f"{len(to_keras.mapped)} mapped, ignored: {to_keras.ignored or 'none'}"))
+    convert.keras_to_estimator(run.model_dir("keras-first"), run.model_dir("D"), config=config)
+    variables = len(convert.estimator_accounting(to_keras.source))
+    accounted = len(to_keras.mapped) + len(to_keras.ignored)
+    ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
+    checks.append(Check(f"{n}w: every Estimator variable mapped or ignored",
+                        accounted == variables, float(accounted), float(variables),
+                        f"{len(to_keras.mapped)} mapped, ignored: {ignored}"))
     same, logit_diff, images = convert.prediction_identity(first["estimator"]["export_dir"],
                                                            run.model_dir("B"), config)
     checks.append(Check(f"{n}w: classes, Estimator export vs converted Keras", same,
@@ -175,11 +187,8 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     checks.append(Check(f"{n}w: max |logit diff|, Estimator export vs converted Keras",
                         logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
                         f"{images} test images"))
-    if tamper:
-      tamper(run.model_dir("B"))
-    for leg in ("B", "D"):
-      _, carried = common.checkpoint_step(tf.train.latest_checkpoint(run.model_dir(leg)))
-      checks.append(_rate_check(f"{n}w {leg}", config, carried, split_at,
+    for leg, backend in (("B", "keras"), ("D", "estimator")):
+      checks.append(_rate_check(f"{n}w {leg}", backend, run.model_dir(leg), config, split_at,
                                 tolerances.learning_rate_atol))
 
     run.copy("estimator-first", "A")

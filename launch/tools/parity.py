@@ -26,7 +26,7 @@ from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers.config import Config
 
-BACKENDS = ("keras", "estimator")
+BACKENDS = runs.BACKENDS
 CURVE_START_STEP = 10  # Loss curves are compared from here on.
 
 
@@ -211,6 +211,11 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     checks += compare_weights(weights, tolerances.weight_atol)
   checks += compare_losses({r: losses[f"short/{r}"] for r in weights}, tolerances.loss_rtol,
                            "per-step loss rel diff")
+  # The progress records (what users see as "loss" in each backend's progress
+  # lines) must be the same quantity: the window mean of the global-batch loss.
+  progress = {b: [r["loss"] for r in runs.read_progress(summaries[b]["model_dir"])
+                  if r["event"] == "step"] for b in BACKENDS}
+  checks += compare_losses(progress, tolerances.loss_rtol, "progress.jsonl loss rel diff")
   checks += compare_shards(record_dirs, workers, config.data_dir)
   eval_summary = summaries["estimator"]
 

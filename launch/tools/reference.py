@@ -16,6 +16,12 @@ from trainers import model as model_lib
 from trainers.config import Config
 
 
+def v1_cosine_rate(config: Config, step: int) -> float:
+  """tf.compat.v1.train.cosine_decay's rate at `step` (0-based), written out."""
+  done = min(step, config.schedule_steps()) / config.schedule_steps()
+  return config.learning_rate * 0.5 * (1 + math.cos(math.pi * done))
+
+
 def train_reference(config: Config, num_workers: int,
                     input_fn: Optional[common.InputFn] = None
                     ) -> Tuple[List[float], model_lib.Weights]:
@@ -47,8 +53,7 @@ def train_reference(config: Config, num_workers: int,
       loss = tf.reduce_mean(
           tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
     gradients = tape.gradient(loss, variables)
-    done = min(step, config.schedule_steps()) / config.schedule_steps()
-    rate = config.learning_rate * 0.5 * (1 + math.cos(math.pi * done))
+    rate = v1_cosine_rate(config, step)
     for i, (variable, gradient) in enumerate(zip(variables, gradients)):
       accumulators[i] = config.momentum * accumulators[i] + gradient
       variable.assign_sub(rate * accumulators[i])

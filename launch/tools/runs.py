@@ -20,6 +20,7 @@ from trainers import flags as trainer_flags
 from trainers.config import Config
 
 TRAINER_MODULES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
+BACKENDS = tuple(TRAINER_MODULES)
 
 
 class RunError(RuntimeError):
@@ -96,7 +97,13 @@ def read_progress(model_dir: str) -> List[Dict[str, Any]]:
       text = f.read()
   except OSError:
     return []
-  return [json.loads(line) for line in text.split("\n")[:-1] if line]
+  records = []
+  for line in text.split("\n")[:-1]:
+    try:
+      records.append(json.loads(line))
+    except ValueError:
+      pass  # Torn by a crash mid-write: the records after it still count.
+  return records
 
 
 def worker_counts(values: Sequence[str]) -> List[int]:
