@@ -6,21 +6,26 @@ through `strategy.distribute_datasets_from_function`, the Estimator through
 `InputContext` it reads only its shard and batches per replica.
 """
 
+import contextlib
+import fcntl
 import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import numpy as np
+import requests
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
-from data.paths import DATASET, check_prepared, dataset_path
+from data.paths import (DATASET, IDX_DIR_ENV, PREPARE_HINT, MissingDataError, check_prepared,
+                        dataset_path, is_prepared)
 
 TRAIN = "train"  # Same strings as tf.estimator.ModeKeys, without importing it:
 EVAL = "eval"  # the Keras path must work on TensorFlow >= 2.16 too.
@@ -34,10 +39,16 @@ IDX_FILES = {
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 _IDX_DTYPES = {0x08: np.uint8}
+_STAGING_PREFIX = ".mnist-prepare-"
+_PROBE_TIMEOUT_S = 10
 
 
 class IdxFormatError(ValueError):
   """An IDX file is missing, truncated, or not an MNIST image or label file."""
+
+
+class DownloadError(RuntimeError):
+  """TFDS could not download MNIST, or a file did not match its checksum."""
 
 
 def read_idx(path: str) -> np.ndarray:
@@ -126,11 +137,39 @@ class _IdxMnist(tfds_mnist.MNIST, skip_registration=True):
       yield index, {"image": image[..., None], "label": int(label)}
 
 
+def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str],
+                      download_config: tfds.download.DownloadConfig) -> None:
+  """Runs a builder in a staging directory beside the dataset, then moves it in.
+
+  Downloads go to the staging directory too, so a failure (or a kill) leaves
+  neither a half-written dataset nor partial downloads in `data_dir`.
+  """
+  final = dataset_path(data_dir)
+  root = os.path.dirname(os.path.dirname(final))  # <data_dir>/mnist/<version>
+  os.makedirs(root, exist_ok=True)
+  staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=root)
+  try:
+    builder = make_builder(staging)
+    # TFDS prints where it prepares (the staging directory) and "Subsequent
+    # calls will reuse this data", which is untrue of it: our own log lines
+    # name the final place. Its progress bars (stderr) stay.
+    with contextlib.redirect_stdout(io.StringIO()):
+      builder.download_and_prepare(download_dir=os.path.join(staging, "downloads"),
+                                   download_config=download_config)
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    if os.path.exists(final):
+      shutil.rmtree(final)
+    os.replace(os.fspath(builder.data_path), final)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
 def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = False) -> Dict[str, int]:
   """Writes the TFDS `mnist` dataset from gzip'd IDX files, with no network.
 
   The dataset is built in a temporary directory beside its destination and
   moved in only when complete, so a failure leaves any earlier copy intact.
+  Call it under `prepare_lock` when another process may prepare at once.
 
   Args:
     idx_dir: directory with the four standard MNIST IDX files.
@@ -150,25 +189,127 @@ def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = Fals
         f"MNIST is already prepared at {final}; pass --overwrite to rebuild it."
     )
   arrays = {split: read_idx_split(idx_dir, split) for split in IDX_FILES}
-  root = os.path.dirname(os.path.dirname(final))  # <data_dir>/mnist/<version>
-  os.makedirs(root, exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=".mnist-prepare-", dir=root)
-  try:
-    builder = _IdxMnist(arrays=arrays, data_dir=staging)
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(
-            compute_stats=tfds.download.ComputeStatsMode.SKIP
-        )
-    )
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    if os.path.exists(final):
-      shutil.rmtree(final)
-    os.replace(os.fspath(builder.data_path), final)
-  finally:
-    shutil.rmtree(staging, ignore_errors=True)
+  _build_into_place(
+      lambda staging: _IdxMnist(arrays=arrays, data_dir=staging), data_dir,
+      tfds.download.DownloadConfig(compute_stats=tfds.download.ComputeStatsMode.SKIP))
   counts = {split: len(labels) for split, (_, labels) in arrays.items()}
-  logging.info("Prepared MNIST at %s: %s", final, counts)
+  logging.info("Prepared MNIST at %s from the IDX files in %s: %s", final, idx_dir, counts)
   return counts
+
+
+def download(data_dir: Optional[str] = None,
+             builder_cls: Type[tfds.core.DatasetBuilder] = tfds_mnist.MNIST) -> Dict[str, int]:
+  """Downloads and prepares MNIST with TFDS's official builder, checksums enforced.
+
+  Args:
+    data_dir: TFDS data directory; None means TFDS's default.
+    builder_cls: the builder; tests give a subclass that reads a local server.
+
+  Returns:
+    The number of examples in each split.
+
+  Raises:
+    DownloadError: if the mirror cannot be reached, or a download fails or
+      does not match its recorded checksum. Nothing is left in `data_dir`.
+  """
+  url = builder_cls.URL
+  # TFDS retries a failed connection 10 times with backoff: 3 min 24 s here
+  # before an offline machine hears why. One quick request says it at once.
+  try:
+    response = requests.head(url, timeout=_PROBE_TIMEOUT_S, allow_redirects=True)
+    response.close()
+  except requests.RequestException as e:
+    raise DownloadError(f"cannot reach TFDS's MNIST mirror {url}: {e}") from e
+  logging.info("Downloading MNIST from %s with TFDS (checksums checked)...", url)
+  try:
+    # force_checksums_validation: a URL without a recorded checksum is an
+    # error, not a warning, so every file written was verified.
+    _build_into_place(lambda staging: builder_cls(data_dir=staging), data_dir,
+                      tfds.download.DownloadConfig(force_checksums_validation=True))
+  except Exception as e:  # pylint: disable=broad-except
+    # TFDS raises requests', its own and OS errors: all mean "not downloaded".
+    raise DownloadError(f"TFDS's download from {url} failed: {type(e).__name__}: {e}") from e
+  counts = {split: num_examples(split, data_dir) for split in ("train", "test")}
+  logging.info("Prepared MNIST at %s: %s", dataset_path(data_dir), counts)
+  return counts
+
+
+@contextlib.contextmanager
+def prepare_lock(data_dir: Optional[str]) -> Iterator[None]:
+  """Holds `<data_dir>/.mnist-prepare.lock`, so one process prepares at a time.
+
+  The lock is an OS file lock: a process that dies releases it. While it is
+  held, staging directories of earlier, killed preparations are removed.
+  """
+  root = os.path.dirname(os.path.dirname(dataset_path(data_dir)))
+  os.makedirs(root, exist_ok=True)
+  lock_path = os.path.join(root, ".mnist-prepare.lock")
+  with open(lock_path, "a") as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      logging.info("Waiting for another process that is preparing MNIST in %s (it holds %s)...",
+                   root, lock_path)
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      for name in os.listdir(root):
+        if name.startswith(_STAGING_PREFIX):
+          shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+      yield
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_prepared(data_dir: Optional[str], idx_dir: Optional[str] = None, *,
+                    overwrite: bool = False,
+                    builder_cls: Type[tfds.core.DatasetBuilder] = tfds_mnist.MNIST
+                    ) -> Optional[Dict[str, int]]:
+  """Prepares MNIST unless it is there: from local IDX files, else by TFDS's download.
+
+  Safe to call from several processes at once: one prepares, the others wait
+  for it and find it done.
+
+  Args:
+    data_dir: TFDS data directory; None means TFDS's default.
+    idx_dir: directory of the four IDX files; None means `$MNIST_IDX_DIR`,
+      and when that is unset too, download.
+    overwrite: rebuild the dataset even if it is prepared.
+    builder_cls: the download's builder (see `download`).
+
+  Returns:
+    The number of examples in each split it prepared; None if it was there.
+
+  Raises:
+    MissingDataError: if the given IDX files are missing or malformed, or the
+      download failed and no IDX files were given; the message says what was
+      tried and how to fix it.
+  """
+  if is_prepared(data_dir) and not overwrite:
+    return None
+  idx_dir = idx_dir or os.environ.get(IDX_DIR_ENV) or None
+  with prepare_lock(data_dir):
+    if is_prepared(data_dir) and not overwrite:  # Prepared while this process waited.
+      logging.info("MNIST was prepared at %s by another process.", dataset_path(data_dir))
+      return None
+    logging.info("Preparing MNIST at %s, once.", dataset_path(data_dir))
+    if idx_dir:
+      try:
+        # Replaces an incomplete copy (or, with `overwrite`, a complete one).
+        return prepare(idx_dir, data_dir, overwrite=True)
+      except IdxFormatError as e:
+        raise MissingDataError(
+            f"{e}\nNothing was written. Fix or re-fetch the IDX files and run again.") from e
+    try:
+      return download(data_dir, builder_cls)
+    except DownloadError as e:
+      flag = f" --data_dir={data_dir}" if data_dir else ""
+      raise MissingDataError(
+          f"MNIST is not prepared at {dataset_path(data_dir)}, and preparing it failed.\n"
+          f"  Tried: {e}\n"
+          f"  Not tried: local IDX files (no --mnist_idx_dir given, ${IDX_DIR_ENV} not set).\n"
+          f"Fix it either way: run where TFDS can download ({builder_cls.URL} reachable), "
+          f"or " + PREPARE_HINT.format(data_dir_flag=flag) + "."
+      ) from e
 
 
 def num_examples(split: str, data_dir: Optional[str]) -> int:

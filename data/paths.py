@@ -10,11 +10,12 @@ from typing import Optional
 
 DATASET = "mnist"
 VERSION = "3.0.1"  # TFDS's MNIST builder, which data.prepare fills.
+IDX_DIR_ENV = "MNIST_IDX_DIR"  # Local IDX files to prepare from, when no flag names them.
 PREPARE_HINT = (
-    "Prepare it offline from the four MNIST IDX files with "
-    "`python -m data.prepare --idx_dir=DIR{data_dir_flag}` "
-    "(DIR holds train-images-idx3-ubyte.gz and the other three files)."
-)
+    "give local copies of the four MNIST IDX files (DIR holds train-images-idx3-ubyte.gz "
+    "and the other three) with --mnist_idx_dir=DIR or ${env}=DIR, or prepare them ahead "
+    "of time with `python -m data.prepare --idx_dir=DIR{data_dir_flag}`"
+).replace("{env}", IDX_DIR_ENV)
 
 
 class MissingDataError(RuntimeError):
@@ -40,6 +41,7 @@ def check_prepared(data_dir: Optional[str]) -> None:
   if not is_prepared(data_dir):
     flag = f" --data_dir={data_dir}" if data_dir else ""
     raise MissingDataError(
-        f"MNIST is not prepared at {dataset_path(data_dir)}, and this machine "
-        f"cannot download it. " + PREPARE_HINT.format(data_dir_flag=flag)
+        f"MNIST is not prepared at {dataset_path(data_dir)}. The binaries prepare it "
+        f"before they train (a TFDS download, or local IDX files); here, "
+        + PREPARE_HINT.format(data_dir_flag=flag) + "."
     )

@@ -1,7 +1,10 @@
-r"""Builds the TFDS `mnist` dataset from local IDX files, with no network.
+r"""Prepares the TFDS `mnist` dataset ahead of time: from local IDX files, or downloaded.
 
-  python -m data.prepare --idx_dir=../shared/datasets/mnist [--data_dir=DIR]
+  python -m data.prepare [--idx_dir=../shared/datasets/mnist] [--data_dir=DIR] [--overwrite]
 
+With `--idx_dir` (or `$MNIST_IDX_DIR`) it reads the IDX files, with no
+network; without, TFDS's official builder downloads MNIST and checks its
+checksums. The binaries that train do the same when the data is missing.
 Afterwards `tfds.load('mnist', data_dir=DIR)` works offline, and so do both
 trainers with `--data_dir=DIR`. Without `--data_dir`, TFDS's default is used
 (`$TFDS_DATA_DIR`, else ~/tensorflow_datasets).
@@ -17,8 +20,8 @@ from data import mnist
 from data import paths
 
 _IDX_DIR = flags.DEFINE_string(
-    "idx_dir", None, "Directory holding the four gzip'd MNIST IDX files.", required=True
-)
+    "idx_dir", None, "Directory holding the four gzip'd MNIST IDX files (default: "
+    f"${paths.IDX_DIR_ENV}); without either, TFDS downloads MNIST.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory to write to.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Rebuild the dataset if it exists.")
 
@@ -26,14 +29,15 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Rebuild the dataset if it ex
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  path = paths.dataset_path(_DATA_DIR.value)
   try:
-    counts = mnist.prepare(_IDX_DIR.value, _DATA_DIR.value, overwrite=_OVERWRITE.value)
-  except FileExistsError as e:
-    print(e)  # Already there: nothing to do, and nothing was touched.
-    return
-  except mnist.IdxFormatError as e:
-    sys.exit(f"error: {e}\nNothing was written. Fix or re-fetch the IDX files and run again.")
-  print(f"Prepared MNIST at {paths.dataset_path(_DATA_DIR.value)}: {counts}")
+    counts = mnist.ensure_prepared(_DATA_DIR.value, _IDX_DIR.value, overwrite=_OVERWRITE.value)
+  except paths.MissingDataError as e:
+    sys.exit(f"error: {e}")
+  if counts is None:  # Already there: nothing to do, and nothing was touched.
+    print(f"MNIST is already prepared at {path}; pass --overwrite to rebuild it.")
+  else:
+    print(f"Prepared MNIST at {path}: {counts}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ def main(argv: Sequence[str]) -> None:
     config.validate(1)
   except ValueError as e:
     raise app.UsageError(str(e), exitcode=2)
-  sys.exit(bare.run_bare(config, flags.FLAGS.model_dir, _PROBE_OUT.value))
+  sys.exit(bare.run_bare(config, flags.FLAGS.model_dir, _PROBE_OUT.value,
+                        flags.FLAGS.mnist_idx_dir))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ _WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run each b
 _STEPS = flags.DEFINE_integer("steps", Config.train_steps, "Training steps of every run (the "
                               "trainers' default, so the accuracy figure is meaningful).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/.")
+_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
 _TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
 _BACKENDS = flags.DEFINE_list("backends", list(bench_run.BACKENDS), "Backends to run.")
 _LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
@@ -56,7 +56,7 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=_STEPS.value, data_dir=_DATA_DIR.value, log_every_steps=log_every,
                   checkpoint_every_steps=min(_EVAL_EVERY.value, _STEPS.value))
   for n in workers:
-    runs.check_or_exit(config, n)
+    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
   started = bench_report.machine()
   results, step_costs = bench_run.run_bench(config, workers, out, backends=_BACKENDS.value,

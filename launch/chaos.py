@@ -31,7 +31,7 @@ _TRIALS = flags.DEFINE_integer("trials", 10, "Number of trials.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "Steps of each trial's run.")
 _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups and Estimator "
                                      "checkpoints, in steps: the most a kill can cost.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/.")
+_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
 _OUT = flags.DEFINE_string("out", None, "Where each trial's model_dir goes (default: a new "
                            "temporary directory).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and victim.")
@@ -52,7 +52,7 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=_TRAIN_STEPS.value, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
                   log_every_steps=max(1, min(5, every)))
-  runs.check_or_exit(config, _WORKERS.value)
+  runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   results = chaos.run_chaos(_BACKEND.value, config, _WORKERS.value, _TRIALS.value, out,
                             seed=_SEED.value, timeout=_TIMEOUT.value)

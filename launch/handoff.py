@@ -35,7 +35,7 @@ _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 1000, "The learning-rate sche
 _RESUME_STEPS = flags.DEFINE_integer("resume_steps", 10, "Steps each resumed run trains past "
                                      "the split.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/.")
+_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = flags.DEFINE_float("timeout", 1800, "Seconds allowed for each run.")
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
@@ -54,7 +54,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--split_at + --resume_steps must not pass --train_steps.", exitcode=2)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
   for n in workers:
-    runs.check_or_exit(config, n)
+    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")
   try:
     report = handoff.run_handoff(

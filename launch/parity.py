@@ -28,7 +28,7 @@ _STEPS = flags.DEFINE_integer("steps", 10, "Steps of the short run.")
 _LONG_STEPS = flags.DEFINE_integer("long_steps", None, "Steps of the long run (default: one "
                                    "epoch of the training split; 0 skips it).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/.")
+_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = flags.DEFINE_float("timeout", 1800, "Seconds allowed for each backend run.")
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
@@ -42,7 +42,7 @@ def main(argv: Sequence[str]) -> None:
   if _WORKERS.value < 1 or _STEPS.value < 1:
     raise app.UsageError("--workers and --steps must be at least 1.", exitcode=2)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
-  runs.check_or_exit(config, _WORKERS.value)
+  runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
   try:
     report = parity.run_parity(

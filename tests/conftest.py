@@ -76,10 +76,17 @@ def real_data_dir(tmp_path_factory) -> str:
 
 
 def run_module(module: str, args: List[str], timeout: float = 600,
-               env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-  """Runs `python -m module args` from the repo root, as a user would."""
+               env: Optional[Dict[str, Optional[str]]] = None) -> subprocess.CompletedProcess:
+  """Runs `python -m module args` from the repo root, as a user would.
+
+  `env` adds to this process's environment (but TF_CONFIG); None values unset.
+  """
   full_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-  full_env.update(env or {})
+  for key, value in (env or {}).items():
+    if value is None:
+      full_env.pop(key, None)
+    else:
+      full_env[key] = value
   full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=full_env,
                         capture_output=True, text=True, timeout=timeout, check=False)

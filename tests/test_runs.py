@@ -3,8 +3,11 @@
 import json
 import sys
 
+import pytest
+from absl import app
 from absl import flags as absl_flags
 
+from data import paths
 from launch.tools import runs
 from trainers import flags as trainer_flags
 from trainers.config import Config
@@ -33,3 +36,21 @@ def test_records_are_read_whole(tmp_path):
   (logs / "tasks.json").write_text(json.dumps({"restarts": 1, "tasks": [{"name": "chief-0",
                                                                             "pid": 7}]}))
   assert runs.read_tasks(runs.task_log_dir(str(tmp_path)))["restarts"] == 1
+
+
+def test_tools_prepare_missing_data_before_any_run_or_exit_naming_the_fixes(
+    tiny_idx_dir, tmp_path, monkeypatch):
+  monkeypatch.delenv(paths.IDX_DIR_ENV, raising=False)
+  for name in ("HTTPS_PROXY", "https_proxy"):  # Offline: the download's proxy refuses.
+    monkeypatch.setenv(name, "http://127.0.0.1:9")
+  monkeypatch.delenv("NO_PROXY", raising=False)
+  monkeypatch.delenv("no_proxy", raising=False)
+  config = Config(data_dir=str(tmp_path / "none"))
+  with pytest.raises(SystemExit) as e:
+    runs.check_or_exit(config, 1, None)
+  assert "Tried: cannot reach" in str(e.value.code) and "--mnist_idx_dir" in str(e.value.code)
+  with pytest.raises(app.UsageError):  # A bad config is a usage error, before any data step.
+    runs.check_or_exit(Config(data_dir=str(tmp_path / "none"), train_steps=0), 1, None)
+  config = Config(data_dir=str(tmp_path / "tfds"))
+  runs.check_or_exit(config, 2, str(tiny_idx_dir))
+  assert paths.is_prepared(config.data_dir)

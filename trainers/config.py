@@ -30,8 +30,8 @@ class Config:
   momentum: float = _field(0.9, "SGD momentum.")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
-                                   "$TFDS_DATA_DIR or ~/tensorflow_datasets). Fill it with "
-                                   "`python -m data.prepare`.")
+                                   "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
+                                   "if missing (see --mnist_idx_dir).")
   eval_batch_size: int = _field(500, "Evaluation batch; a divisor of the 10,000 test images "
                                 "keeps the Estimator's mean of batch means equal to Keras's "
                                 "per-example mean.")

@@ -29,9 +29,12 @@ RUN_FLAGS = (
      "launcher exits non-zero."),
     ("task_log_dir", None, "With --workers > 1: where each task's log and tasks.json go. "
      "Default: <model_dir>/logs."),
+    ("mnist_idx_dir", None, "If MNIST is not prepared in --data_dir: prepare it from the four "
+     "MNIST IDX files in this directory (default: $MNIST_IDX_DIR), with no network. Without "
+     "either, TFDS downloads it."),
 )
 _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout": float,
-          "timeout": float, "task_log_dir": str}
+          "timeout": float, "task_log_dir": str, "mnist_idx_dir": str}
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 
@@ -43,6 +46,11 @@ def _all_flags() -> List[Tuple[str, type, object, str]]:
     kind = field.type if field.type in (int, float, bool) else str  # Optional[str] too.
     rows.append((field.name, kind, field.default, field.metadata["help"]))
   return rows
+
+
+def help_text(name: str) -> str:
+  """The help of one launcher flag, for binaries that define it too."""
+  return next(text for flag, _, text in RUN_FLAGS if flag == name)
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -89,4 +97,5 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       stall_timeout=FLAGS.stall_timeout,
       max_restarts=FLAGS.max_restarts,
       verbosity=FLAGS.verbosity,
+      mnist_idx_dir=FLAGS.mnist_idx_dir,
   )

@@ -17,8 +17,8 @@ from trainers.config import Config
 
 # TensorFlow is imported only where needed (trainers.common, trainers.distribute
 # and the trainers import it): a launcher checks its flags, the data and a new
-# model_dir, and starts the tasks, without it. Only a model_dir holding files
-# (a resumed run) is inspected with TensorFlow.
+# model_dir, and starts the tasks, without it. Only missing data (prepared
+# here, once) and a model_dir holding files (a resumed run) need TensorFlow.
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 EXIT_USAGE = supervisor.EXIT_USAGE
@@ -43,6 +43,8 @@ class RunOptions:
     max_restarts: times a local cluster is started again after a task fails.
     verbosity: absl's --verbosity; below 1 the terminal shows the run's own
       lines, warnings and errors, not TensorFlow's INFO logs (launch.console).
+    mnist_idx_dir: IDX files to prepare missing data from; None means
+      $MNIST_IDX_DIR, else a TFDS download (data.mnist.ensure_prepared).
   """
 
   workers: Optional[int]
@@ -53,6 +55,7 @@ class RunOptions:
   stall_timeout: Optional[float] = None
   max_restarts: int = 0
   verbosity: int = 0
+  mnist_idx_dir: Optional[str] = None
 
 
 def _error(message: str, code: int) -> int:
@@ -92,6 +95,17 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
                         "choose a directory you can write to.") from e
 
 
+def _ensure_data(data_dir: Optional[str], idx_dir: Optional[str]) -> None:
+  """Prepares missing MNIST (importing TensorFlow only then).
+
+  Raises:
+    paths.MissingDataError: if it cannot, saying what was tried and the fixes.
+  """
+  if not paths.is_prepared(data_dir):
+    from data import mnist  # pylint: disable=import-outside-toplevel
+    mnist.ensure_prepared(data_dir, idx_dir)
+
+
 def run(backend: str, config: Config, options: RunOptions) -> int:
   """Trains `backend` and returns the process exit code.
 
@@ -107,7 +121,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
 
   Returns:
     0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 1 for
-    missing data; for a local cluster, a failed task's exit code.
+    data that is missing and could not be prepared; for a local cluster, a failed task's exit code.
   """
   workers, model_dir = options.workers, options.model_dir
   try:
@@ -143,7 +157,9 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # pylint: disable=import-outside-toplevel
       distribute.setup_process(task)
-    paths.check_prepared(config.data_dir)
+    # Before any task starts: the tasks find the data there and never race
+    # to build it, nor need the network.
+    _ensure_data(config.data_dir, options.mnist_idx_dir)
     if model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir.
       _prepare_model_dir(backend, model_dir, writer=task is None or task.is_chief)

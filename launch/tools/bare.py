@@ -228,10 +228,14 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   return costs
 
 
-def run_bare(config: Config, model_dir: Optional[str], probe_out: Optional[str]) -> int:
-  """The bare binary's body: the reference in one process, or the probe in this task."""
+def run_bare(config: Config, model_dir: Optional[str], probe_out: Optional[str],
+             idx_dir: Optional[str] = None) -> int:
+  """The bare binary's body: the reference in one process, or the probe in this task.
+
+  Missing data is prepared first (from `idx_dir`, $MNIST_IDX_DIR, or a download).
+  """
   try:
-    paths.check_prepared(config.data_dir)
+    mnist.ensure_prepared(config.data_dir, idx_dir)
   except paths.MissingDataError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1

@@ -9,9 +9,10 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app
+from absl import flags
 
 from data import paths
 from launch import supervisor
@@ -117,12 +118,26 @@ def worker_counts(values: Sequence[str]) -> List[int]:
   return counts
 
 
-def check_or_exit(config: Config, workers: int) -> None:
-  """For the tool binaries: exit 2 on a bad config, 1 on missing data."""
+def define_data_flags() -> Tuple[flags.FlagHolder, flags.FlagHolder]:
+  """Defines a tool binary's --data_dir and --mnist_idx_dir (called by the binary)."""
+  return (flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/."),
+          flags.DEFINE_string("mnist_idx_dir", None, trainer_flags.help_text("mnist_idx_dir")))
+
+
+def check_or_exit(config: Config, workers: int, idx_dir: Optional[str]) -> None:
+  """For the tool binaries: exit 2 on a bad config; prepare missing data, or exit 1.
+
+  The data is prepared here, once, before any run starts (see
+  data.mnist.ensure_prepared; `idx_dir` None means $MNIST_IDX_DIR or a download).
+  """
   try:
     config.validate(workers)
-    paths.check_prepared(config.data_dir)
   except ValueError as e:
     raise app.UsageError(str(e), exitcode=2)
+  if paths.is_prepared(config.data_dir):
+    return
+  from data import mnist  # pylint: disable=import-outside-toplevel
+  try:
+    mnist.ensure_prepared(config.data_dir, idx_dir)
   except paths.MissingDataError as e:
     sys.exit(f"error: {e}")
