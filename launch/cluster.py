@@ -1,10 +1,11 @@
 """TF_CONFIG: the one place that writes, reads and validates it.
 
 A local cluster of N training workers has one "chief" task and N-1 "worker"
-tasks, plus, for the Estimator, one "evaluator" task that is not part of the
-training cluster: the layout the Estimator documents, which Keras and
-MultiWorkerMirroredStrategy accept too. TF_CONFIGs written by hand may also
-leave out the chief job; then `worker:0` is the chief.
+tasks, plus, optionally, one "evaluator" task that is not part of the
+training collective. Every task's cluster lists all of them, evaluator
+included, as Kubeflow's TFJob operator writes it; a cluster without the
+evaluator job (the Estimator's documented layout) is accepted too, and so is
+one without a chief job (then `worker:0` is the chief).
 """
 
 import dataclasses
@@ -32,7 +33,8 @@ class Task:
     index: index within its type.
     num_workers: number of training tasks (chief and workers) in the cluster.
     has_chief_job: whether the cluster names a "chief" job.
-    address: this task's "host:port" in the cluster; None for the evaluator.
+    address: this task's "host:port" in the cluster; None for the evaluator,
+      which serves nothing (its address, if listed, is never bound).
     cluster: the cluster spec, job name -> addresses.
   """
 
@@ -42,6 +44,16 @@ class Task:
   has_chief_job: bool = True
   address: Optional[str] = None
   cluster: Optional[Dict[str, List[str]]] = dataclasses.field(default=None, compare=False)
+
+  @property
+  def has_evaluator(self) -> bool:
+    """Whether the cluster lists an evaluator task (then the chief does not evaluate)."""
+    return self.type == EVALUATOR or EVALUATOR in (self.cluster or {})
+
+  @property
+  def training_cluster(self) -> Dict[str, List[str]]:
+    """The chief and worker jobs: the tasks that train together."""
+    return {job: list(a) for job, a in (self.cluster or {}).items() if job != EVALUATOR}
 
   @property
   def is_chief(self) -> bool:
@@ -74,26 +86,32 @@ def pick_free_ports(count: int, host: str = "localhost") -> List[int]:
 
 
 def make_tf_configs(
-    worker_ports: List[int], evaluator: bool = False, host: str = "localhost"
+    ports: List[int], evaluator: bool = False, host: str = "localhost"
 ) -> List[Dict[str, Any]]:
-  """Builds one TF_CONFIG per task: chief, workers in order, then the evaluator.
+  """Builds one TF_CONFIG per task (chief, workers in order, then the evaluator),
+  in the shape Kubeflow's TFJob operator writes: every task's cluster lists every task.
 
   Args:
-    worker_ports: one port per training task; the first is the chief's.
-    evaluator: add an "evaluator" task (it needs no port).
+    ports: one port per task; the first is the chief's, the last the
+      evaluator's if there is one (listed, never bound: it serves nothing).
+    evaluator: the last port is an "evaluator" task's.
     host: the address every task listens on.
 
   Returns:
     The TF_CONFIG dicts, the chief's first.
   """
-  addresses = [f"{host}:{port}" for port in worker_ports]
+  addresses = [f"{host}:{port}" for port in ports]
+  if evaluator:
+    addresses, evaluator_address = addresses[:-1], addresses[-1]
   cluster = {CHIEF: addresses[:1]}
   if addresses[1:]:
     cluster[WORKER] = addresses[1:]
   tasks = [(CHIEF, 0)] + [(WORKER, i) for i in range(len(addresses) - 1)]
   if evaluator:
+    cluster[EVALUATOR] = [evaluator_address]
     tasks.append((EVALUATOR, 0))
-  return [{"cluster": cluster, "task": {"type": t, "index": i}} for t, i in tasks]
+  return [{"cluster": cluster, "task": {"type": t, "index": i}, "environment": "cloud"}
+          for t, i in tasks]
 
 
 def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Task]:
@@ -128,7 +146,7 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
     return None
   if not isinstance(cluster, dict):
     raise TFConfigError("TF_CONFIG cluster must map job names to lists of 'host:port'.")
-  extra_jobs = sorted(set(cluster) - {CHIEF, WORKER})
+  extra_jobs = sorted(set(cluster) - set(TASK_TYPES))
   if extra_jobs:
     raise TFConfigError(
         f"TF_CONFIG cluster has job(s) {extra_jobs}; this project runs 'chief' and "
@@ -137,8 +155,11 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
   for job, addresses in cluster.items():
     if not isinstance(addresses, list) or not addresses:
       raise TFConfigError(f"TF_CONFIG cluster.{job} must be a non-empty list of 'host:port'.")
-  if len(cluster.get(CHIEF, [])) > 1:
-    raise TFConfigError("TF_CONFIG cluster.chief must list exactly one task.")
+  for job in (CHIEF, EVALUATOR):
+    if len(cluster.get(job, [])) > 1:
+      raise TFConfigError(f"TF_CONFIG cluster.{job} must list exactly one task.")
+  if not set(cluster) - {EVALUATOR}:
+    raise TFConfigError("TF_CONFIG cluster has no 'chief' or 'worker' job: nothing trains.")
   task = tf_config.get("task") or {}
   task_type, index = task.get("type"), task.get("index", 0)
   if task_type not in TASK_TYPES:
@@ -159,7 +180,7 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
         f"{task_type} task(s), indices 0 to {count - 1}."
     )
   return Task(type=task_type, index=index,
-              num_workers=sum(len(a) for a in cluster.values()),
+              num_workers=len(cluster.get(CHIEF, [])) + len(cluster.get(WORKER, [])),
               has_chief_job=CHIEF in cluster,
               address=None if task_type == EVALUATOR else cluster[task_type][index],
               cluster=cluster)

@@ -2,9 +2,11 @@
 
 It runs any TF_CONFIG-aware command. The chief's output is streamed live and,
 like every task's, appended to `<log_dir>/<type>-<index>.log`. Synchronous
-training fails as a whole when one task dies, so when a task fails every task
-is stopped and, up to `max_restarts` times, all are started again with the
-same TF_CONFIGs: the trainers resume from their last backup. A run that passes
+training fails as a whole when one task dies, so when a training task fails
+every training task is stopped and, up to `max_restarts` times, all are
+started again with the same TF_CONFIGs: the trainers resume from their last
+backup. The evaluator is outside the collective: it keeps running meanwhile,
+and when it fails it is restarted alone. A run that passes
 its timeout, or in which no task writes output for `stall_timeout` seconds,
 is stopped after each task is asked for a stack dump (SIGUSR1). No process
 outlives the launcher.
@@ -171,11 +173,12 @@ def _hang_report(procs: Sequence[_Proc], log_dir: str) -> str:
   return f"hung: {details}{also}. Stack dumps are in the task logs in {log_dir}."
 
 
-def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc]) -> None:
+def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc],
+                      evaluator_restarts: int = 0) -> None:
   """Records each task's pid, for tools that watch or signal the tasks (launch.chaos)."""
   path = os.path.join(log_dir, TASKS_FILE)
   with open(path + ".tmp", "w") as f:
-    json.dump({"restarts": restarts,
+    json.dump({"restarts": restarts, "evaluator_restarts": evaluator_restarts,
                "tasks": [{"name": p.name, "pid": p.popen.pid} for p in procs]}, f)
   os.replace(path + ".tmp", path)
 
@@ -215,13 +218,14 @@ def run_local_cluster(
     cmd: the command every task runs; each gets its own TF_CONFIG.
     num_workers: training tasks: `chief:0` and `worker:0` to `worker:<N-2>`.
     log_dir: where `<type>-<index>.log` files and `tasks.json` go; created if missing.
-    evaluator: also start an "evaluator" task (Estimator's sidecar).
+    evaluator: also start an "evaluator" task, outside the training collective.
     timeout: seconds before the whole run, restarts included, is stopped;
       None waits forever.
     stall_timeout: seconds without output from any task before the run is
       stopped as hung; None never.
-    max_restarts: how many times all tasks are started again after a task
-      fails (a usage error, exit code 2, is never retried).
+    max_restarts: how many times the training tasks are started again after
+      one fails, and, counted apart, the evaluator alone after it fails (a
+      usage error, exit code 2, is never retried).
     env: base environment; defaults to os.environ.
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
     verbose: stream all of the chief's output; False streams only the run's
@@ -239,29 +243,32 @@ def run_local_cluster(
   os.makedirs(log_dir, exist_ok=True)
   base_env = dict(os.environ if env is None else env)
   # The same ports on every restart: each task keeps its TF_CONFIG.
-  tf_configs = cluster.make_tf_configs(cluster.pick_free_ports(num_workers), evaluator)
+  tf_configs = cluster.make_tf_configs(cluster.pick_free_ports(num_workers + evaluator),
+                                       evaluator)
   procs: List[_Proc] = []
   deadline = None if timeout is None else time.monotonic() + timeout
   previous_handler = None
   if threading.current_thread() is threading.main_thread():
     # Turn SIGTERM into an exception so the finally clause stops the tasks.
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
-  restarts, header = 0, b""
+  def start(index: int, header: bytes) -> _Proc:
+    task = tf_configs[index]["task"]
+    name = f"{task['type']}-{task['index']}"
+    task_env = dict(base_env, TF_CONFIG=json.dumps(tf_configs[index]))
+    return _start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
+                  stream=index == 0, header=header, verbose=verbose)
+
+  restarts = evaluator_restarts = 0
   try:
+    procs = [start(i, b"") for i in range(len(tf_configs))]
+    logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:
-      procs = []
-      for tf_config in tf_configs:
-        task = tf_config["task"]
-        name = f"{task['type']}-{task['index']}"
-        task_env = dict(base_env, TF_CONFIG=json.dumps(tf_config))
-        procs.append(_start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
-                            stream=not procs, header=header, verbose=verbose))
-      _write_tasks_file(log_dir, restarts, procs)
-      logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
+      _write_tasks_file(log_dir, restarts, procs, evaluator_restarts)
       outcome, failed = _watch(procs, deadline, stall_timeout)
       if outcome == "ok":
-        if restarts:
-          logging.info("All tasks succeeded after %d restart(s).", restarts)
+        if restarts or evaluator_restarts:
+          logging.info("All tasks succeeded after %d restart(s) of the training tasks and %d "
+                       "of the evaluator.", restarts, evaluator_restarts)
         return 0
       if outcome == "timeout":
         logging.error("Timed out after %.0f s (--timeout); %s Stopping every task.", timeout,
@@ -273,18 +280,34 @@ def run_local_cluster(
         return EXIT_TIMEOUT
       rc = failed.popen.returncode
       cause = f"{failed.name} {_describe(rc)}"
-      if rc == EXIT_USAGE or restarts >= max_restarts:
+      # The evaluator is outside the training collective: it is restarted
+      # alone, and goes on running while the training tasks are restarted.
+      is_evaluator = failed.name.startswith(cluster.EVALUATOR)
+      used = evaluator_restarts if is_evaluator else restarts
+      if rc == EXIT_USAGE or used >= max_restarts:
         why = ("a usage error is not retried" if rc == EXIT_USAGE else
                f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
         logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
                       f" ({why})" if why else "", failed.log_path)
         return 128 - rc if rc < 0 else rc
-      restarts += 1
-      logging.warning("Restart %d of %d: %s (its log: %s); stopping every task and starting "
-                      "all again with the same TF_CONFIG.", restarts, max_restarts, cause,
-                      failed.log_path)
-      _stop_all(procs, grace)
-      header = f"\n=== restart {restarts} of {max_restarts}: {cause} ===\n".encode()
+      if is_evaluator:
+        evaluator_restarts += 1
+        logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training "
+                        "goes on.", evaluator_restarts, max_restarts, cause, failed.log_path)
+        restart = [procs.index(failed)]
+        _stop_all([failed], grace)
+        header = (f"\n=== evaluator restart {evaluator_restarts} of {max_restarts}: {cause} "
+                  "===\n").encode()
+      else:
+        restarts += 1
+        logging.warning("Restart %d of %d: %s (its log: %s); stopping the training tasks and "
+                        "starting them again with the same TF_CONFIG.", restarts, max_restarts,
+                        cause, failed.log_path)
+        restart = [i for i, p in enumerate(procs) if not p.name.startswith(cluster.EVALUATOR)]
+        _stop_all([procs[i] for i in restart], grace)
+        header = f"\n=== restart {restarts} of {max_restarts}: {cause} ===\n".encode()
+      for i in restart:
+        procs[i] = start(i, header)
   finally:
     _stop_all(procs, grace)
     if previous_handler is not None:

@@ -12,15 +12,59 @@ def _env(tf_config):
 
 
 def test_make_tf_configs_for_workers_and_evaluator():
-  configs = cluster.make_tf_configs([1111, 2222, 3333], evaluator=True)
+  configs = cluster.make_tf_configs([1111, 2222, 3333, 4444], evaluator=True)
   assert [c["task"] for c in configs] == [
       {"type": "chief", "index": 0}, {"type": "worker", "index": 0},
       {"type": "worker", "index": 1}, {"type": "evaluator", "index": 0}]
+  # As Kubeflow writes it: every task's cluster lists the evaluator too.
   assert all(c["cluster"] == {"chief": ["localhost:1111"],
-                              "worker": ["localhost:2222", "localhost:3333"]} for c in configs)
+                              "worker": ["localhost:2222", "localhost:3333"],
+                              "evaluator": ["localhost:4444"]} for c in configs)
   tasks = [cluster.parse_tf_config(_env(c)) for c in configs]
   assert [t.is_chief for t in tasks] == [True, False, False, False]
   assert {t.num_workers for t in tasks} == {3}
+  assert all(t.has_evaluator for t in tasks)
+  assert tasks[0].training_cluster == {"chief": ["localhost:1111"],
+                                       "worker": ["localhost:2222", "localhost:3333"]}
+  assert tasks[3].address is None  # The evaluator serves nothing: no port to check.
+
+
+def _kubeflow_tf_configs(job, namespace, replicas):
+  """TF_CONFIG of every replica, as the TFJob operator writes them
+  (../shared/schemas/kubeflow-tfjob/tensorflow_tf_config.go: genClusterSpec and
+  genTFConfigJSONStr): lower-cased types, `<job>-<type>-<i>.<namespace>.svc:2222`
+  (GenGeneralName), "environment": "cloud", every replica in every cluster.
+  Go's encoding/json sorts map keys and keeps struct fields in order."""
+  spec = {rtype.lower(): [f"{job}-{rtype.lower()}-{i}.{namespace}.svc:2222" for i in range(n)]
+          for rtype, n in replicas.items()}
+  return {f"{rtype.lower()}-{i}": json.dumps(
+      {"cluster": dict(sorted(spec.items())), "task": {"type": rtype.lower(), "index": i},
+       "environment": "cloud"}, separators=(",", ":"))
+          for rtype, n in replicas.items() for i in range(n)}
+
+
+@pytest.mark.parametrize("replicas, chief", [
+    ({"Chief": 1, "Worker": 2, "Evaluator": 1}, "chief-0"),
+    ({"Worker": 3, "Evaluator": 1}, "worker-0"),  # No Chief replica: worker 0 is the chief.
+    ({"Chief": 1, "Worker": 1}, "chief-0"),
+])
+def test_tf_config_as_the_kubeflow_operator_writes_it(replicas, chief):
+  configs = _kubeflow_tf_configs("mnist", "team-a", replicas)
+  tasks = {name: cluster.parse_tf_config({"TF_CONFIG": raw}) for name, raw in configs.items()}
+  assert [name for name, t in tasks.items() if t.is_chief] == [chief]
+  training = sum(n for r, n in replicas.items() if r != "Evaluator")
+  assert {t.num_workers for t in tasks.values()} == {training}
+  assert {t.has_evaluator for t in tasks.values()} == {"Evaluator" in replicas}
+  for name, task in tasks.items():
+    assert "evaluator" not in task.training_cluster
+    expected = (None if task.type == cluster.EVALUATOR else
+                f"mnist-{task.type}-{task.index}.team-a.svc:2222")
+    assert task.address == expected, name
+
+
+def test_a_one_replica_job_gets_no_tf_config_and_runs_as_one_process():
+  # The operator sets no TF_CONFIG for a job of one replica (nothing to connect).
+  assert cluster.parse_tf_config({}) is None
 
 
 def test_single_worker_cluster_has_only_a_chief():
@@ -50,6 +94,9 @@ def test_worker_zero_is_chief_without_a_chief_job():
     ({"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief"}}, "exactly one"),
     ({"cluster": {"worker": "a:1"}, "task": {"type": "worker"}}, "non-empty list"),
     ({"cluster": {"chief": ["a:1"]}, "task": {"type": "evaluator", "index": 2}}, "one evaluator"),
+    ({"cluster": {"chief": ["a:1"], "evaluator": ["b:1", "c:1"]}, "task": {"type": "chief"}},
+     "exactly one"),
+    ({"cluster": {"evaluator": ["b:1"]}, "task": {"type": "evaluator"}}, "nothing trains"),
 ])
 def test_bad_tf_config_is_rejected_with_the_reason(tf_config, message):
   with pytest.raises(cluster.TFConfigError, match=message):

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from launch.tools import runs
 from tests.conftest import memory_input_fn
+from trainers import common
 from trainers import estimator_trainer
 from trainers.config import Config
 
@@ -21,7 +22,7 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert summary["global_step"] == 6 and summary["workers"] == 1
   assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))
   # One process evaluates every checkpoint itself, under the evaluator's tags.
-  assert estimator_trainer.read_eval_result(str(tmp_path / "eval"), 3) is not None
+  assert common.read_eval_result(str(tmp_path / "eval"), 3) is not None
   records = runs.read_progress(str(tmp_path))
   assert [r.get("step") for r in records] == [None, 2, 4, 6]
   assert all(r["loss"] > 0 for r in records[1:])

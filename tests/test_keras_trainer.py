@@ -35,6 +35,47 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert [r["from_step"] for r in starts] == [0, 6]
 
 
+class _Crash(tf_keras.callbacks.Callback):
+  """Stops the process's fit after `step`, as a killed worker would, past its saves."""
+
+  def __init__(self, step):
+    super().__init__()
+    self._step = step
+
+  def on_train_batch_end(self, batch, logs=None):
+    if int(self.model.optimizer.iterations.numpy()) == self._step:
+      raise KeyboardInterrupt(f"crash at step {self._step}")
+
+
+def test_an_interrupted_run_resumes_from_its_backup_past_a_newer_checkpoint(tmp_path,
+                                                                             monkeypatch):
+  # Checkpoints every 3 steps, backups every 2: a crash at step 5 leaves ckpt-3
+  # and a backup at step 4. The resumed fit must run the 2 steps left, not
+  # stop at once (as when its step count came from ckpt-3) nor overshoot.
+  config = Config(**{**CONFIG.__dict__, "steps_per_execution": 1, "train_steps": 8})
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  input_fn = memory_input_fn(config.global_batch_size)
+  real_fit = tf_keras.Model.fit
+
+  def crashing_fit(self, *args, callbacks=(), **kwargs):
+    return real_fit(self, *args, callbacks=[*callbacks, _Crash(5)], **kwargs)
+
+  monkeypatch.setattr(tf_keras.Model, "fit", crashing_fit)
+  try:
+    keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy, input_fn=input_fn)
+  except KeyboardInterrupt:
+    pass
+  monkeypatch.setattr(tf_keras.Model, "fit", real_fit)
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
+  assert keras_trainer.backup_origin(str(tmp_path / "backup")) == 0
+  summary = keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy,
+                                             input_fn=input_fn)
+  assert summary["global_step"] == 8
+  starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
+  assert [r["from_step"] for r in starts] == [0, 4]  # Resumed at the backup's step.
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
+
+
 def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():
   schedule = tf_keras.optimizers.schedules.PiecewiseConstantDecay([0, 1], [0.5, 0.1, 0.05])
   optimizer = keras_trainer.V1MomentumSGD(schedule, momentum=0.9)

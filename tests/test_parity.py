@@ -36,11 +36,15 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
                    "shards cover the split", "test accuracy gap (pp), long run",
                    "loss curve rel diff, long run keras vs estimator",
                    "progress.jsonl loss rel diff keras vs estimator",
-                   "eval accuracy, Estimator evaluator vs Keras evaluate"):
+                   "eval accuracy, Estimator evaluator vs Keras evaluate",
+                   "eval per checkpoint, keras vs estimator"):
     assert expected in names
   assert {len(v) for k, v in report["losses"].items() if k.startswith("short/")} == {10}
   assert (tmp_path / "parity_report.md").read_text().count("| PASS |") == len(names)
   assert os.path.getsize(tmp_path / "loss_curves.png") > 10_000
+  # Both evaluator tasks evaluated the final checkpoint (step 20), and said which others.
+  per_checkpoint = next(c for c in report["checks"] if c["name"].startswith("eval per checkpoint"))
+  assert "keras evaluated steps [" in per_checkpoint["where"] and "20]" in per_checkpoint["where"]
 
 
 @pytest.mark.real_data

@@ -18,6 +18,7 @@ import tf_keras
 
 from data import paths
 from launch import cluster
+from trainers import common
 from trainers import distribute
 from trainers import flags as trainer_flags
 from trainers import model as model_lib
@@ -38,25 +39,31 @@ def _flags(config: Config, data_dir: str):
   return trainer_flags.config_to_flags(dataclasses.replace(config, data_dir=data_dir))
 
 
-def _train(backend, workers, tiny_data_dir, tmp_path_factory):
+def _train(backend, workers, tiny_data_dir, tmp_path_factory, extra=()):
   model_dir = str(tmp_path_factory.mktemp(f"{backend}{workers}"))
   result = run_module(f"trainers.{backend}_main",
                       [f"--workers={workers}", f"--model_dir={model_dir}",
-                       "--timeout=300", *_flags(TINY, tiny_data_dir)])
+                       "--timeout=300", *_flags(TINY, tiny_data_dir), *extra])
   assert result.returncode == 0, result.stderr[-5000:]
   return model_dir, result
 
 
-@pytest.fixture(scope="module", params=[(b, w) for w in (1, 2) for b in BACKENDS],
-                ids=lambda p: f"{p[0]}-{p[1]}w")
+# (backend, workers, evaluator task): a cluster runs an evaluator unless Keras's
+# --noevaluator makes its chief evaluate.
+RUNS = [(b, w, w > 1) for w in (1, 2) for b in BACKENDS] + [("keras", 2, False)]
+
+
+@pytest.fixture(scope="module", params=RUNS,
+                ids=lambda p: f"{p[0]}-{p[1]}w" + ("" if p[2] or p[1] == 1 else "-noevaluator"))
 def run(request, tiny_data_dir, tmp_path_factory):
-  backend, workers = request.param
-  model_dir, result = _train(backend, workers, tiny_data_dir, tmp_path_factory)
-  return backend, workers, model_dir, result
+  backend, workers, evaluator = request.param
+  extra = [] if evaluator or workers == 1 else ["--noevaluator"]
+  model_dir, result = _train(backend, workers, tiny_data_dir, tmp_path_factory, extra)
+  return backend, workers, model_dir, result, evaluator
 
 
 def test_run_writes_a_valid_summary(run):
-  backend, workers, model_dir, result = run
+  backend, workers, model_dir, result, _ = run
   with open(os.path.join(model_dir, "summary.json")) as f:
     summary = json.load(f)
   assert set(summary) == SUMMARY_KEYS
@@ -70,18 +77,18 @@ def test_run_writes_a_valid_summary(run):
 
 
 def test_only_the_chief_writes_to_model_dir(run):
-  backend, workers, model_dir, _ = run
+  backend, workers, model_dir, _, evaluator = run
   leftovers = [n for n in os.listdir(model_dir) if n.startswith(("tmp", ".tmp"))]
   assert not leftovers
   if workers > 1:
     logs = sorted(os.listdir(os.path.join(model_dir, "logs")))
     expected = ["chief-0.log", "worker-0.log", "tasks.json"] + (
-        ["evaluator-0.log"] if backend == "estimator" else [])
+        ["evaluator-0.log"] if evaluator else [])
     assert logs == sorted(expected)
 
 
 def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
-  backend, workers, model_dir, result = run
+  backend, workers, model_dir, result, _ = run
   assert f"step {STEPS}/{STEPS}: loss " in result.stderr and "ETA" in result.stderr
   assert "Unable to register cuDNN factory" not in result.stderr
   assert "cpu_feature_guard" not in result.stderr
@@ -102,14 +109,27 @@ def test_verbosity_shows_tensorflows_own_logs_in_a_lone_process(tiny_data_dir, t
   assert "cpu_feature_guard" in runs[1].stderr and "cpu_feature_guard" not in runs[0].stderr
 
 
-def test_the_evaluator_waits_for_checkpoints_without_spinning(run):
-  backend, workers, model_dir, _ = run
-  if (backend, workers) != ("estimator", 2):
-    pytest.skip("only the Estimator runs an evaluator task")
-  with open(os.path.join(model_dir, "logs", "evaluator-0.log")) as f:
-    log = f.read()
-  assert f"Saving dict for global step {STEPS}:" in log  # It evaluated the final checkpoint,
-  assert "throttle_secs is set as 0" not in log  # polling (TF warns on each spin at 0).
+def test_the_evaluator_task_evaluates_the_final_checkpoint_for_the_chief(run):
+  backend, workers, model_dir, _, evaluator = run
+  results = common.read_eval_results(os.path.join(model_dir, "eval"))
+  with open(os.path.join(model_dir, "summary.json")) as f:
+    summary = json.load(f)
+  # The summary's metrics are those of the final step's evaluation, wherever it ran.
+  assert results[STEPS] == pytest.approx({"accuracy": summary["test_accuracy"],
+                                          "loss": summary["test_loss"]}, abs=1e-6)
+  if workers == 1:
+    return
+  chief_log = (pathlib.Path(model_dir) / "logs" / "chief-0.log").read_text()
+  assert ("Waiting for the evaluator's result" in chief_log) == evaluator
+  if not evaluator:
+    return
+  log = (pathlib.Path(model_dir) / "logs" / "evaluator-0.log").read_text()
+  if backend == "estimator":
+    assert f"Saving dict for global step {STEPS}:" in log
+    assert "throttle_secs is set as 0" not in log  # Polling (TF warns on each spin at 0).
+  else:
+    assert "Last checkpoint evaluated. SidecarEvaluator stops." in log
+  assert "Training from step" not in log  # It never joined the training.
 
 
 def _trained_weights(backend: str, model_dir: str, names):
@@ -131,7 +151,7 @@ def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data
   `half` weights show the test tells the two apart. launch.tools.reference is the
   same loop launch.parity uses; its own test is here.
   """
-  backend, workers, model_dir, _ = run
+  backend, workers, model_dir, _, _ = run
   config = dataclasses.replace(TINY, data_dir=tiny_data_dir)
   _, want = reference.train_reference(config, workers)
   # v1 momentum is linear in the gradient: half the rate = half the gradient.
@@ -217,8 +237,8 @@ def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_da
   _rejected(backend, args, env, 2, message, tiny_data_dir, tmp_path / "model")
 
 
-def test_keras_runs_no_evaluator_task(tiny_data_dir, tmp_path):
-  _rejected("keras", [], _tf_config("evaluator", 0), 2, "runs no 'evaluator' task",
+def test_a_multi_worker_estimator_needs_its_evaluator(tiny_data_dir, tmp_path):
+  _rejected("estimator", ["--workers=2", "--noevaluator"], {}, 2, "--noevaluator is for Keras",
             tiny_data_dir, tmp_path / "model")
 
 

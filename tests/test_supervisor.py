@@ -32,6 +32,8 @@ TASK = textwrap.dedent("""
         sys.exit(2)
     if behaviour == "hang":
         time.sleep(600)
+    if behaviour == "linger":  # Outlives a restart of the others, then ends well.
+        time.sleep(4)
     if behaviour == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
     print("last line of " + name, flush=True)
@@ -73,7 +75,8 @@ def test_every_task_gets_its_tf_config_and_a_log(task_script, tmp_path, capfd):
   assert rc == 0
   assert sorted(records) == ["chief-0.0", "evaluator-0.0", "worker-0.0", "worker-1.0"]
   cluster_specs = {json.dumps(r["tf_config"]["cluster"]) for r in records.values()}
-  assert len(cluster_specs) == 1
+  assert len(cluster_specs) == 1  # Every task's lists every task, as Kubeflow writes it.
+  assert sorted(json.loads(cluster_specs.pop())) == ["chief", "evaluator", "worker"]
   for name in ("chief-0", "evaluator-0", "worker-0", "worker-1"):
     assert f"last line of {name}" in (tmp_path / "logs" / f"{name}.log").read_text()
   streamed = capfd.readouterr().out
@@ -108,6 +111,25 @@ def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, 
   log = (tmp_path / "logs" / "chief-0.log").read_text()
   assert log.count("hello from chief-0") == 2
   assert "=== restart 1 of 3: worker-0 exited with code 3 ===" in log
+
+
+def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_script,
+                                                                          tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, evaluator=True, max_restarts=1,
+                     evaluator_0="fail_once", worker_0="fail_once", chief_0="linger")
+  assert rc == 0
+  # The evaluator's failure restarted it alone; the worker's restarted chief and
+  # worker, and the evaluator's second process ran on through it.
+  assert sorted(records) == ["chief-0.0", "chief-0.1", "evaluator-0.0", "evaluator-0.1",
+                             "worker-0.0", "worker-0.1"]
+  assert "Restart 1 of 1 of the evaluator alone: evaluator-0 exited with code 3" in caplog.text
+  assert "Restart 1 of 1: worker-0 exited with code 3" in caplog.text
+  tasks = _tasks_file(tmp_path)
+  assert (tasks["restarts"], tasks["evaluator_restarts"]) == (1, 1)
+  log = (tmp_path / "logs" / "evaluator-0.log").read_text()
+  assert log.count("hello from evaluator-0") == 2 and "last line of evaluator-0" in log
+  assert "=== evaluator restart 1 of 1: evaluator-0 exited with code 3 ===" in log
+  assert "evaluator" not in (tmp_path / "logs" / "chief-0.log").read_text()
 
 
 def test_restarts_stop_at_max_restarts(task_script, tmp_path, caplog):

@@ -1,5 +1,6 @@
 """What both trainers share beyond the model: inputs, seeds, initial weights, records, summary."""
 
+import glob
 import json
 import os
 import time
@@ -20,6 +21,8 @@ EVAL_SUBDIR = "eval"  # Estimator's own name for its evaluation events.
 BACKUP_SUBDIR = "backup"  # Keras BackupAndRestore's state while training runs.
 KERAS_CHECKPOINT_PREFIX = "ckpt"  # Keras: ckpt-<step>; the Estimator: model.ckpt-<step>.
 PROGRESS_FILE = "progress.jsonl"  # The chief's run records, one JSON object a line.
+KEEP_CHECKPOINTS = 3  # Both backends keep this many checkpoints in model_dir.
+RESULT_WAIT_SECONDS = 600.0  # How long a chief waits for the evaluator's final result.
 _STARTUP: Dict[str, float] = {}  # Unix times this process passed start-up milestones.
 
 
@@ -174,6 +177,53 @@ def checkpoint_problem(backend: str, model_dir: str) -> Optional[str]:
       return (f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
               f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
   return None
+
+
+def read_eval_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
+  """Every step the evaluator evaluated, with its accuracy and loss, from its event files.
+
+  The Estimator writes both in one event; Keras's tf.summary writes one event
+  per value: both are read.
+  """
+  values: Dict[int, Dict[str, float]] = {}
+  for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for v in event.summary.value:
+          if v.tag in ("accuracy", "loss"):
+            values.setdefault(int(event.step), {})[v.tag] = _scalar(v)
+    except tf.errors.DataLossError:
+      pass  # The evaluator is still writing this file.
+  return {step: metrics for step, metrics in sorted(values.items()) if len(metrics) == 2}
+
+
+def read_eval_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
+  """The evaluator's accuracy and loss at `step`, or None if it has not evaluated it."""
+  return read_eval_results(eval_dir).get(step)
+
+
+def _scalar(value) -> float:
+  """A scalar summary's value: TF1 summaries (the Estimator's) or TF2 tensors (Keras's)."""
+  if value.HasField("tensor"):
+    return float(tf.make_ndarray(value.tensor))
+  return float(value.simple_value)
+
+
+def wait_for_eval(model_dir: str, step: int, timeout: float = RESULT_WAIT_SECONDS
+                  ) -> Dict[str, float]:
+  """Waits for the evaluator task's result at `step` (the chief's final step)."""
+  eval_dir = os.path.join(model_dir, EVAL_SUBDIR)
+  deadline = time.monotonic() + timeout
+  logging.info("Waiting for the evaluator's result at step %d in %s", step, eval_dir)
+  while time.monotonic() < deadline:
+    result = read_eval_result(eval_dir, step)
+    if result:
+      return result
+    time.sleep(1.0)
+  raise TimeoutError(
+      f"No evaluation of step {step} appeared in {eval_dir} within {timeout:.0f} s: "
+      "is the evaluator task running? (launch.local --evaluator starts one)."
+  )
 
 
 def export_path(model_dir: str) -> str:

@@ -37,9 +37,9 @@ class Config:
                                 "per-example mean.")
   log_every_steps: int = _field(100, "Steps between progress lines, progress records and loss "
                                 "summaries.")
-  checkpoint_every_steps: int = _field(500, "Steps between Estimator checkpoints (which it "
-                                       "resumes from, and its evaluator evaluates) and Keras "
-                                       "chief evaluations.")
+  checkpoint_every_steps: int = _field(500, "Steps between checkpoints (each backend keeps "
+                                       "the newest 3; the evaluator task evaluates them) and, "
+                                       "with Keras --noevaluator, chief evaluations.")
   backup_every_steps: int = _field(100, "Steps between Keras BackupAndRestore backups, which "
                                    "Keras resumes from after a failure.")
   init_weights: Optional[str] = _field(None, "A .npz of initial weights by variable name "

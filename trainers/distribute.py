@@ -138,19 +138,23 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   Raises:
     ClusterMismatchError: a peer's TF_CONFIG describes another cluster.
   """
-  resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   task = cluster.parse_tf_config()
   if task is None or task.type == cluster.EVALUATOR:
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     common.mark_startup("strategy")
     return strategy
+  # The training tasks only: the evaluator (listed in every task's cluster
+  # when Kubeflow writes TF_CONFIG) serves nothing and joins no collective.
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(task.training_cluster), task_type=task.type, task_id=task.index,
+      rpc_layer="grpc")
   _configure_coordination_service(resolver)
   # TF 2.15 waits forever, holding the GIL, for a peer that never starts (its
   # registration timeout does not cover the eager context's set-up), so the
   # watchdog is a process of its own; it is stopped once the cluster is up.
   watchdog = subprocess.Popen(  # pylint: disable=consider-using-with
       [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(REGISTER_TIMEOUT_SECONDS),
-       task.name, *[f"{job}:{i}={address}" for job, addresses in task.cluster.items()
+       task.name, *[f"{job}:{i}={address}" for job, addresses in task.training_cluster.items()
                     for i, address in enumerate(addresses)]],
       stdin=subprocess.DEVNULL)
   try:

@@ -4,7 +4,6 @@ tf.estimator exists up to TensorFlow 2.15; on a later TensorFlow this module
 raises ImportError with the fix, and the Keras backend still works.
 """
 
-import glob
 import os
 import shutil
 import time
@@ -28,7 +27,6 @@ if not hasattr(tf, "estimator"):
   )
 
 _ModeKeys = tf.estimator.ModeKeys
-RESULT_WAIT_SECONDS = 600.0
 EVALUATOR_POLL_SECONDS = 1  # How often the evaluator task looks for a new checkpoint.
 
 
@@ -133,37 +131,6 @@ class _Progress(tf.estimator.SessionRunHook):
     self.report.end()
 
 
-def read_eval_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
-  """The evaluator's accuracy and loss at `step`, from its event files."""
-  for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
-    try:
-      for event in tf.compat.v1.train.summary_iterator(path):
-        if event.step != step:
-          continue
-        values = {v.tag: v.simple_value for v in event.summary.value}
-        if "accuracy" in values and "loss" in values:
-          return {"accuracy": values["accuracy"], "loss": values["loss"]}
-    except tf.errors.DataLossError:
-      pass  # The evaluator is still writing this file.
-  return None
-
-
-def _wait_for_eval(model_dir: str, step: int, timeout: float) -> Dict[str, float]:
-  """Waits for the evaluator task to evaluate the final checkpoint."""
-  eval_dir = os.path.join(model_dir, common.EVAL_SUBDIR)
-  deadline = time.monotonic() + timeout
-  logging.info("Waiting for the evaluator's result at step %d in %s", step, eval_dir)
-  while time.monotonic() < deadline:
-    result = read_eval_result(eval_dir, step)
-    if result:
-      return result
-    time.sleep(1.0)
-  raise TimeoutError(
-      f"No evaluation of step {step} appeared in {eval_dir} within {timeout:.0f} s: "
-      "is the evaluator task running? (launch.local --evaluator starts one)."
-  )
-
-
 def train_and_evaluate(
     config: Config,
     model_dir: str,
@@ -213,7 +180,7 @@ def train_and_evaluate(
       save_checkpoints_steps=config.checkpoint_every_steps,
       save_summary_steps=config.log_every_steps,
       log_step_count_steps=config.log_every_steps,
-      keep_checkpoint_max=3,
+      keep_checkpoint_max=common.KEEP_CHECKPOINTS,
   )
   estimator = tf.estimator.Estimator(make_model_fn(config), config=run_config)
 
@@ -258,8 +225,7 @@ def train_and_evaluate(
 
   # Evaluate: one local process evaluated the final checkpoint itself; in a
   # cluster train_and_evaluate returns None and the evaluator has the numbers.
-  metrics = result[0] if result is not None else _wait_for_eval(model_dir, global_step,
-                                                                RESULT_WAIT_SECONDS)
+  metrics = result[0] if result is not None else common.wait_for_eval(model_dir, global_step)
   logging.info("Test metrics at step %d: %s", global_step, metrics)
 
   # Export.

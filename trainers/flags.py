@@ -17,8 +17,11 @@ FLAGS = flags.FLAGS
 # (name, default, help) of the flags that say how to run, not what to train.
 RUN_FLAGS = (
     ("workers", 1, "Training workers. Above 1, this process starts a local cluster with one "
-     "process per worker (plus an evaluator for the Estimator). A process with TF_CONFIG set "
+     "process per worker, plus an evaluator (see --evaluator). A process with TF_CONFIG set "
      "runs as that task."),
+    ("evaluator", True, "With --workers > 1: also run an 'evaluator' task that evaluates each "
+     "checkpoint off the training path (Keras: SidecarEvaluator). Keras only: --noevaluator "
+     "evaluates on the chief instead, while the workers wait."),
     ("model_dir", None, "Output directory: events, checkpoints, export, summary.json, "
      "progress.jsonl. Default: a new directory under the system temp dir."),
     ("max_restarts", 3, "With --workers > 1: times every task is started again (resuming from "
@@ -34,7 +37,8 @@ RUN_FLAGS = (
      "either, TFDS downloads it."),
 )
 _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout": float,
-          "timeout": float, "task_log_dir": str, "mnist_idx_dir": str}
+          "timeout": float, "task_log_dir": str, "mnist_idx_dir": str,
+          "evaluator": bool}
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 
@@ -98,4 +102,5 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       max_restarts=FLAGS.max_restarts,
       verbosity=FLAGS.verbosity,
       mnist_idx_dir=FLAGS.mnist_idx_dir,
+      evaluator=FLAGS.evaluator,
   )

@@ -1,4 +1,4 @@
-"""Keras backend: Model.fit under MultiWorkerMirroredStrategy."""
+"""Keras backend: Model.fit under MultiWorkerMirroredStrategy, and its evaluator task."""
 
 import os
 import shutil
@@ -10,6 +10,7 @@ import tf_keras
 from absl import logging
 
 from data import mnist
+from launch import cluster
 from trainers import common
 from trainers import distribute
 from trainers import model as model_lib
@@ -148,6 +149,20 @@ class _Backup(tf_keras.callbacks.BackupAndRestore):
     super().on_train_batch_end(batch, logs)
 
 
+def backup_origin(backup_dir: str) -> Optional[int]:
+  """The step at which the fit that wrote the backup began; None without a backup.
+
+  BackupAndRestore resumes at the batch after the one it saved, counted from
+  that fit's start: its model step minus that batch count is where it began.
+  """
+  path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+  if path is None:
+    return None
+  reader = tf.train.load_checkpoint(path)
+  return (int(reader.get_tensor(common.KERAS_STEP_KEY)) -
+          int(reader.get_tensor("ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE")) - 1)
+
+
 def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
   """`directory/ckpt-<step>` of model and optimizer: what this trainer resumes from.
 
@@ -159,29 +174,91 @@ def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
   return manager.save(checkpoint_number=step)
 
 
-class _FinalCheckpoint(tf_keras.callbacks.Callback):
-  """Saves model and optimizer as `model_dir/ckpt-<step>` when `fit` ends.
+class _Checkpoints(tf_keras.callbacks.Callback):
+  """Saves model and optimizer as `model_dir/ckpt-<step>` every `every` steps and when
+  `fit` ends, keeping the newest KEEP_CHECKPOINTS, as the Estimator does.
 
-  It runs before BackupAndRestore deletes its backup, so a run stopped after
-  `fit` resumes from here. Every worker saves, since a save may need
-  collectives; only the chief's goes to model_dir, the others' to their own
-  temporary directories, removed at once.
+  The evaluator task evaluates them; a finished run resumes from the last.
+  The final save runs before BackupAndRestore deletes its backup, so a run
+  stopped after `fit` resumes from it. Every worker saves, since a save may
+  need collectives; only the chief's go to model_dir, the others' to a
+  temporary directory of their own, removed when `fit` ends.
   """
 
-  def __init__(self, model_dir: str, chief: bool):
+  def __init__(self, model_dir: str, chief: bool, every: int):
     super().__init__()
-    self._model_dir, self._chief = model_dir, chief
+    self._directory = model_dir if chief else tempfile.mkdtemp(prefix="mnist-worker-ckpt-")
+    self._chief, self._every = chief, every
+    self._manager: Optional[tf.train.CheckpointManager] = None
+    self._saved_step = -1
+
+  def _save(self) -> None:
+    step = int(self.model.optimizer.iterations.numpy())
+    if step == self._saved_step:
+      return
+    if self._manager is None:
+      self._manager = tf.train.CheckpointManager(
+          tf.train.Checkpoint(model=self.model), self._directory,
+          max_to_keep=common.KEEP_CHECKPOINTS, checkpoint_name=common.KERAS_CHECKPOINT_PREFIX)
+    path = self._manager.save(checkpoint_number=step)
+    self._saved_step = step
+    if self._chief:
+      logging.info("Saved %s", path)
+
+  def on_train_batch_end(self, batch, logs=None):
+    if int(self.model.optimizer.iterations.numpy()) % self._every == 0:
+      self._save()
 
   def on_train_end(self, logs=None):
-    step = int(self.model.optimizer.iterations.numpy())
-    if self._chief:
-      logging.info("Saved %s", save_checkpoint(self.model, self._model_dir, step))
-      return
-    scratch = tempfile.mkdtemp(prefix="mnist-worker-ckpt-")
     try:
-      save_checkpoint(self.model, scratch, step)
+      self._save()
     finally:
-      shutil.rmtree(scratch, ignore_errors=True)
+      if not self._chief:
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+
+class _EvalSummaries(tf_keras.callbacks.Callback):
+  """The evaluator task's results, as the Estimator's evaluator writes them:
+  `accuracy` and `loss` in `model_dir/eval`, at the checkpoint's step."""
+
+  def __init__(self, logdir: str):
+    super().__init__()
+    self._logdir = logdir
+
+  def on_test_end(self, logs=None):
+    step = int(self.model.optimizer.iterations.numpy())  # Restored from the checkpoint.
+    metrics = {"accuracy": float(logs["accuracy"]), "loss": float(logs["loss"])}
+    logging.info("Test metrics at step %d: %s", step, metrics)
+    # A writer per result, closed at once: the chief waits for the final one,
+    # and a writer kept open did not flush it before this process exited.
+    writer = tf.summary.create_file_writer(self._logdir)
+    with writer.as_default(step=step):
+      for name, value in metrics.items():
+        tf.summary.scalar(name, value)
+    writer.close()
+
+
+def run_evaluator(config: Config, model_dir: str, input_fn: Optional[common.InputFn] = None
+                  ) -> None:
+  """The evaluator task: evaluates each new checkpoint in model_dir until the final step.
+
+  `tf_keras.utils.SidecarEvaluator`, the Keras counterpart of the Estimator's
+  evaluator, in this process outside any strategy, on the whole test split.
+  It picks the newest checkpoint each time it looks, so checkpoints written
+  during an evaluation are skipped, as the Estimator's evaluator skips them;
+  one deleted under it is skipped too (it logs and goes on).
+  """
+  model = model_lib.build_model(config.seed)
+  # The optimizer gives SidecarEvaluator the checkpoint's step (its iterations).
+  model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
+  input_fn = input_fn or common.default_input_fn(config)
+  logging.info("Evaluating each new checkpoint in %s up to step %d.", model_dir,
+               config.train_steps)
+  tf_keras.utils.SidecarEvaluator(
+      model, input_fn(mnist.EVAL, None), model_dir, steps=None,
+      # It stops after evaluating a checkpoint named ckpt-<N> with N >= this.
+      max_evaluations=config.train_steps,
+      callbacks=[_EvalSummaries(os.path.join(model_dir, common.EVAL_SUBDIR))]).start()
 
 
 class _PeriodicEval(tf_keras.callbacks.Callback):
@@ -254,11 +331,18 @@ def train_and_evaluate(
     input_fn: defaults to the shared MNIST input_fn.
 
   Returns:
-    The summary on the chief; None on other workers.
+    The summary on the chief; None on other tasks.
   """
-  # Strategy.
+  # Strategy. The evaluator task is outside the training cluster: it has none.
+  task = cluster.parse_tf_config()
+  if task is not None and task.type == cluster.EVALUATOR:
+    common.setup_determinism(config)
+    run_evaluator(config, model_dir, input_fn)
+    return None
   strategy = strategy or distribute.create_strategy()
   chief = distribute.is_chief(strategy)
+  # With an evaluator task in the cluster, it evaluates; else the chief does.
+  chief_evaluates = task is None or not task.has_evaluator
 
   # Set-up. The global seed takes part in the shuffle order: the Estimator sets
   # the same one through RunConfig(tf_random_seed), so both read the same batches.
@@ -270,30 +354,34 @@ def train_and_evaluate(
   dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
 
   # Model. A finished (or extended: a larger --train_steps) run goes on from its
-  # final checkpoint; an interrupted one from its backup, in fit.
+  # newest checkpoint; an interrupted one from its backup, in fit.
   with strategy.scope():
     model = compile_model(config)
     final = tf.train.latest_checkpoint(model_dir)
     if final:
       tf.train.Checkpoint(model=model).restore(final)
   start_step = int(model.optimizer.iterations.numpy())
+  backup_dir = os.path.join(model_dir, common.BACKUP_SUBDIR)
+  # A resumed fit must have as many steps as the fit it resumes: the backup
+  # records the batch within that fit, not the step.
+  origin = backup_origin(backup_dir)
+  fit_start = start_step if origin is None else origin
 
   # Train. Only the chief writes: other workers log, but keep no events.
   progress = _Progress(config.log_every_steps, config.train_steps, model_dir if chief else None)
-  backup_dir = os.path.join(model_dir, common.BACKUP_SUBDIR)
-  if start_step < config.train_steps:
+  if fit_start < config.train_steps:
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
-    callbacks = [_FinalCheckpoint(model_dir, chief),
+    callbacks = [_Checkpoints(model_dir, chief, config.checkpoint_every_steps),
                  _Backup(backup_dir, config.backup_every_steps,
                          config.keras_steps_per_execution()),
                  progress]
-    if chief and config.checkpoint_every_steps < config.train_steps:
+    if chief and chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       eval_model = model_lib.build_model(config.seed)  # Outside the strategy's scope.
       callbacks.append(_PeriodicEval(eval_model, input_fn(mnist.EVAL, None),
                                      config.checkpoint_every_steps, config.train_steps,
                                      os.path.join(model_dir, common.EVAL_SUBDIR)))
-    model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - start_step,
+    model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - fit_start,
               callbacks=callbacks, verbose=0)
   else:
     logging.info("%s holds a finished run at step %d: nothing to train.", final, start_step)
@@ -305,14 +393,19 @@ def train_and_evaluate(
   if config.record_dir:
     common.record_losses(config, "keras", progress.step_losses)
 
-  # Evaluate. The chief evaluates the whole test split in one process, outside
-  # the strategy, as the Estimator's evaluator task does: no collective can wait
+  # Evaluate: the evaluator task's result for the final checkpoint, as the
+  # Estimator chief reads it; or, without one, the chief evaluates the whole
+  # test split in this process, outside the strategy: no collective can wait
   # on a worker that has finished, and uneven shards cannot skew the metric.
-  eval_model, metrics = evaluate_weights(config, model_lib.get_weights(model), input_fn)
+  if chief_evaluates:
+    eval_model, metrics = evaluate_weights(config, model_lib.get_weights(model), input_fn)
+    with tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)).as_default():
+      for name, value in metrics.items():
+        tf.summary.scalar(name, value, step=global_step)
+  else:
+    eval_model = model_lib.build_model(config.seed, model_lib.get_weights(model))
+    metrics = common.wait_for_eval(model_dir, global_step)
   logging.info("Test metrics at step %d: %s", global_step, metrics)
-  with tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)).as_default():
-    for name, value in metrics.items():
-      tf.summary.scalar(name, value, step=global_step)
 
   # Export.
   export_dir = _export(eval_model, model_dir)

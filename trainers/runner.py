@@ -45,6 +45,8 @@ class RunOptions:
       lines, warnings and errors, not TensorFlow's INFO logs (launch.console).
     mnist_idx_dir: IDX files to prepare missing data from; None means
       $MNIST_IDX_DIR, else a TFDS download (data.mnist.ensure_prepared).
+    evaluator: a local cluster also runs an "evaluator" task; False (Keras
+      only) makes the chief evaluate.
   """
 
   workers: Optional[int]
@@ -56,6 +58,7 @@ class RunOptions:
   max_restarts: int = 0
   verbosity: int = 0
   mnist_idx_dir: Optional[str] = None
+  evaluator: bool = True
 
 
 def _error(message: str, code: int) -> int:
@@ -140,9 +143,9 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
       )
     num_workers = task.num_workers if task else (workers or 1)
     config.validate(num_replicas=num_workers)  # One CPU replica per worker.
-    if task and backend == "keras" and task.type == cluster.EVALUATOR:
-      raise cluster.TFConfigError("The Keras backend runs no 'evaluator' task (its chief "
-                                  "evaluates): leave it out of the tasks you start.")
+    if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
+      raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
+                       "its evaluator task.")
     if task and model_dir is None:
       raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
     if task:
@@ -175,7 +178,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
                  model_dir, log_dir)
     return supervisor.run_local_cluster(
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
-        evaluator=backend == "estimator", timeout=options.timeout,
+        evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1)
 

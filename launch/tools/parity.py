@@ -21,7 +21,6 @@ from launch.tools import convert
 from launch.tools import reference
 from launch.tools import runs
 from trainers import common
-from trainers import estimator_trainer
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers.config import Config
@@ -220,7 +219,9 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   eval_summary = summaries["estimator"]
 
   if long_steps:
-    long = dataclasses.replace(config, train_steps=long_steps)
+    # Four checkpoints, so both evaluators have several steps to agree on.
+    long = dataclasses.replace(config, train_steps=long_steps,
+                               checkpoint_every_steps=max(1, long_steps // 4))
     long_summaries, long_dirs = _train_both(long, workers, os.path.join(out_dir, "long"),
                                             backend_flags, timeout)
     gap = 100 * abs(long_summaries["keras"]["test_accuracy"] -
@@ -232,15 +233,48 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     checks += compare_losses({b: losses[f"long/{b}"] for b in BACKENDS}, tolerances.curve_rtol,
                              "loss curve rel diff, long run", start=CURVE_START_STEP)
     eval_summary = long_summaries["estimator"]
+    summaries = long_summaries
 
+  checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
+                                       tolerances.eval_loss_atol))
   checks += _eval_parity(config, eval_summary, tolerances.eval_loss_atol)
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses)
+
+
+def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Check:
+  """Each backend's evaluator (or, in one process, its own evaluation), checkpoint by
+  checkpoint: at every step both evaluated, accuracy equal and loss within `loss_atol`.
+
+  An evaluator takes the newest checkpoint each time it looks, so it may skip
+  some: `where` lists the steps each side evaluated. The final step must be
+  among the common ones.
+  """
+  results = {b: common.read_eval_results(os.path.join(d, common.EVAL_SUBDIR))
+             for b, d in model_dirs.items()}
+  (a, ra), (b, rb) = results.items()
+  common_steps = sorted((set(ra) & set(rb)) - {0})  # Step 0: the Estimator's initial save.
+  evaluated = "; ".join(f"{backend} evaluated steps {sorted(r)}" for backend, r in results.items())
+  name = f"eval per checkpoint, {a} vs {b}"
+  final = max(max(ra, default=-1), max(rb, default=-1))
+  if not common_steps or common_steps[-1] != final:
+    return Check(name, False, float(len(common_steps)), 1.0,
+                 f"final step {final} not evaluated by both: {evaluated}")
+  gaps = {s: (abs(ra[s]["accuracy"] - rb[s]["accuracy"]), abs(ra[s]["loss"] - rb[s]["loss"]))
+          for s in common_steps}
+  worst = max(common_steps, key=lambda s: gaps[s][1])
+  passed = all(acc == 0.0 and loss <= loss_atol for acc, loss in gaps.values())
+  wrong_accuracy = [s for s in common_steps if gaps[s][0]]
+  return Check(name, passed, gaps[worst][1], loss_atol,
+               f"loss gap worst at step {worst}; accuracy differs at steps {wrong_accuracy}; "
+               f"{evaluated}" if wrong_accuracy else
+               f"loss gap worst at step {worst}; accuracy equal at all {len(common_steps)} "
+               f"common steps; {evaluated}")
 
 
 def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]:
   """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's."""
   step = summary["global_step"]
-  estimator_metrics = estimator_trainer.read_eval_result(
+  estimator_metrics = common.read_eval_result(
       os.path.join(summary["model_dir"], common.EVAL_SUBDIR), step)
   if estimator_metrics is None:
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
