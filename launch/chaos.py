@@ -1,15 +1,18 @@
-r"""Kills a random worker at a random step, trial after trial, and checks each run recovers.
+r"""Kills a random worker (or the evaluator) at a random step, trial after trial, and checks
+each run recovers.
 
   python -m launch.chaos --backend={keras,estimator} [--workers=2] [--trials=N] \
-      [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
+      [--kill={worker,evaluator}] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
 
-Each trial trains the backend on local workers, sends SIGKILL or SIGTERM (at
-random) to a random training task once the chief reaches a random step, and
-lets the launcher restart every task from the last backup (Keras
-BackupAndRestore) or checkpoint (Estimator). Prints a table: trial, backend,
-signal, victim, step killed, restarts, final step, steps redone, checkpoint
-valid, wall time. Exits 0 only if every trial ends at exactly --train_steps
-with a valid checkpoint, no process left running, and nothing left behind.
+Each trial trains the backend on local workers with its evaluator task, sends
+SIGKILL or SIGTERM (at random) to a random training task (or, with
+--kill=evaluator, to the evaluator) once the chief reaches a random step, and
+lets the launcher restart the training tasks from the last backup (Keras
+BackupAndRestore) or checkpoint (Estimator), or the evaluator alone. Prints a
+table: trial, backend, signal, victim, step killed, restarts, final step, steps
+redone, checkpoint valid, wall time. Exits 0 only if every trial ends at exactly
+--train_steps with a valid, evaluated checkpoint, only the killed side restarted, no
+process left running, and nothing left behind.
 """
 
 import sys
@@ -28,6 +31,8 @@ _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Backend t
                              required=True)
 _WORKERS = flags.DEFINE_integer("workers", 2, "Local training workers (at least 2).")
 _TRIALS = flags.DEFINE_integer("trials", 10, "Number of trials.")
+_KILL = flags.DEFINE_enum("kill", "worker", chaos.KILLS, "What each trial kills: a random "
+                          "training task (chief included), or the evaluator task.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "Steps of each trial's run.")
 _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups and Estimator "
                                      "checkpoints, in steps: the most a kill can cost.")
@@ -55,7 +60,7 @@ def main(argv: Sequence[str]) -> None:
   runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   results = chaos.run_chaos(_BACKEND.value, config, _WORKERS.value, _TRIALS.value, out,
-                            seed=_SEED.value, timeout=_TIMEOUT.value)
+                            seed=_SEED.value, timeout=_TIMEOUT.value, kill=_KILL.value)
   print(chaos.format_table(results))
   print(f"Runs: {out}")
   sys.exit(0 if all(t.passed for t in results) else 1)

@@ -29,6 +29,19 @@ def test_killed_workers_resume_to_the_exact_final_step(backend, tiny_data_dir, t
     assert 0 <= t.steps_redone <= config.backup_every_steps + 2
 
 
+@pytest.mark.chaos
+def test_a_killed_evaluator_is_restarted_alone_and_evaluates_the_final_step(tiny_data_dir,
+                                                                            tmp_path):
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  (t,) = chaos.run_chaos("keras", config, 2, 1, str(tmp_path), seed=3, timeout=300,
+                         kill="evaluator")
+  print(chaos.format_table([t]))
+  # Passing means: final step exact, final checkpoint valid and evaluated, the
+  # evaluator restarted, the training tasks never restarted, nothing left over.
+  assert t.passed, chaos.format_table([t])
+  assert t.victim == "evaluator-0" and t.restarts == 0 and t.final_step == config.train_steps
+
+
 def test_trial_failures_are_reported_not_hidden(tiny_data_dir, tmp_path):
   # Too short a timeout: the run cannot finish, and the trial must say so.
   config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})

@@ -1,11 +1,14 @@
-"""Chaos trials: kill a random worker at a random step, and check the run still ends right.
+"""Chaos trials: kill a random worker (or the evaluator) at a random step, and check the
+run still ends right.
 
-Each trial runs a trainer binary as a user would (`--workers=N`, the launcher
-restarting every task after a failure), waits for the chief's progress records
+Each trial runs a trainer binary as a user would (`--workers=N` with its evaluator
+task, the launcher restarting the training tasks after a training task fails, and
+the evaluator alone after it fails), waits for the chief's progress records
 (progress.jsonl) to reach a random step, sends SIGKILL or SIGTERM to a random
-training task, and then checks what users rely on: the run ends at exactly
-`train_steps`, the final checkpoint loads, no process of any attempt is left, and no backup or worker
-temp directory is left in model_dir.
+training task (`kill="worker"`) or to the evaluator (`kill="evaluator"`), and then
+checks what users rely on: the run ends at exactly `train_steps`, the final
+checkpoint loads and was evaluated, the right tasks were restarted, no process of
+any attempt is left, and no backup or worker temp directory is left in model_dir.
 """
 
 import dataclasses
@@ -23,6 +26,7 @@ from trainers import common
 from trainers.config import Config
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM)
+KILLS = ("worker", "evaluator")  # A random training task (chief included), or the evaluator.
 # What a finished run must not leave in model_dir (Keras backup, Estimator worker copies).
 LEFTOVER_PREFIXES = (common.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
 
@@ -70,7 +74,7 @@ def _tail(path: str, lines: int) -> str:
 
 
 def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
-              rng: random.Random, timeout: float) -> Trial:
+              rng: random.Random, timeout: float, kill: str = "worker") -> Trial:
   """Runs one trial of `backend` on `workers` local workers; see the module docstring."""
   result = Trial(trial, backend)
   model_dir = os.path.join(out_dir, f"{backend}-{trial}")
@@ -94,7 +98,8 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   if proc.poll() is None and step >= target:
     tasks = runs.read_tasks(log_dir)["tasks"]
     pids.update(t["pid"] for t in tasks)
-    victim = rng.choice([t for t in tasks if not t["name"].startswith("evaluator")])
+    victim = rng.choice([t for t in tasks if t["name"].startswith("evaluator") ==
+                         (kill == "evaluator")])
     result.victim, result.step_killed = victim["name"], step
     os.kill(victim["pid"], sig)
   else:
@@ -116,8 +121,15 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
     return result
   result.restarts = tasks_file["restarts"]
   pids.update(t["pid"] for t in tasks_file["tasks"])
-  if result.step_killed is not None and not result.restarts:
-    result.problems.append("the kill caused no restart")
+  if result.step_killed is not None:
+    # The evaluator is restarted alone; a training task's death restarts the
+    # training tasks only.
+    restarted, spared = (("evaluator_restarts", "restarts") if kill == "evaluator" else
+                         ("restarts", "evaluator_restarts"))
+    if not tasks_file[restarted]:
+      result.problems.append(f"the kill caused no restart ({restarted} 0)")
+    if tasks_file[spared]:
+      result.problems.append(f"{spared} {tasks_file[spared]}: a task not killed was restarted")
   resumed_from = _progress(model_dir)[1]
   if len(resumed_from) > 1 and result.step_killed is not None:
     # The first start record is the run's start; the next, the first resume.
@@ -136,6 +148,9 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
     result.problems.append(f"checkpoint {path} does not load: {e}")
   if not result.checkpoint_valid:
     result.problems.append(f"no {backend} checkpoint at step {config.train_steps} in {model_dir}")
+  if common.read_eval_result(os.path.join(model_dir, common.EVAL_SUBDIR),
+                             config.train_steps) is None:
+    result.problems.append(f"the final step {config.train_steps} was not evaluated")
   alive = sorted(p for p in pids if _alive(p))
   if alive:
     result.problems.append(f"processes left running: {alive}")
@@ -146,11 +161,11 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
 
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
-              seed: int = 0, timeout: float = 600) -> List[Trial]:
+              seed: int = 0, timeout: float = 600, kill: str = "worker") -> List[Trial]:
   """Runs `trials` chaos trials of one backend, each in `out_dir/<backend>-<i>`."""
   rng = random.Random(seed)
   os.makedirs(out_dir, exist_ok=True)
-  return [run_trial(backend, config, workers, out_dir, i + 1, rng, timeout)
+  return [run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, kill)
           for i in range(trials)]
 
 
