@@ -8,7 +8,8 @@ strategy), then at each worker count a probe timing the parts of a step
 binaries, on the same model, batch size and input pipeline. Prints a table
 (steady examples/s and ms/step, ratio to the reference, launch to first step,
 launch to 98% test accuracy, peak RSS per worker), the issue's targets, the
-step's parts, and for each missed target where the time went; writes
+step's parts (each entry's ms/step beside a bare step: Keras with its evaluator
+task and with --noevaluator side by side), and for each missed target where the time went; writes
 bench.json and bench.md to --out. It is a benchmark: it exits 0 whatever the
 numbers, and 1 only if a run failed.
 """
@@ -32,7 +33,9 @@ _STEPS = flags.DEFINE_integer("steps", Config.train_steps, "Training steps of ev
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
 _TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
-_BACKENDS = flags.DEFINE_list("backends", list(bench_run.BACKENDS), "Backends to run.")
+_BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
+                              "estimator (each with its evaluator task in a cluster), and "
+                              "keras-noevaluator (at 2+ workers: the Keras chief evaluates).")
 _LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
                                   f"{Config.log_every_steps}, fewer for short runs).")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of every run; each number is then the "
@@ -48,7 +51,7 @@ def main(argv: Sequence[str]) -> None:
   workers = runs.worker_counts(_WORKERS.value)
   if _STEPS.value < 1 or _REPEATS.value < 1:
     raise app.UsageError("--steps and --repeats must be at least 1.", exitcode=2)
-  unknown = set(_BACKENDS.value) - set(bench_run.BACKENDS)
+  unknown = set(_BACKENDS.value) - set(bench_run.ENTRIES)
   if unknown:
     raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
   # At least ~10 windows, so the median has something to choose from.

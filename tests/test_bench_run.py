@@ -18,7 +18,7 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
     report = json.load(f)
   rows = {(r["name"], r["workers"]): r for r in report["results"]}
   assert set(rows) == {("reference", 1), ("keras", 1), ("estimator", 1), ("keras", 2),
-                       ("estimator", 2)}
+                       ("estimator", 2), ("keras-noevaluator", 2)}
   for key, row in rows.items():
     assert row["error"] is None, key
     assert row["steps"] == STEPS, key
@@ -29,7 +29,7 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
       assert row["ratio_to_reference"] > 0, key
     # One process trains at 1 worker; at 2, the launcher and every task of tasks.json.
     expected = {"main"} if key[1] == 1 else {"launcher", "chief-0", "worker-0"}
-    if key[1] == 2:  # Both backends run an evaluator task in a cluster.
+    if key[1] == 2 and key[0] != "keras-noevaluator":  # Both run an evaluator task.
       expected.add("evaluator-0")
     assert set(row["peak_rss_mb"]) == expected, key
     if key[1] == 2:  # The chief's start-up, split at the milestones it records.
@@ -47,5 +47,6 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
                                                     "estimator x2 launch to first step (s)"}
   table = (tmp_path / "bench.md").read_text()
   assert "| keras | 2 |" in table and "Where a step's time goes" in table
+  assert "| keras-noevaluator | 2 |" in table and "keras-noevaluator - bare step" in table
   assert "| estimator | 1 |" in result.stdout
 

@@ -4,7 +4,9 @@
 process: the reference (`launch.bare`: a bare `tf.function` step in a plain
 Python loop, one process, no strategy), then at each worker count the
 step-cost probe (`launch.bare --probe_out`, see `bare.probe_step_costs`) and
-both trainer binaries. bench_measure reads the numbers back; bench_report
+the entries: both trainer binaries as users run them (in a cluster, with their
+evaluator task) and, beside Keras, Keras with `--noevaluator` (its chief
+evaluates while the workers wait). bench_measure reads the numbers back; bench_report
 judges and reports them.
 """
 
@@ -25,6 +27,10 @@ from trainers import flags as trainer_flags
 from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
+# Entry name -> (backend, extra flags). "keras-noevaluator" runs only in a
+# cluster: a lone process has no evaluator task to leave out.
+ENTRIES = {"keras": ("keras", ()), "estimator": ("estimator", ()),
+           "keras-noevaluator": ("keras", ("--noevaluator",))}
 BARE_MODULE = "launch.bare"
 POLL_SECONDS = 0.25
 
@@ -88,8 +94,9 @@ def run_entry(name: str, workers: int, config: Config, run_dir: str, timeout: fl
     cmd = [sys.executable, "-m", BARE_MODULE, f"--model_dir={model_dir}",
            *trainer_flags.config_to_flags(config)]
   else:
-    cmd = runs.trainer_command(name, config, workers=workers, model_dir=model_dir,
-                               timeout=timeout)
+    backend, extra_flags = ENTRIES[name]
+    cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
+                               timeout=timeout, extra_flags=extra_flags)
   log_path = os.path.join(run_dir, "run.log")
   logging.info("Running %s", " ".join(cmd))
   returncode, launched, exited, peaks, cpu = _run_process(cmd, model_dir, log_path, workers,
@@ -142,6 +149,8 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
     step_costs[n] = probe(n, config, os.path.join(runs_dir, f"probe-{n}w"), timeout)
     logging.info("step costs x%d: %s", n, step_costs[n])
     for name in backends:
+      if n == 1 and ENTRIES[name][1]:
+        continue
       results.append(run_entry(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout))
   for r in results:
     logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
@@ -150,7 +159,7 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
 
 
 def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
-              backends: Sequence[str] = BACKENDS, timeout: float = 900, repeats: int = 1
+              backends: Sequence[str] = tuple(ENTRIES), timeout: float = 900, repeats: int = 1
               ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
   """The reference, then at each worker count the step-cost probe and each backend.
 
@@ -163,7 +172,7 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
     workers: worker counts for the backends; the reference always has one.
     out_dir: each run's model_dir and log go under
       `<out_dir>/runs[-<round>]/<name>-<workers>w`.
-    backends: which backends to run.
+    backends: which entries to run (keys of ENTRIES).
     timeout: seconds allowed for each run.
     repeats: rounds.
 
