@@ -186,6 +186,25 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
               cluster=cluster)
 
 
+def evaluator_tf_config_with_chief(task: Task) -> Dict[str, Any]:
+  """The evaluator's TF_CONFIG with `worker:0` listed as the "chief" job, if there is none.
+
+  The same cluster (worker 0 is its chief either way), in the layout the
+  Estimator's RunConfig demands of an evaluator task: it rejects a cluster with
+  no "chief" job, the shape a TFJob with no Chief replica gets. Only for the
+  evaluator, which joins no collective: the training tasks' indices stay.
+  """
+  if task.type != EVALUATOR:
+    raise ValueError(f"only the evaluator's TF_CONFIG may be rewritten, not {task.name}'s")
+  spec = {job: list(addresses) for job, addresses in (task.cluster or {}).items()}
+  if CHIEF not in spec and spec.get(WORKER):
+    spec[CHIEF] = spec[WORKER][:1]
+    spec[WORKER] = spec[WORKER][1:]
+    if not spec[WORKER]:
+      del spec[WORKER]
+  return {"cluster": spec, "task": {"type": task.type, "index": task.index}}
+
+
 def check_port_free(task: Task) -> None:
   """Raises TFConfigError, naming the fix, if this task's port is taken.
 

@@ -106,3 +106,15 @@ def test_bad_tf_config_is_rejected_with_the_reason(tf_config, message):
 def test_free_ports_are_distinct():
   ports = cluster.pick_free_ports(5)
   assert len(set(ports)) == 5 and all(p > 0 for p in ports)
+
+
+def test_the_estimator_evaluator_gets_worker_zero_as_its_chief_job():
+  spec = {"worker": ["w0:1", "w1:1"], "evaluator": ["e:1"]}
+  task = cluster.parse_tf_config(_env({"cluster": spec, "task": {"type": "evaluator"}}))
+  rewritten = cluster.evaluator_tf_config_with_chief(task)
+  assert rewritten["cluster"] == {"chief": ["w0:1"], "worker": ["w1:1"], "evaluator": ["e:1"]}
+  again = cluster.parse_tf_config(_env(rewritten))
+  assert (again.type, again.num_workers, again.has_evaluator) == ("evaluator", 2, True)
+  worker = cluster.parse_tf_config(_env({"cluster": spec, "task": {"type": "worker"}}))
+  with pytest.raises(ValueError, match="only the evaluator"):
+    cluster.evaluator_tf_config_with_chief(worker)

@@ -325,6 +325,31 @@ def test_tasks_started_with_different_clusters_both_stop(tiny_data_dir, tmp_path
     assert f"Task {peer} was started with TF_CONFIG cluster" in result.stderr
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, tiny_data_dir,
+                                                                       tmp_path):
+  """A TFJob of 2 Worker and 1 Evaluator replicas, no Chief: worker 0 is the chief, every
+  task's cluster lists the evaluator, "environment": "cloud" (tensorflow_tf_config.go)."""
+  ports = cluster.pick_free_ports(3)
+  spec = {"evaluator": [f"localhost:{ports[2]}"],
+          "worker": [f"localhost:{ports[0]}", f"localhost:{ports[1]}"]}
+  envs = [{"TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": t, "index": i},
+                                    "environment": "cloud"})}
+          for t, i in (("worker", 0), ("worker", 1), ("evaluator", 0))]
+  model_dir = tmp_path / "model"
+  args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, tiny_data_dir)]
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    results = list(pool.map(lambda env: run_module(f"trainers.{backend}_main", args, env=env,
+                                                    timeout=300), envs))
+  for result in results:
+    assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(results[0].stdout.strip().splitlines()[-1])  # worker 0: the chief.
+  assert (summary["workers"], summary["global_step"]) == (2, STEPS)
+  assert common.read_eval_result(str(model_dir / "eval"), STEPS) == pytest.approx(
+      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-6)
+  assert "Waiting for the evaluator's result" in results[0].stderr
+
+
 def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, tmp_path):
   ports = cluster.pick_free_ports(2)
   start = time.monotonic()

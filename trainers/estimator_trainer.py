@@ -4,6 +4,7 @@ tf.estimator exists up to TensorFlow 2.15; on a later TensorFlow this module
 raises ImportError with the fix, and the Keras backend still works.
 """
 
+import json
 import os
 import shutil
 import time
@@ -172,7 +173,10 @@ def train_and_evaluate(
   # Input. train_and_evaluate calls it once per worker with its InputContext.
   input_fn = input_fn or common.default_input_fn(config)
 
-  # Model.
+  # Model. RunConfig reads TF_CONFIG; it wants a "chief" job in an evaluator's
+  # cluster, which a TFJob without a Chief replica does not have.
+  if evaluator and not task.has_chief_job:
+    os.environ["TF_CONFIG"] = json.dumps(cluster.evaluator_tf_config_with_chief(task))
   run_config = tf.estimator.RunConfig(
       model_dir=model_dir,
       tf_random_seed=config.seed,
