@@ -9,9 +9,11 @@ backup. The evaluator is outside the collective: it keeps running meanwhile,
 and when it fails it is restarted alone. A run that passes
 its timeout, or in which no task writes output for `stall_timeout` seconds,
 is stopped after each task is asked for a stack dump (SIGUSR1). No process
-outlives the launcher.
+outlives the launcher: on every way out it stops the tasks, and on Linux each
+task also gets SIGKILL if the launcher itself is killed (PR_SET_PDEATHSIG).
 """
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -32,6 +34,7 @@ DUMP_WAIT_SECONDS = 3.0
 EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
 EXIT_TIMEOUT = 124  # As coreutils' timeout(1).
 TASKS_FILE = "tasks.json"
+PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
 LOG_SUBDIR = "logs"  # A trainer's local cluster keeps its task logs in model_dir/logs.
 
 
@@ -78,19 +81,44 @@ def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> Non
   log.close()
 
 
+def _die_with_launcher() -> Optional[Callable[[], None]]:
+  """A preexec_fn that makes the task get SIGKILL when the launcher dies (Linux).
+
+  Whatever ends the launcher (SIGKILL from an out-of-memory killer, a closed
+  terminal), its tasks must not train on unsupervised, holding ports and
+  cores: prctl(PR_SET_PDEATHSIG). It fires when the thread that started the
+  task exits; run_local_cluster starts and waits for its tasks in one thread.
+  None where prctl does not exist.
+  """
+  if not sys.platform.startswith("linux"):
+    return None
+  libc = ctypes.CDLL(None, use_errno=True)  # Loaded here, not in the forked child.
+  launcher = os.getpid()
+
+  def set_parent_death_signal() -> None:
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher:  # The launcher died before prctl took effect.
+      os._exit(128 + signal.SIGKILL)  # pylint: disable=protected-access
+
+  return set_parent_death_signal
+
+
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
            stream: bool, header: bytes, verbose: bool) -> _Proc:
   log = open(log_path, "ab")  # pylint: disable=consider-using-with
   log.write(header)
   log.flush()
-  # A session of its own, so stopping the task stops whatever it started.
+  # A session of its own, so stopping the task stops whatever it started; and
+  # the task dies with the launcher.
   if not stream:
     popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+                             stdin=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=_die_with_launcher())
     log.close()
     return _Proc(name, popen, log_path, [])
   popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           stdin=subprocess.DEVNULL, start_new_session=True)
+                           stdin=subprocess.DEVNULL, start_new_session=True,
+                           preexec_fn=_die_with_launcher())
   # The terminal gets the run's own lines; the log keeps everything.
   pumps = [
       threading.Thread(target=_pump, args=(popen.stdout, log, sys.stdout.buffer, lambda _: True),

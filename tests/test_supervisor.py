@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from launch import supervisor
-from tests.conftest import run_module
+from tests.conftest import REPO, run_module
 
 # A stand-in task: records its TF_CONFIG and pid (one file per start), then
 # behaves as $BEHAVIOUR_<type>_<index> says.
@@ -187,3 +188,28 @@ def test_cli_rejects_bad_usage():
   assert result.returncode == 2 and "--max_restarts must be >= 0" in result.stderr
   result = run_module("launch.local", ["--workers=2"])
   assert result.returncode == 2 and "command" in result.stderr
+
+
+def test_tasks_die_with_a_killed_launcher(task_script, tmp_path):
+  """SIGKILL to the launcher (an OOM killer, a closed terminal): no task trains on."""
+  path, out = task_script
+  launcher = subprocess.Popen(
+      [sys.executable, "-c", textwrap.dedent(f"""
+          import sys
+          from launch import supervisor
+          supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2, {str(tmp_path / 'logs')!r},
+                                       evaluator=True)""")],
+      cwd=REPO, env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO), BEHAVIOUR_chief_0="hang",
+                         BEHAVIOUR_worker_0="hang", BEHAVIOUR_evaluator_0="hang"))
+  deadline = time.monotonic() + 30
+  while len(list(out.glob("*.json"))) < 3:
+    assert time.monotonic() < deadline, "the tasks did not start"
+    time.sleep(0.1)
+  pids = [json.loads(p.read_text())["pid"] for p in out.glob("*.json")]
+  assert all(_alive(pid) for pid in pids)
+  launcher.kill()
+  launcher.wait()
+  deadline = time.monotonic() + 10
+  while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not any(_alive(pid) for pid in pids), "tasks outlived the launcher"
