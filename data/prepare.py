@@ -11,7 +11,7 @@ trainers with `--data_dir=DIR`. Without `--data_dir`, TFDS's default is used
 """
 
 import sys
-from typing import Sequence
+from typing import List, Sequence
 
 from absl import app
 from absl import flags
@@ -40,5 +40,14 @@ def main(argv: Sequence[str]) -> None:
     print(f"Prepared MNIST at {path}: {counts}")
 
 
+def _parse_flags(argv: List[str]) -> List[str]:
+  # A bad flag is a usage error, exit 2, as in every binary (absl exits 1).
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {e}\nPass --helpfull to see every flag.", file=sys.stderr)
+    sys.exit(2)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

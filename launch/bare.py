@@ -17,6 +17,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
+from launch import console
 from launch.tools import bare
 from trainers import flags as trainer_flags
 
@@ -42,4 +43,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=console.parse_flags)

@@ -13,6 +13,8 @@ No TensorFlow import here.
 import logging
 import os
 import re
+import sys
+from typing import List
 
 PACKAGES = ("data", "launch", "trainers")  # This project's code, by path.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,3 +105,14 @@ def quiet_records(verbosity: int) -> None:
     tf_logger = logging.getLogger("tensorflow")
     for handler in list(tf_logger.handlers):
       tf_logger.removeHandler(handler)
+
+
+def parse_flags(argv: List[str]) -> List[str]:
+  """The binaries' flag parser (`app.run(main, flags_parser=...)`): a bad flag is a usage
+  error, exit 2, as every other usage error; absl's own parser exits 1."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {e}\nPass --helpfull to see every flag.", file=sys.stderr)
+    sys.exit(2)

@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from launch import console
 from launch import supervisor
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Training tasks: one chief and N-1 workers.")
@@ -53,4 +54,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=console.parse_flags)

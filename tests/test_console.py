@@ -2,7 +2,10 @@
 
 import logging
 
+import pytest
+
 from launch import console
+from tests.conftest import run_module
 
 # Lines as a 2-worker Estimator chief writes them (its log keeps all of them).
 CHIEF = b"""\
@@ -63,3 +66,21 @@ def test_a_lone_process_filters_its_records_by_the_same_rule():
   assert keep.filter(record(logging.WARNING, "/venv/site-packages/tensorflow/x/saver.py"))
   assert not keep.filter(record(logging.WARNING, "/venv/tensorflow/python/util/deprecation.py"))
   assert not console.is_own("/elsewhere/trainers/common.py")
+
+
+@pytest.mark.parametrize("module, args", [
+    ("trainers.keras_main", ["--workers=abc"]),
+    ("trainers.estimator_main", ["--no_such_flag"]),
+    ("data.prepare", ["--overwrite=maybe"]),
+    ("launch.local", ["--workers=x", "--", "true"]),
+    ("launch.parity", ["--steps=ten"]),
+    ("launch.chaos", ["--backend=keras", "--kill=everything"]),
+    ("launch.bench", ["--repeats=1.5"]),
+    ("launch.handoff", ["--no_such_flag"]),
+    ("launch.convert", ["--no_such_flag"]),
+    ("launch.bare", ["--train_steps=many"]),
+])
+def test_a_bad_flag_is_a_usage_error_in_every_binary(module, args):
+  result = run_module(module, args, timeout=120)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "error: " in result.stderr and "--helpfull" in result.stderr

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from absl import app
 
+from launch import console
 from trainers import flags as trainer_flags
 from trainers import runner
 
@@ -28,4 +29,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=console.parse_flags)
