@@ -32,6 +32,12 @@ from launch import console
 GRACE_SECONDS = 10.0
 DUMP_WAIT_SECONDS = 3.0
 EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
+EXIT_DIVERGED = 3  # The training loss became NaN or Inf: a restart would diverge again.
+NOT_RETRIED = {EXIT_USAGE: "a usage error is not retried",
+               EXIT_DIVERGED: "a diverged run is not retried (it would diverge again)"}
+# After a task fails, how long to let its peers fail too, so the failure that
+# decides (a task's own, not a peer's lost collective) is the one reported.
+SETTLE_SECONDS = 1.0
 EXIT_TIMEOUT = 124  # As coreutils' timeout(1).
 TASKS_FILE = "tasks.json"
 PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
@@ -217,7 +223,10 @@ def _watch(procs: Sequence[_Proc], deadline: Optional[float],
   while True:
     failed = [p for p in procs if p.popen.poll() not in (None, 0)]
     if failed:
-      return "failed", failed[0]
+      time.sleep(SETTLE_SECONDS)
+      failed = [p for p in procs if p.popen.poll() not in (None, 0)]
+      decisive = [p for p in failed if p.popen.returncode in NOT_RETRIED]
+      return "failed", (decisive or failed)[0]
     if all(p.popen.poll() == 0 for p in procs):
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
@@ -253,7 +262,7 @@ def run_local_cluster(
       stopped as hung; None never.
     max_restarts: how many times the training tasks are started again after
       one fails, and, counted apart, the evaluator alone after it fails (a
-      usage error, exit code 2, is never retried).
+      usage error, exit code 2, or a diverged run, 3, is never retried).
     env: base environment; defaults to os.environ.
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
     verbose: stream all of the chief's output; False streams only the run's
@@ -312,8 +321,8 @@ def run_local_cluster(
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)
       used = evaluator_restarts if is_evaluator else restarts
-      if rc == EXIT_USAGE or used >= max_restarts:
-        why = ("a usage error is not retried" if rc == EXIT_USAGE else
+      if rc in NOT_RETRIED or used >= max_restarts:
+        why = (NOT_RETRIED[rc] if rc in NOT_RETRIED else
                f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
         logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
                       f" ({why})" if why else "", failed.log_path)

@@ -350,6 +350,33 @@ def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, 
   assert "Waiting for the evaluator's result" in results[0].stderr
 
 
+@pytest.mark.parametrize("backend, workers", [("keras", 1), ("estimator", 1), ("keras", 2)])
+def test_a_diverging_run_stops_with_exit_3_and_saves_nothing_diverged(backend, workers,
+                                                                     tiny_data_dir, tmp_path):
+  """Both backends stop at the first NaN or Inf loss, the same way: exit 3, not retried
+  by the launcher, and every checkpoint left is finite (the last good one is kept)."""
+  model_dir = tmp_path / "model"
+  config = dataclasses.replace(TINY, train_steps=30, checkpoint_every_steps=1,
+                               learning_rate=1e30, data_dir=tiny_data_dir)
+  result = run_module(f"trainers.{backend}_main",
+                      [f"--workers={workers}", f"--model_dir={model_dir}", "--max_restarts=2",
+                       "--timeout=300", *trainer_flags.config_to_flags(config)], timeout=400)
+  assert result.returncode == 3, result.stderr[-3000:]
+  assert "the training loss became NaN or Inf by step" in result.stderr
+  # Weights go NaN a step before the loss shows it: what holds NaN is moved aside.
+  assert "the newest finite checkpoint" in result.stderr and "is kept" in result.stderr
+  if workers > 1:
+    assert "a diverged run is not retried" in result.stderr
+  assert not (model_dir / "summary.json").exists()
+  state = tf.train.get_checkpoint_state(str(model_dir))
+  assert state and state.all_model_checkpoint_paths, "no checkpoint from before the divergence"
+  for path in state.all_model_checkpoint_paths:
+    reader = tf.train.load_checkpoint(path)
+    for name, dtype in reader.get_variable_to_dtype_map().items():
+      if dtype.is_floating:
+        assert np.isfinite(reader.get_tensor(name)).all(), f"{path}: {name} is not finite"
+
+
 def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, tmp_path):
   ports = cluster.pick_free_ports(2)
   start = time.monotonic()

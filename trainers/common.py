@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -40,6 +41,65 @@ def record_progress(model_dir: str, event: str, **fields: Any) -> None:
   line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n"
   with tf.io.gfile.GFile(os.path.join(model_dir, PROGRESS_FILE), "a") as f:
     f.write(line)
+
+
+DIVERGED_SUBDIR = "diverged"  # Checkpoints and backups set aside after a divergence.
+
+
+class DivergedError(RuntimeError):
+  """The training loss became NaN or Inf; the last checkpoint saved before it is kept."""
+
+
+def diverged(step: int) -> DivergedError:
+  """The error both backends raise when the loss stops being finite at (or by) `step`."""
+  return DivergedError(
+      f"the training loss became NaN or Inf by step {step}: training stopped there. Lower "
+      "--learning_rate, or check the input data; a restart with the same settings would "
+      "diverge again.")
+
+
+def _finite(path: str) -> bool:
+  reader = tf.train.load_checkpoint(path)
+  return all(np.isfinite(reader.get_tensor(name)).all()
+             for name, dtype in reader.get_variable_to_dtype_map().items() if dtype.is_floating)
+
+
+def set_aside_diverged(model_dir: str, error: DivergedError) -> DivergedError:
+  """Chief only, after a divergence: moves what holds NaN or Inf into `model_dir/diverged/`.
+
+  The weights go non-finite one step before the loss shows it, so the newest
+  checkpoints (and a Keras backup) may already hold NaN: each is moved aside,
+  never deleted, newest first until one is finite, and the `checkpoint` file
+  then names that one, which a run with better settings resumes from.
+
+  Returns:
+    `error`, its message extended with what was moved and what is kept.
+  """
+  aside = os.path.join(model_dir, DIVERGED_SUBDIR)
+  moved = []
+  backup = os.path.join(model_dir, BACKUP_SUBDIR)
+  newest_backup = tf.train.latest_checkpoint(os.path.join(backup, "chief"))
+  if newest_backup and not _finite(newest_backup):
+    tf.io.gfile.makedirs(aside)
+    tf.io.gfile.rename(backup, os.path.join(aside, BACKUP_SUBDIR), overwrite=True)
+    moved.append(BACKUP_SUBDIR)
+  state = tf.train.get_checkpoint_state(model_dir)
+  paths = list(state.all_model_checkpoint_paths) if state else []
+  while paths and not _finite(paths[-1]):
+    path = paths.pop()
+    tf.io.gfile.makedirs(aside)
+    for name in tf.io.gfile.glob(path + ".*"):
+      tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
+    moved.append(os.path.basename(path))
+  if state and len(paths) < len(state.all_model_checkpoint_paths):
+    if paths:
+      tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
+                                                 all_model_checkpoint_paths=paths)
+    else:
+      tf.io.gfile.remove(os.path.join(model_dir, "checkpoint"))
+  kept = f"the newest finite checkpoint, {paths[-1]}, is kept" if paths else "no finite checkpoint is left"
+  where = f"Moved {moved} (holding NaN or Inf) to {aside}; " if moved else "Nothing saved holds NaN or Inf; "
+  return DivergedError(f"{error} {where}{kept}.")
 
 
 class Progress:

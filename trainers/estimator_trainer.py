@@ -5,6 +5,7 @@ raises ImportError with the fix, and the Keras backend still works.
 """
 
 import json
+import math
 import os
 import shutil
 import time
@@ -99,7 +100,9 @@ class _Progress(tf.estimator.SessionRunHook):
   loss is the one the Estimator reports (its `loss` summary): the
   global-batch loss, all-reduced over the workers, which the Estimator's own
   session run fetches every step anyway; the logged loss is its mean over the
-  window, as in Keras.
+  window, as in Keras. A NaN or Inf loss raises DivergedError on every worker,
+  as Keras stops: before the checkpoint hook's turn, so nothing diverged is
+  saved (the Estimator's own NanTensorHook catches NaN only, not Inf).
   """
 
   def __init__(self, every: int, total: int, model_dir: Optional[str]):
@@ -119,10 +122,17 @@ class _Progress(tf.estimator.SessionRunHook):
   def before_run(self, run_context):
     return tf.estimator.SessionRunArgs(self._loss)
 
+  @property
+  def step(self) -> int:
+    """The last step this hook saw."""
+    return self.report.last_step + len(self._window)
+
   def after_run(self, run_context, run_values):
     self.report.first_step_done()
     self._window.append(float(run_values.results))
-    step = self.report.last_step + len(self._window)
+    step = self.step
+    if not math.isfinite(self._window[-1]):
+      raise common.diverged(step)
     if step % self._every and step != self._total:
       return
     self.report.log(step, sum(self._window) / len(self._window))
@@ -206,6 +216,10 @@ def train_and_evaluate(
     try:
       result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
       break
+    except (common.DivergedError, tf.compat.v1.train.NanLossDuringTrainingError) as e:
+      # Ours (NaN or Inf), or the Estimator's default NanTensorHook (NaN only).
+      error = e if isinstance(e, common.DivergedError) else common.diverged(progress.step)
+      raise common.set_aside_diverged(model_dir, error) if chief else error from e
     except (ValueError, tf.errors.NotFoundError) as e:
       # The evaluator lags the chief, which keeps only the newest checkpoints:
       # the one being evaluated can be deleted under it. Go on with a newer one.

@@ -1,5 +1,6 @@
 """Keras backend: Model.fit under MultiWorkerMirroredStrategy, and its evaluator task."""
 
+import math
 import os
 import shutil
 import tempfile
@@ -128,6 +129,17 @@ class _Progress(tf_keras.callbacks.Callback):
     self.report.end()
     if self._writer:
       self._writer.close()
+
+
+class _StopOnNonFiniteLoss(tf_keras.callbacks.Callback):
+  """Raises DivergedError once the loss is NaN or Inf, as the Estimator's NanTensorHook
+  stops it. Keras's own TerminateOnNaN ends `fit` normally instead: the run would exit 0
+  and save the diverged weights. First in the callback list, so no checkpoint or
+  backup of this execution is written. Every worker sees the same global loss."""
+
+  def on_train_batch_end(self, batch, logs=None):
+    if not math.isfinite(float(logs["loss"])):
+      raise common.diverged(int(self.model.optimizer.iterations.numpy()))
 
 
 class _Backup(tf_keras.callbacks.BackupAndRestore):
@@ -372,7 +384,8 @@ def train_and_evaluate(
   if fit_start < config.train_steps:
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
-    callbacks = [_Checkpoints(model_dir, chief, config.checkpoint_every_steps),
+    callbacks = [_StopOnNonFiniteLoss(),
+                 _Checkpoints(model_dir, chief, config.checkpoint_every_steps),
                  _Backup(backup_dir, config.backup_every_steps,
                          config.keras_steps_per_execution()),
                  progress]
@@ -381,8 +394,11 @@ def train_and_evaluate(
       callbacks.append(_PeriodicEval(eval_model, input_fn(mnist.EVAL, None),
                                      config.checkpoint_every_steps, config.train_steps,
                                      os.path.join(model_dir, common.EVAL_SUBDIR)))
-    model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - fit_start,
-              callbacks=callbacks, verbose=0)
+    try:
+      model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - fit_start,
+                callbacks=callbacks, verbose=0)
+    except common.DivergedError as e:
+      raise common.set_aside_diverged(model_dir, e) if chief else e
   else:
     logging.info("%s holds a finished run at step %d: nothing to train.", final, start_step)
   global_step = int(model.optimizer.iterations.numpy())

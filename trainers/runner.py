@@ -123,8 +123,9 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     options: workers, directories, timeout.
 
   Returns:
-    0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 1 for
-    data that is missing and could not be prepared; for a local cluster, a failed task's exit code.
+    0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 3 when
+    the training loss became NaN or Inf; 1 for data that is missing and
+    could not be prepared; for a local cluster, a failed task's exit code.
   """
   workers, model_dir = options.workers, options.model_dir
   try:
@@ -188,9 +189,12 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     trainer = importlib.import_module(BACKENDS[backend])
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
     return _error(str(e), 1)
+  from trainers import common  # pylint: disable=import-outside-toplevel
   from trainers import distribute  # pylint: disable=import-outside-toplevel
   try:
     trainer.train_and_evaluate(config, model_dir)
   except distribute.ClusterMismatchError as e:
     return _error(str(e), EXIT_USAGE)
+  except common.DivergedError as e:
+    return _error(str(e), supervisor.EXIT_DIVERGED)
   return 0
