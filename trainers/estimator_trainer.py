@@ -8,7 +8,6 @@ import json
 import math
 import os
 import shutil
-import time
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
