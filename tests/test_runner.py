@@ -23,6 +23,7 @@ from trainers import distribute
 from trainers import flags as trainer_flags
 from trainers import model as model_lib
 from launch.tools import reference
+from launch.tools import runs
 from trainers.config import Config
 from tests.conftest import REPO, SHARED_IDX_DIR, run_module
 
@@ -364,7 +365,7 @@ def test_a_diverging_run_stops_with_exit_3_and_saves_nothing_diverged(backend, w
   assert result.returncode == 3, result.stderr[-3000:]
   assert "the training loss became NaN or Inf by step" in result.stderr
   # Weights go NaN a step before the loss shows it: what holds NaN is moved aside.
-  assert "the newest finite checkpoint" in result.stderr and "is kept" in result.stderr
+  assert "newest finite checkpoint" in result.stderr and "is kept" in result.stderr
   if workers > 1:
     assert "a diverged run is not retried" in result.stderr
   assert not (model_dir / "summary.json").exists()
@@ -375,6 +376,40 @@ def test_a_diverging_run_stops_with_exit_3_and_saves_nothing_diverged(backend, w
     for name, dtype in reader.get_variable_to_dtype_map().items():
       if dtype.is_floating:
         assert np.isfinite(reader.get_tensor(name)).all(), f"{path}: {name} is not finite"
+
+
+def _truncate(checkpoint_path):
+  for data in pathlib.Path(checkpoint_path).parent.glob(pathlib.Path(checkpoint_path).name +
+                                                         ".data-*"):
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_loads(
+    backend, tiny_data_dir, tmp_path):
+  model_dir = tmp_path / "model"
+  config = dataclasses.replace(TINY, train_steps=6, data_dir=tiny_data_dir)
+  args = [f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
+  assert run_module(f"trainers.{backend}_main", args).returncode == 0
+  newest = tf.train.latest_checkpoint(str(model_dir))
+  assert newest.endswith("-6")
+  _truncate(newest)  # A crash or a full disk mid-save.
+  longer = run_module(f"trainers.{backend}_main", [*args, "--train_steps=8"])
+  assert longer.returncode == 0, longer.stderr[-3000:]
+  assert "Set aside in" in longer.stderr and os.path.basename(newest) in longer.stderr
+  moved = sorted(p.name for p in (model_dir / "corrupt").iterdir())
+  assert moved and all(name.startswith(os.path.basename(newest) + ".") for name in moved)
+  starts = [r["from_step"] for r in runs.read_progress(str(model_dir)) if r["event"] == "start"]
+  assert starts == [0, 3]  # Resumed from ckpt 3, the newest that loads.
+  assert json.loads(longer.stdout.strip().splitlines()[-1])["global_step"] == 8
+  # When no checkpoint loads: exit 2, naming them, and nothing moved or deleted.
+  for path in tf.train.get_checkpoint_state(str(model_dir)).all_model_checkpoint_paths:
+    _truncate(path)
+  before = _snapshot(model_dir)
+  broken = run_module(f"trainers.{backend}_main", [*args, "--train_steps=10"])
+  assert broken.returncode == 2, broken.stderr[-3000:]
+  assert "no checkpoint in --model_dir" in broken.stderr and "Nothing was moved" in broken.stderr
+  assert _snapshot(model_dir) == before
 
 
 def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, tmp_path):

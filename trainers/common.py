@@ -58,10 +58,68 @@ def diverged(step: int) -> DivergedError:
       "diverge again.")
 
 
-def _finite(path: str) -> bool:
+CORRUPT_SUBDIR = "corrupt"  # Checkpoints that do not load, set aside before a resume.
+
+
+def _non_finite(path: str) -> Optional[str]:
+  """Why the checkpoint at `path` is no good to resume from after a divergence, or None."""
   reader = tf.train.load_checkpoint(path)
-  return all(np.isfinite(reader.get_tensor(name)).all()
-             for name, dtype in reader.get_variable_to_dtype_map().items() if dtype.is_floating)
+  bad = [name for name, dtype in reader.get_variable_to_dtype_map().items()
+         if dtype.is_floating and not np.isfinite(reader.get_tensor(name)).all()]
+  return f"holds NaN or Inf in {bad[0]}" if bad else None
+
+
+def _damage(path: str) -> Optional[str]:
+  """Why the checkpoint at `path` does not load (a truncated or missing file), or None."""
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except Exception as e:  # pylint: disable=broad-except
+    # A truncated file raises IndexError, OutOfRangeError or DataLossError, by where it ends.
+    return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+  return None
+
+
+def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
+               dry_run: bool = False) -> Tuple[List[str], Optional[str]]:
+  """Moves into `model_dir/subdir/` (never deletes) a Keras backup that `why` faults, and
+  the newest checkpoints it faults, newest first until one passes; the `checkpoint`
+  file then names that one.
+
+  Returns:
+    "file: why" for each set aside (or, with `dry_run`, to be), and the newest
+    checkpoint that passes, or None.
+  """
+  aside = os.path.join(model_dir, subdir)
+  moved = []
+  backup = os.path.join(model_dir, BACKUP_SUBDIR)
+  newest_backup = tf.train.latest_checkpoint(os.path.join(backup, "chief"))
+  reason = newest_backup and why(newest_backup)
+  if reason:
+    moved.append(f"{BACKUP_SUBDIR}/: {reason}")
+    if not dry_run:
+      tf.io.gfile.makedirs(aside)
+      tf.io.gfile.rename(backup, os.path.join(aside, BACKUP_SUBDIR), overwrite=True)
+  state = tf.train.get_checkpoint_state(model_dir)
+  paths = list(state.all_model_checkpoint_paths) if state else []
+  while paths:
+    reason = why(paths[-1])
+    if not reason:
+      break
+    path = paths.pop()
+    moved.append(f"{os.path.basename(path)}: {reason}")
+    if not dry_run:
+      tf.io.gfile.makedirs(aside)
+      for name in tf.io.gfile.glob(path + ".*"):
+        tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
+  if not dry_run and state and len(paths) < len(state.all_model_checkpoint_paths):
+    if paths:
+      tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
+                                                 all_model_checkpoint_paths=paths)
+    else:
+      tf.io.gfile.remove(os.path.join(model_dir, "checkpoint"))
+  return moved, (paths[-1] if paths else None)
 
 
 def set_aside_diverged(model_dir: str, error: DivergedError) -> DivergedError:
@@ -75,31 +133,39 @@ def set_aside_diverged(model_dir: str, error: DivergedError) -> DivergedError:
   Returns:
     `error`, its message extended with what was moved and what is kept.
   """
-  aside = os.path.join(model_dir, DIVERGED_SUBDIR)
-  moved = []
-  backup = os.path.join(model_dir, BACKUP_SUBDIR)
-  newest_backup = tf.train.latest_checkpoint(os.path.join(backup, "chief"))
-  if newest_backup and not _finite(newest_backup):
-    tf.io.gfile.makedirs(aside)
-    tf.io.gfile.rename(backup, os.path.join(aside, BACKUP_SUBDIR), overwrite=True)
-    moved.append(BACKUP_SUBDIR)
+  moved, kept = _set_aside(model_dir, DIVERGED_SUBDIR, _non_finite)
+  where = (f"Moved to {os.path.join(model_dir, DIVERGED_SUBDIR)}: {'; '.join(moved)}. "
+           if moved else "Nothing saved holds NaN or Inf. ")
+  kept = (f"The newest finite checkpoint, {kept}, is kept." if kept else
+          "No finite checkpoint is left.")
+  return DivergedError(f"{error} {where}{kept}")
+
+
+def set_aside_damaged(model_dir: str) -> List[str]:
+  """Writer only, before a resume: moves checkpoints that do not load into `model_dir/corrupt/`.
+
+  A crash or a full disk mid-save can truncate the newest checkpoint (or Keras
+  backup); the run then resumes from the newest one that loads.
+
+  Returns:
+    "file: why" for each one moved.
+
+  Raises:
+    ValueError: if checkpoints exist and none loads; nothing is moved then.
+  """
+  moved, kept = _set_aside(model_dir, CORRUPT_SUBDIR, _damage, dry_run=True)
   state = tf.train.get_checkpoint_state(model_dir)
-  paths = list(state.all_model_checkpoint_paths) if state else []
-  while paths and not _finite(paths[-1]):
-    path = paths.pop()
-    tf.io.gfile.makedirs(aside)
-    for name in tf.io.gfile.glob(path + ".*"):
-      tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
-    moved.append(os.path.basename(path))
-  if state and len(paths) < len(state.all_model_checkpoint_paths):
-    if paths:
-      tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
-                                                 all_model_checkpoint_paths=paths)
-    else:
-      tf.io.gfile.remove(os.path.join(model_dir, "checkpoint"))
-  kept = f"the newest finite checkpoint, {paths[-1]}, is kept" if paths else "no finite checkpoint is left"
-  where = f"Moved {moved} (holding NaN or Inf) to {aside}; " if moved else "Nothing saved holds NaN or Inf; "
-  return DivergedError(f"{error} {where}{kept}.")
+  if moved and kept is None and state and state.all_model_checkpoint_paths:
+    raise ValueError(
+        f"no checkpoint in --model_dir={model_dir} loads ({'; '.join(moved)}). Nothing was "
+        f"moved or deleted. Restore the files from a copy, move them away to start afresh "
+        f"in this directory, or choose a new --model_dir.")
+  if moved:
+    _set_aside(model_dir, CORRUPT_SUBDIR, _damage)
+    logging.warning("Set aside in %s what does not load: %s. Resuming from %s.",
+                    os.path.join(model_dir, CORRUPT_SUBDIR), "; ".join(moved),
+                    kept or "the start")
+  return moved
 
 
 class Progress:

@@ -83,6 +83,11 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
                         "choose another --model_dir.")
   if os.path.isdir(path) and set(os.listdir(path)) - {supervisor.LOG_SUBDIR}:
     from trainers import common  # pylint: disable=import-outside-toplevel
+    if writer:  # Before any task reads them: resume from the newest that loads.
+      try:
+        common.set_aside_damaged(path)
+      except ValueError as e:
+        raise ModelDirError(str(e)) from e
     problem = common.checkpoint_problem(backend, path)
     if problem:
       raise ModelDirError(problem)
