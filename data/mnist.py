@@ -137,6 +137,11 @@ class _IdxMnist(tfds_mnist.MNIST, skip_registration=True):
       yield index, {"image": image[..., None], "label": int(label)}
 
 
+def _root(data_dir: Optional[str]) -> str:
+  """The TFDS data directory itself: dataset_path is <root>/mnist/<version>."""
+  return os.path.dirname(os.path.dirname(dataset_path(data_dir)))
+
+
 def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str],
                       download_config: tfds.download.DownloadConfig) -> None:
   """Runs a builder in a staging directory beside the dataset, then moves it in.
@@ -144,8 +149,7 @@ def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str
   Downloads go to the staging directory too, so a failure (or a kill) leaves
   neither a half-written dataset nor partial downloads in `data_dir`.
   """
-  final = dataset_path(data_dir)
-  root = os.path.dirname(os.path.dirname(final))  # <data_dir>/mnist/<version>
+  final, root = dataset_path(data_dir), _root(data_dir)
   os.makedirs(root, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=root)
   try:
@@ -241,7 +245,7 @@ def prepare_lock(data_dir: Optional[str]) -> Iterator[None]:
   The lock is an OS file lock: a process that dies releases it. While it is
   held, staging directories of earlier, killed preparations are removed.
   """
-  root = os.path.dirname(os.path.dirname(dataset_path(data_dir)))
+  root = _root(data_dir)
   os.makedirs(root, exist_ok=True)
   lock_path = os.path.join(root, ".mnist-prepare.lock")
   with open(lock_path, "a") as lock:

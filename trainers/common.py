@@ -82,38 +82,47 @@ def _damage(path: str) -> Optional[str]:
 
 
 def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
-               dry_run: bool = False) -> Tuple[List[str], Optional[str]]:
+               keep_one: bool = False) -> Tuple[List[str], Optional[str]]:
   """Moves into `model_dir/subdir/` (never deletes) a Keras backup that `why` faults, and
   the newest checkpoints it faults, newest first until one passes; the `checkpoint`
   file then names that one.
 
+  Args:
+    keep_one: if checkpoints exist and none passes, raise instead, moving nothing.
+
   Returns:
-    "file: why" for each set aside (or, with `dry_run`, to be), and the newest
-    checkpoint that passes, or None.
+    "file: why" for each set aside, and the newest checkpoint that passes, or None.
+
+  Raises:
+    ValueError: with `keep_one`, when no checkpoint passes.
   """
-  aside = os.path.join(model_dir, subdir)
-  moved = []
   backup = os.path.join(model_dir, BACKUP_SUBDIR)
   newest_backup = tf.train.latest_checkpoint(os.path.join(backup, "chief"))
-  reason = newest_backup and why(newest_backup)
-  if reason:
-    moved.append(f"{BACKUP_SUBDIR}/: {reason}")
-    if not dry_run:
-      tf.io.gfile.makedirs(aside)
-      tf.io.gfile.rename(backup, os.path.join(aside, BACKUP_SUBDIR), overwrite=True)
+  backup_reason = newest_backup and why(newest_backup)
   state = tf.train.get_checkpoint_state(model_dir)
   paths = list(state.all_model_checkpoint_paths) if state else []
+  faulted = []
   while paths:
     reason = why(paths[-1])
     if not reason:
       break
-    path = paths.pop()
-    moved.append(f"{os.path.basename(path)}: {reason}")
-    if not dry_run:
-      tf.io.gfile.makedirs(aside)
-      for name in tf.io.gfile.glob(path + ".*"):
-        tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
-  if not dry_run and state and len(paths) < len(state.all_model_checkpoint_paths):
+    faulted.append((paths.pop(), reason))
+  moved = ([f"{BACKUP_SUBDIR}/: {backup_reason}"] if backup_reason else []) + [
+      f"{os.path.basename(path)}: {reason}" for path, reason in faulted]
+  if keep_one and faulted and not paths:
+    raise ValueError(
+        f"no checkpoint in --model_dir={model_dir} loads ({'; '.join(moved)}). Nothing was "
+        "moved or deleted. Restore the files from a copy, move them away to start afresh "
+        "in this directory, or choose a new --model_dir.")
+  aside = os.path.join(model_dir, subdir)
+  if moved:
+    tf.io.gfile.makedirs(aside)
+  if backup_reason:
+    tf.io.gfile.rename(backup, os.path.join(aside, BACKUP_SUBDIR), overwrite=True)
+  for path, _ in faulted:
+    for name in tf.io.gfile.glob(path + ".*"):
+      tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
+  if faulted:
     if paths:
       tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
                                                  all_model_checkpoint_paths=paths)
@@ -153,15 +162,8 @@ def set_aside_damaged(model_dir: str) -> List[str]:
   Raises:
     ValueError: if checkpoints exist and none loads; nothing is moved then.
   """
-  moved, kept = _set_aside(model_dir, CORRUPT_SUBDIR, _damage, dry_run=True)
-  state = tf.train.get_checkpoint_state(model_dir)
-  if moved and kept is None and state and state.all_model_checkpoint_paths:
-    raise ValueError(
-        f"no checkpoint in --model_dir={model_dir} loads ({'; '.join(moved)}). Nothing was "
-        f"moved or deleted. Restore the files from a copy, move them away to start afresh "
-        f"in this directory, or choose a new --model_dir.")
+  moved, kept = _set_aside(model_dir, CORRUPT_SUBDIR, _damage, keep_one=True)
   if moved:
-    _set_aside(model_dir, CORRUPT_SUBDIR, _damage)
     logging.warning("Set aside in %s what does not load: %s. Resuming from %s.",
                     os.path.join(model_dir, CORRUPT_SUBDIR), "; ".join(moved),
                     kept or "the start")
