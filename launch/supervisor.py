@@ -38,6 +38,7 @@ NOT_RETRIED = {EXIT_USAGE: "a usage error is not retried",
 # After a task fails, how long to let its peers fail too, so the failure that
 # decides (a task's own, not a peer's lost collective) is the one reported.
 SETTLE_SECONDS = 1.0
+EVALUATOR_NICENESS = 10  # os.nice increment of a local evaluator task.
 EXIT_TIMEOUT = 124  # As coreutils' timeout(1).
 TASKS_FILE = "tasks.json"
 PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
@@ -87,30 +88,31 @@ def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> Non
   log.close()
 
 
-def _die_with_launcher() -> Optional[Callable[[], None]]:
-  """A preexec_fn that makes the task get SIGKILL when the launcher dies (Linux).
+def _task_preexec(niceness: int) -> Callable[[], None]:
+  """A preexec_fn: the task gets SIGKILL when the launcher dies (Linux), at `niceness`.
 
   Whatever ends the launcher (SIGKILL from an out-of-memory killer, a closed
   terminal), its tasks must not train on unsupervised, holding ports and
   cores: prctl(PR_SET_PDEATHSIG). It fires when the thread that started the
   task exits; run_local_cluster starts and waits for its tasks in one thread.
-  None where prctl does not exist.
   """
-  if not sys.platform.startswith("linux"):
-    return None
-  libc = ctypes.CDLL(None, use_errno=True)  # Loaded here, not in the forked child.
+  libc = (ctypes.CDLL(None, use_errno=True)  # Loaded here, not in the forked child.
+          if sys.platform.startswith("linux") else None)
   launcher = os.getpid()
 
-  def set_parent_death_signal() -> None:
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != launcher:  # The launcher died before prctl took effect.
-      os._exit(128 + signal.SIGKILL)  # pylint: disable=protected-access
+  def preexec() -> None:
+    if niceness:
+      os.nice(niceness)
+    if libc is not None:
+      libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+      if os.getppid() != launcher:  # The launcher died before prctl took effect.
+        os._exit(128 + signal.SIGKILL)  # pylint: disable=protected-access
 
-  return set_parent_death_signal
+  return preexec
 
 
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
-           stream: bool, header: bytes, verbose: bool) -> _Proc:
+           stream: bool, header: bytes, verbose: bool, niceness: int = 0) -> _Proc:
   log = open(log_path, "ab")  # pylint: disable=consider-using-with
   log.write(header)
   log.flush()
@@ -119,12 +121,12 @@ def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
   if not stream:
     popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True,
-                             preexec_fn=_die_with_launcher())
+                             preexec_fn=_task_preexec(niceness))
     log.close()
     return _Proc(name, popen, log_path, [])
   popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            stdin=subprocess.DEVNULL, start_new_session=True,
-                           preexec_fn=_die_with_launcher())
+                           preexec_fn=_task_preexec(niceness))
   # The terminal gets the run's own lines; the log keeps everything.
   pumps = [
       threading.Thread(target=_pump, args=(popen.stdout, log, sys.stdout.buffer, lambda _: True),
@@ -292,8 +294,11 @@ def run_local_cluster(
     task = tf_configs[index]["task"]
     name = f"{task['type']}-{task['index']}"
     task_env = dict(base_env, TF_CONFIG=json.dumps(tf_configs[index]))
+    # The evaluator shares the machine's cores with the training tasks, which
+    # wait on each other every step: it gets what they leave.
+    niceness = EVALUATOR_NICENESS if task["type"] == cluster.EVALUATOR else 0
     return _start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
-                  stream=index == 0, header=header, verbose=verbose)
+                  stream=index == 0, header=header, verbose=verbose, niceness=niceness)
 
   restarts = evaluator_restarts = 0
   try:

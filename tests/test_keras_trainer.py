@@ -1,6 +1,10 @@
 """trainers.keras_trainer in this process: an injected strategy and input_fn, v1 momentum."""
 
+import logging
 import os
+import shutil
+import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -8,6 +12,7 @@ import tf_keras
 
 from launch.tools import runs
 from tests.conftest import memory_input_fn
+from trainers import common
 from trainers import keras_trainer
 from trainers.config import Config
 
@@ -86,3 +91,33 @@ def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():
     accum = 0.9 * accum + grad
     want -= rate * accum
   np.testing.assert_allclose(var.numpy(), [want], rtol=1e-6)
+
+
+def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
+  # The chief keeps 3 checkpoints: one it deletes between the evaluator reading
+  # the checkpoint state and restoring it must be skipped, not end the evaluator.
+  src, model_dir = tmp_path / "src", tmp_path / "model"
+  input_fn = memory_input_fn(CONFIG.global_batch_size)
+  keras_trainer.train_and_evaluate(CONFIG, str(src), strategy=tf.distribute.MirroredStrategy(
+      ["/cpu:0"]), input_fn=input_fn)
+  model_dir.mkdir()
+  # The state names ckpt-3, whose data the chief deleted after its index was seen.
+  shutil.copy(src / "ckpt-3.index", model_dir)
+  tf.compat.v1.train.update_checkpoint_state(str(model_dir), str(model_dir / "ckpt-3"))
+
+  def write_final_checkpoint():
+    time.sleep(3)  # The evaluator has failed to restore ckpt-3 by now and waits.
+    for path in src.glob("ckpt-6.*"):
+      shutil.copy(path, model_dir)
+    tf.compat.v1.train.update_checkpoint_state(str(model_dir), str(model_dir / "ckpt-6"))
+
+  writer = threading.Thread(target=write_final_checkpoint)
+  writer.start()
+  caplog.set_level(logging.INFO, logger="tensorflow")
+  keras_trainer.run_evaluator(CONFIG, str(model_dir), input_fn=input_fn)
+  writer.join()
+  assert any("error when loading the checkpoint at " + str(model_dir / "ckpt-3") in r.getMessage()
+             for r in caplog.records)
+  results = common.read_eval_results(str(model_dir / common.EVAL_SUBDIR))
+  assert sorted(results) == [6]
+  assert results[6] == common.read_eval_results(str(src / common.EVAL_SUBDIR))[6]

@@ -23,7 +23,7 @@ TASK = textwrap.dedent("""
     out = os.environ["OUT_DIR"]
     starts = len([n for n in os.listdir(out) if n.startswith(name + ".")])
     with open(os.path.join(out, f"{name}.{starts}.json"), "w") as f:
-        json.dump({"tf_config": tf_config, "pid": os.getpid()}, f)
+        json.dump({"tf_config": tf_config, "pid": os.getpid(), "niceness": os.nice(0)}, f)
     behaviour = os.environ.get("BEHAVIOUR_" + name.replace("-", "_"), "ok")
     print(f"hello from {name}", flush=True)
     if behaviour == "fail" or (behaviour == "fail_once" and not starts):
@@ -87,6 +87,11 @@ def test_every_task_gets_its_tf_config_and_a_log(task_script, tmp_path, capfd):
     assert f"last line of {name}" in (tmp_path / "logs" / f"{name}.log").read_text()
   streamed = capfd.readouterr().out
   assert "last line of chief-0" in streamed and "worker-0" not in streamed
+  # The evaluator yields the cores to the training tasks, which wait on each other.
+  base = os.nice(0)
+  assert {n: r["niceness"] - base for n, r in records.items()} == {
+      "chief-0.0": 0, "worker-0.0": 0, "worker-1.0": 0,
+      "evaluator-0.0": supervisor.EVALUATOR_NICENESS}
 
 
 def test_a_failed_worker_stops_the_others(task_script, tmp_path):
