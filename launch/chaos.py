@@ -57,7 +57,7 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=_TRAIN_STEPS.value, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
                   log_every_steps=max(1, min(5, every)))
-  runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value)
+  runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value, [_BACKEND.value])
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   results = chaos.run_chaos(_BACKEND.value, config, _WORKERS.value, _TRIALS.value, out,
                             seed=_SEED.value, timeout=_TIMEOUT.value, kill=_KILL.value)

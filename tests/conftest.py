@@ -13,6 +13,7 @@ import pytest
 
 from data import mnist
 from data import paths
+from trainers import runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR", REPO.parent / "shared/datasets/mnist"))
@@ -44,6 +45,22 @@ def write_idx_dir(directory: pathlib.Path, sizes: Dict[str, int]) -> pathlib.Pat
     write_idx(directory / f"{image_name}.gz", images)
     write_idx(directory / f"{label_name}.gz", labels)
   return directory
+# Why this install cannot run the Estimator (the newest-TF stack), or None.
+ESTIMATOR_MISSING = runner.estimator_unavailable()
+
+
+def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+  """Without tf.estimator, skips (with the reason) what runs it: tests marked
+  `estimator`, and the estimator cases of parametrized tests and fixtures."""
+  if not ESTIMATOR_MISSING:
+    return
+  skip = pytest.mark.skip(reason=ESTIMATOR_MISSING)
+  for item in items:
+    params = getattr(item, "callspec", None)
+    values = params.params.values() if params else ()
+    if item.get_closest_marker("estimator") or any(
+        v == "estimator" or (isinstance(v, tuple) and "estimator" in v) for v in values):
+      item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 import json
 
 from launch.tools import bench_measure
-from tests.conftest import run_module
+from tests.conftest import ESTIMATOR_MISSING, run_module
 
 STEPS = 12
 
@@ -17,8 +17,11 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   with open(tmp_path / "bench.json") as f:
     report = json.load(f)
   rows = {(r["name"], r["workers"]): r for r in report["results"]}
-  assert set(rows) == {("reference", 1), ("keras", 1), ("estimator", 1), ("keras", 2),
-                       ("estimator", 2), ("keras-noevaluator", 2)}
+  # The newest-TF install leaves the Estimator out, and says so.
+  estimator = set() if ESTIMATOR_MISSING else {("estimator", 1), ("estimator", 2)}
+  assert set(rows) == {("reference", 1), ("keras", 1), ("keras", 2),
+                       ("keras-noevaluator", 2)} | estimator
+  assert ("Leaving the estimator entry out" in result.stderr) == bool(ESTIMATOR_MISSING)
   for key, row in rows.items():
     assert row["error"] is None, key
     assert row["steps"] == STEPS, key
@@ -44,9 +47,9 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
     assert all(costs[part]["ms"] > 0 for part in bench_measure.STEP_PARTS), costs
   assert isinstance(report["missed"], list)
   assert {t["name"] for t in report["targets"]} >= {"keras x1 throughput / reference",
-                                                    "estimator x2 launch to first step (s)"}
+                                                    "keras x2 launch to first step (s)"}
   table = (tmp_path / "bench.md").read_text()
   assert "| keras | 2 |" in table and "Where a step's time goes" in table
   assert "| keras-noevaluator | 2 |" in table and "keras-noevaluator - bare step" in table
-  assert "| estimator | 1 |" in result.stdout
+  assert ("| estimator | 1 |" in result.stdout) != bool(ESTIMATOR_MISSING)
 

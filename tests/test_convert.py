@@ -11,11 +11,14 @@ import tensorflow as tf
 
 from launch.tools import convert
 from launch.tools import runs
-from tests import legacy_model
-from tests.conftest import run_module
+from tests.conftest import ESTIMATOR_MISSING, run_module
 from trainers import common
-from trainers import estimator_trainer
 from trainers.config import Config
+
+if ESTIMATOR_MISSING:
+  pytest.skip(ESTIMATOR_MISSING, allow_module_level=True)
+from tests import legacy_model  # pylint: disable=wrong-import-position
+from trainers import estimator_trainer  # pylint: disable=wrong-import-position
 
 STEPS = 3
 TRAIN_FLAGS = ["--global_batch_size=32", "--eval_batch_size=50", "--log_every_steps=1",

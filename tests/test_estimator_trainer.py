@@ -2,13 +2,17 @@
 
 import os
 
+import pytest
 import tensorflow as tf
 
 from launch.tools import runs
-from tests.conftest import memory_input_fn
+from tests.conftest import ESTIMATOR_MISSING, memory_input_fn
 from trainers import common
-from trainers import estimator_trainer
 from trainers.config import Config
+
+if ESTIMATOR_MISSING:
+  pytest.skip(ESTIMATOR_MISSING, allow_module_level=True)
+from trainers import estimator_trainer  # pylint: disable=wrong-import-position
 
 CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
                 checkpoint_every_steps=3)

@@ -14,6 +14,8 @@ from tests.conftest import run_module
 from trainers import keras_trainer
 from trainers.config import Config
 
+pytestmark = pytest.mark.estimator  # Both backends, side by side.
+
 # 1e-6 weight limits hold on real MNIST (see tests/test_parity.py), so this runs on it.
 SPLIT, STEPS, RESUME = 20, 60, 10
 

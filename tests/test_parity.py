@@ -12,6 +12,8 @@ from trainers import model as model_lib
 from trainers.config import Config
 from tests.conftest import run_module
 
+pytestmark = pytest.mark.estimator  # Both backends, side by side.
+
 VARIABLES = {"conv/kernel", "conv/bias", "hidden/kernel", "hidden/bias", "logits/kernel",
              "logits/bias"}
 

@@ -22,10 +22,11 @@ from trainers import common
 from trainers import distribute
 from trainers import flags as trainer_flags
 from trainers import model as model_lib
+from trainers import runner
 from launch.tools import reference
 from launch.tools import runs
 from trainers.config import Config
-from tests.conftest import REPO, SHARED_IDX_DIR, run_module
+from tests.conftest import ESTIMATOR_MISSING, REPO, SHARED_IDX_DIR, run_module
 
 BACKENDS = ("keras", "estimator")
 STEPS = 3
@@ -167,6 +168,7 @@ def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data
     np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=f"{backend} {name}")
 
 
+@pytest.mark.estimator
 def test_both_backends_export_the_same_serving_signature(tiny_data_dir, tmp_path_factory):
   images = tf.random.stateless_uniform((4, 28, 28, 1), seed=(1, 2))
   signatures, outputs = {}, {}
@@ -238,6 +240,7 @@ def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_da
   _rejected(backend, args, env, 2, message, tiny_data_dir, tmp_path / "model")
 
 
+@pytest.mark.estimator
 def test_a_multi_worker_estimator_needs_its_evaluator(tiny_data_dir, tmp_path):
   _rejected("estimator", ["--workers=2", "--noevaluator"], {}, 2, "--noevaluator is for Keras",
             tiny_data_dir, tmp_path / "model")
@@ -412,6 +415,7 @@ def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_l
   assert _snapshot(model_dir) == before
 
 
+@pytest.mark.estimator
 def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, tmp_path):
   ports = cluster.pick_free_ports(2)
   start = time.monotonic()
@@ -443,6 +447,29 @@ def test_the_launcher_starts_the_tasks_without_tensorflow(backend, tiny_data_dir
                           timeout=60, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip() == "tensorflow imported: False"
+
+
+@pytest.mark.parametrize("version, missing", [("2.15.1", False), ("2.15.0.post1", False),
+                                              ("2.16.1", True), ("2.21.0", True)])
+def test_the_estimator_needs_tensorflow_2_15(version, missing, monkeypatch):
+  monkeypatch.setattr(runner.importlib.metadata, "version", lambda name: version)
+  message = runner.estimator_unavailable()
+  assert (message is not None) == missing
+  if missing:
+    assert f"this environment has TensorFlow {version}" in message
+    assert 'pip install -e ".[tf215]"' in message
+
+
+@pytest.mark.skipif(not ESTIMATOR_MISSING, reason="this install has tf.estimator (TF 2.15)")
+@pytest.mark.parametrize("env", [{}, "tf_config"])
+def test_the_estimator_on_the_newest_tensorflow_is_a_usage_error(env, tiny_data_dir, tmp_path):
+  # Exit 2 at once, before any task starts or anything is written: the launcher
+  # never retries it, and neither does an orchestrator (README, exit codes).
+  env = _tf_config("chief", 0) if env == "tf_config" else {}
+  result = _rejected("estimator", ["--workers=2"] if not env else [], env, 2,
+                     "The Estimator backend needs TensorFlow 2.15", tiny_data_dir,
+                     tmp_path / "model")
+  assert 'pip install -e ".[tf215]"' in result.stderr
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -15,9 +15,9 @@ from absl import logging
 # service's settings, barrier and key-value store.
 from tensorflow.python.autograph.core import config as autograph_config
 from tensorflow.python.data.ops import multi_device_iterator_ops
+from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
-from tensorflow.tsl.protobuf import coordination_config_pb2
 
 from launch import cluster
 from launch import console
@@ -28,6 +28,9 @@ from trainers import common
 REGISTER_TIMEOUT_SECONDS = 40
 # A peer that stops answering is declared dead after this long without a heartbeat.
 HEARTBEAT_TIMEOUT_SECONDS = 15
+# The coordination-service protos moved (tensorflow.tsl in TF 2.15,
+# tensorflow.compiler.xla.tsl in 2.21): taken from the module MWMS itself uses.
+_COORDINATION_CONFIG = collective_all_reduce_strategy.coordination_config_pb2
 
 
 class ClusterMismatchError(ValueError):
@@ -83,7 +86,7 @@ def _configure_coordination_service(resolver: tf.distribute.cluster_resolver.Clu
       cluster_register_timeout_in_ms=REGISTER_TIMEOUT_SECONDS * 1000,
       heartbeat_timeout_in_ms=HEARTBEAT_TIMEOUT_SECONDS * 1000,
       coordinated_jobs=[
-          coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
+          _COORDINATION_CONFIG.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
           for job in (cluster.CHIEF, cluster.WORKER) if job in cluster_spec.jobs
       ])
 

@@ -23,7 +23,8 @@ from trainers.config import Config
 if not hasattr(tf, "estimator"):
   raise ImportError(
       f"TensorFlow {tf.__version__} has no tf.estimator (removed in 2.16). The Estimator "
-      "backend needs tensorflow==2.15.1: `pip install -e .` in a fresh virtualenv installs it. "
+      "backend needs tensorflow==2.15.1: `pip install -e \".[tf215]\"` in a fresh virtualenv "
+      "installs it. "
       "The Keras backend (python -m trainers.keras_main) works on newer TensorFlow via tf-keras."
   )
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import importlib
+import importlib.metadata
 import os
 import sys
 import tempfile
@@ -59,6 +60,25 @@ class RunOptions:
   verbosity: int = 0
   mnist_idx_dir: Optional[str] = None
   evaluator: bool = True
+
+
+def estimator_unavailable() -> Optional[str]:
+  """Why this install cannot run the Estimator backend (with the fix), or None.
+
+  Read from the installed package's metadata, without importing TensorFlow,
+  so a launcher refuses at once: tf.estimator was removed in TensorFlow 2.16.
+  """
+  try:
+    version = importlib.metadata.version("tensorflow")
+  except importlib.metadata.PackageNotFoundError:
+    version = None
+  if version and tuple(int(p) for p in version.split(".")[:2]) < (2, 16):
+    return None
+  return (f"The Estimator backend needs TensorFlow 2.15 (tf.estimator was removed in 2.16); "
+          f"this environment has {'TensorFlow ' + version if version else 'no TensorFlow'}. "
+          "Install the TF 2.15.1 stack in a Python 3.9 to 3.11 virtualenv: "
+          "pip install -e \".[tf215]\". The Keras backend (python -m trainers.keras_main) "
+          "runs on either stack.")
 
 
 def _error(message: str, code: int) -> int:
@@ -134,6 +154,8 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
   """
   workers, model_dir = options.workers, options.model_dir
   try:
+    if backend == "estimator" and estimator_unavailable():
+      raise ValueError(estimator_unavailable())
     if workers is not None and workers < 1:
       raise ValueError(f"--workers must be at least 1, got {workers}.")
     for name in ("timeout", "stall_timeout"):
@@ -193,7 +215,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
   try:
     trainer = importlib.import_module(BACKENDS[backend])
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
-    return _error(str(e), 1)
+    return _error(str(e), EXIT_USAGE)
   from trainers import common  # pylint: disable=import-outside-toplevel
   from trainers import distribute  # pylint: disable=import-outside-toplevel
   try:

@@ -18,10 +18,12 @@ from data import paths
 from launch import supervisor
 from trainers import common
 from trainers import flags as trainer_flags
+from trainers import runner
 from trainers.config import Config
 
 TRAINER_MODULES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
 BACKENDS = tuple(TRAINER_MODULES)
+PYTHON = sys.executable  # This install's interpreter; another install's can be given.
 
 
 class RunError(RuntimeError):
@@ -29,10 +31,10 @@ class RunError(RuntimeError):
 
 
 def trainer_command(backend: str, config: Config, *, workers: int, model_dir: str,
-                    timeout: Optional[float] = None, extra_flags: Sequence[str] = ()
-                    ) -> List[str]:
-  """The command line a user would type to train `backend` with `config`."""
-  cmd = [sys.executable, "-m", TRAINER_MODULES[backend], f"--workers={workers}",
+                    timeout: Optional[float] = None, extra_flags: Sequence[str] = (),
+                    python: str = PYTHON) -> List[str]:
+  """The command line a user would type to train `backend` with `config`, in `python`."""
+  cmd = [python, "-m", TRAINER_MODULES[backend], f"--workers={workers}",
          f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
   if timeout is not None:
     cmd.append(f"--timeout={timeout}")
@@ -45,14 +47,15 @@ def clean_env() -> Dict[str, str]:
 
 
 def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, log_path: str,
-                timeout: float = 1800, extra_flags: Sequence[str] = ()) -> Dict[str, Any]:
+                timeout: float = 1800, extra_flags: Sequence[str] = (),
+                python: str = PYTHON) -> Dict[str, Any]:
   """Trains `backend` as a user would, to the end; returns its summary.
 
   Raises:
     RunError: the run exited non-zero or wrote no summary; names its log.
   """
   cmd = trainer_command(backend, config, workers=workers, model_dir=model_dir, timeout=timeout,
-                        extra_flags=extra_flags)
+                        extra_flags=extra_flags, python=python)
   with open(log_path, "w") as log:
     log.write(" ".join(cmd) + "\n")
     log.flush()
@@ -124,12 +127,16 @@ def define_data_flags() -> Tuple[flags.FlagHolder, flags.FlagHolder]:
           flags.DEFINE_string("mnist_idx_dir", None, trainer_flags.help_text("mnist_idx_dir")))
 
 
-def check_or_exit(config: Config, workers: int, idx_dir: Optional[str]) -> None:
-  """For the tool binaries: exit 2 on a bad config; prepare missing data, or exit 1.
+def check_or_exit(config: Config, workers: int, idx_dir: Optional[str],
+                  backends: Sequence[str] = BACKENDS) -> None:
+  """For the tool binaries: exit 2 on a bad config or a backend this install cannot
+  run (the Estimator on TF >= 2.16); prepare missing data, or exit 1.
 
   The data is prepared here, once, before any run starts (see
   data.mnist.ensure_prepared; `idx_dir` None means $MNIST_IDX_DIR or a download).
   """
+  if "estimator" in backends and runner.estimator_unavailable():
+    raise app.UsageError(runner.estimator_unavailable(), exitcode=2)
   try:
     config.validate(workers)
   except ValueError as e:

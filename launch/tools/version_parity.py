@@ -1,0 +1,217 @@
+"""Keras on the newest TensorFlow against the Estimator on TF 2.15.1: same init, same batches.
+
+This process is the TF 2.15.1 install (the Estimator's); the Keras runs of the
+newest TF go through another install's interpreter, `keras_python`. Each
+SavedModel is also loaded and served by the other version.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+from typing import Dict, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from data import mnist
+from launch.tools import parity
+from launch.tools import runs
+from trainers import common
+from trainers import model as model_lib
+from trainers.config import Config
+
+# The runs compared, each as (backend, which install).
+NEW_KERAS, OLD_KERAS, OLD_ESTIMATOR = "keras@new", "keras@2.15", "estimator@2.15"
+LOGITS_ATOL = 1e-5
+# Runs in the other install: loads a SavedModel, writes its weights and test-set logits.
+_PROBE = ("import sys; from launch.tools import version_parity as v; "
+          "v.probe_export(*sys.argv[1:])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerances:
+  weight_atol: float = 1e-6
+  loss_rtol: float = 1e-5
+  logits_atol: float = LOGITS_ATOL
+
+
+@dataclasses.dataclass
+class Report:
+  versions: Dict[str, str]  # "new", "2.15": "TensorFlow x, tf-keras y"
+  workers: List[int]
+  steps: int
+  checks: List[parity.Check]
+  losses: Dict[str, List[float]]  # "x2/keras@new", ...
+
+  @property
+  def passed(self) -> bool:
+    return all(c.passed for c in self.checks)
+
+
+def stack_versions(python: str) -> str:
+  """'TensorFlow X, tf-keras Y' of the install `python` belongs to.
+
+  Raises:
+    runs.RunError: that interpreter cannot import TensorFlow and tf_keras.
+  """
+  code = ("from importlib import metadata as m; "
+          "print(f\"TensorFlow {m.version('tensorflow')}, tf-keras {m.version('tf-keras')}\")")
+  try:
+    result = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False,
+                            env=runs.clean_env())
+    error = result.stderr.strip()[-500:] if result.returncode else None
+  except OSError as e:
+    error = str(e)
+  if error:
+    raise runs.RunError(f"{python} cannot report its TensorFlow and tf-keras versions (is it "
+                        f"the python of a `pip install -e \".[tf221]\"` virtualenv?): {error}")
+  return result.stdout.strip()
+
+
+def probe_export(export_dir: str, images_path: str, out_path: str) -> None:
+  """Writes an export's trainable weights (Keras exports) and its logits for `images_path`."""
+  loaded = tf.saved_model.load(export_dir)
+  serve = loaded.signatures["serving_default"]
+  images = np.load(images_path)
+  logits = np.concatenate([serve(image=tf.constant(images[i:i + 1000]))["logits"].numpy()
+                           for i in range(0, len(images), 1000)])
+  weights = {model_lib.weight_name(v): v.numpy()
+             for v in getattr(loaded, "trainable_variables", ())}
+  np.savez(out_path, logits=logits, **{f"weight:{k}": v for k, v in weights.items()})
+
+
+def _probe(python: str, export_dir: str, images_path: str, out_path: str) -> Dict[str, np.ndarray]:
+  result = subprocess.run([python, "-c", _PROBE, export_dir, images_path, out_path],
+                          capture_output=True, text=True, check=False, env=runs.clean_env())
+  if result.returncode != 0:
+    raise runs.RunError(f"{python} could not load and serve {export_dir}: "
+                        f"{result.stderr.strip()[-800:]}")
+  with np.load(out_path) as f:
+    return dict(f)
+
+
+def save_test_images(config: Config, path: str) -> np.ndarray:
+  """The whole test split, as the serving signature takes it, saved to `path`."""
+  images = np.concatenate([x.numpy() for x, _ in
+                           common.default_input_fn(config)(mnist.EVAL, None)])
+  np.save(path, images)
+  return images
+
+
+def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
+                out_dir: str, atol: float) -> List[parity.Check]:
+  """Each version serves both exports: the logits of the two backends must agree in each."""
+  checks = []
+  for version, python in (("TF 2.15.1", python_old), ("the newest TF", python_new)):
+    logits = {}
+    for run in (NEW_KERAS, OLD_ESTIMATOR):
+      served_by = "old" if python == python_old else "new"
+      out = os.path.join(out_dir, f"probe-{run}-served-by-{served_by}.npz")
+      try:
+        logits[run] = _probe(python, summaries[run]["export_dir"], images_path, out)["logits"]
+      except runs.RunError as e:
+        checks.append(parity.Check(f"{run} export loads in {version}", False, float("nan"), 0,
+                                   str(e)))
+    if len(logits) == 2:
+      diff = np.abs(logits[NEW_KERAS] - logits[OLD_ESTIMATOR])
+      worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+      checks.append(parity.Check(
+          f"max |logit diff| {NEW_KERAS} vs {OLD_ESTIMATOR} exports, served by {version}",
+          bool(diff.max() <= atol), float(diff.max()), atol,
+          f"test image {worst[0]}, class {worst[1]} (of {len(diff)} images)"))
+  return checks
+
+
+def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, keras_python: str,
+                       steps: int = 10, tolerances: Tolerances = Tolerances(),
+                       timeout: float = 900) -> Report:
+  """Trains Keras on both installs and the Estimator on this one, then compares.
+
+  Args:
+    config: hyperparameters; train_steps, init_weights, record_dir and
+      deterministic are set here.
+    workers: the local worker counts to compare at.
+    out_dir: runs, records, the weights file and the probes' outputs.
+    keras_python: the interpreter of the newest-TF install.
+    steps: training steps of each run.
+    tolerances: the limits.
+    timeout: seconds for each run.
+
+  Returns:
+    The report; `report.passed` only if every check passed.
+
+  Raises:
+    runs.RunError: a run failed, or `keras_python` is not a TF install.
+  """
+  os.makedirs(out_dir, exist_ok=True)
+  versions = {"new": stack_versions(keras_python), "2.15": stack_versions(runs.PYTHON)}
+  init_path = os.path.join(out_dir, "init_weights.npz")
+  model_lib.save_weights_npz(init_path, model_lib.get_weights(model_lib.build_model(config.seed)))
+  config = dataclasses.replace(config, init_weights=init_path, deterministic=True,
+                               train_steps=steps, log_every_steps=steps,
+                               checkpoint_every_steps=steps)
+  images_path = os.path.join(out_dir, "test_images.npy")
+  save_test_images(config, images_path)
+  pythons = {NEW_KERAS: keras_python, OLD_KERAS: runs.PYTHON, OLD_ESTIMATOR: runs.PYTHON}
+  checks: List[parity.Check] = []
+  losses: Dict[str, List[float]] = {}
+  for n in workers:
+    summaries, weights = {}, {}
+    for run, python in pythons.items():
+      run_dir = os.path.join(out_dir, f"x{n}", run)
+      os.makedirs(run_dir, exist_ok=True)
+      backend = run.split("@")[0]
+      summaries[run] = runs.run_trainer(
+          backend, dataclasses.replace(config, record_dir=run_dir), workers=n,
+          model_dir=os.path.join(run_dir, "model"), log_path=os.path.join(run_dir, "run.log"),
+          timeout=timeout, python=python)
+      with open(os.path.join(run_dir, common.LOSSES_FILE)) as f:
+        losses[f"x{n}/{run}"] = json.load(f)["losses"]
+    # Keras weights from its export, read by the version that wrote it.
+    probe = _probe(keras_python, summaries[NEW_KERAS]["export_dir"], images_path,
+                   os.path.join(out_dir, f"x{n}", "probe-keras-new.npz"))
+    weights[NEW_KERAS] = {k[len("weight:"):]: v for k, v in probe.items()
+                          if k.startswith("weight:")}
+    for run in (OLD_KERAS, OLD_ESTIMATOR):
+      weights[run] = parity.backend_weights(run.split("@")[0], summaries[run])
+    at = f" at {n} worker(s)"
+    mapping = parity.check_mapping(weights)
+    checks.append(dataclasses.replace(mapping, name=mapping.name + at))
+    if mapping.passed:
+      checks += [dataclasses.replace(c, name=c.name + at)
+                 for c in parity.compare_weights(weights, tolerances.weight_atol)]
+    checks += [dataclasses.replace(c, name=c.name + at) for c in parity.compare_losses(
+        {run: losses[f"x{n}/{run}"] for run in pythons}, tolerances.loss_rtol,
+        "per-step loss rel diff")]
+    if n == workers[0]:
+      checks += _cross_load(keras_python, runs.PYTHON, summaries, images_path,
+                            os.path.join(out_dir, f"x{n}"), tolerances.logits_atol)
+  return Report(versions=versions, workers=list(workers), steps=steps, checks=checks,
+                losses=losses)
+
+
+def format_table(report: Report) -> str:
+  return parity.format_checks(
+      f"Version parity, {report.steps} steps at {report.workers} worker(s): "
+      f"new = {report.versions['new']}; 2.15 = {report.versions['2.15']}", report.checks)
+
+
+def write_report(report: Report, out_dir: str) -> None:
+  """version_parity_report.md, .json and loss_curves.png in out_dir."""
+  parity.write_files(out_dir, "version_parity", report, format_table(report), _plot)
+
+
+def _plot(report: Report, path: str) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, ax = plt.subplots(figsize=(9, 5))
+  for run, values in report.losses.items():
+    ax.plot(range(1, len(values) + 1), values, label=run)
+  ax.set(xlabel="step", ylabel="training loss (global batch)", title="Per-step loss by version")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)

@@ -1,0 +1,66 @@
+"""launch.version_parity: Keras on the newest TF against the Estimator on TF 2.15.1.
+
+Needs both installs: this one (TF 2.15.1) and the newest-TF one's interpreter
+in $NEWEST_TF_PYTHON (CI sets it; README, "Install").
+"""
+
+import json
+import os
+
+import pytest
+
+from launch.tools import runs
+from launch.tools import version_parity
+from tests.conftest import ESTIMATOR_MISSING, run_module
+
+NEWEST_TF_PYTHON = os.environ.get("NEWEST_TF_PYTHON")
+needs_both_installs = pytest.mark.skipif(
+    not NEWEST_TF_PYTHON or bool(ESTIMATOR_MISSING),
+    reason="needs this TF 2.15.1 install and $NEWEST_TF_PYTHON, the python of a "
+           "`pip install -e \".[tf221]\"` virtualenv")
+
+
+@needs_both_installs
+def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
+    tiny_data_dir, tmp_path):
+  out = tmp_path / "out"
+  result = run_module("launch.version_parity", [
+      f"--keras_python={NEWEST_TF_PYTHON}", "--workers=2", "--steps=3",
+      f"--data_dir={tiny_data_dir}", f"--out={out}", "--timeout=300"], timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  with open(out / "version_parity_report.json") as f:
+    report = json.load(f)
+  assert report["versions"]["new"] != report["versions"]["2.15"]
+  names = [c["name"] for c in report["checks"]]
+  assert len(names) == 9 and all(c["passed"] for c in report["checks"])
+  assert sum("served by" in n for n in names) == 2  # Each version serves both exports.
+  assert "Overall: PASS (9/9 checks)" in result.stdout
+
+  # Negative control: exports of differently trained models are told apart,
+  # in both versions (here: the Keras export against the run's initial weights).
+  summaries = {version_parity.NEW_KERAS: runs.read_summary(
+                   str(out / "x2" / version_parity.NEW_KERAS / "model")),
+               version_parity.OLD_ESTIMATOR: runs.read_summary(
+                   str(out / "x2" / version_parity.OLD_ESTIMATOR / "model"))}
+  summaries[version_parity.OLD_ESTIMATOR]["export_dir"] = _untrained_export(tmp_path)
+  checks = version_parity._cross_load(  # pylint: disable=protected-access
+      NEWEST_TF_PYTHON, runs.PYTHON, summaries, str(out / "test_images.npy"), str(tmp_path),
+      version_parity.LOGITS_ATOL)
+  assert len(checks) == 2 and not any(c.passed for c in checks)
+
+
+def _untrained_export(tmp_path) -> str:
+  """A SavedModel with the serving signature, of the model before training."""
+  from trainers import keras_trainer  # pylint: disable=import-outside-toplevel
+  from trainers import model as model_lib  # pylint: disable=import-outside-toplevel
+  model_dir = tmp_path / "untrained"
+  model_dir.mkdir()
+  return keras_trainer._export(model_lib.build_model(seed=7), str(model_dir))  # pylint: disable=protected-access
+
+
+def test_a_keras_python_that_is_not_a_tf_install_is_a_usage_error(tmp_path):
+  result = run_module("launch.version_parity", [f"--keras_python={tmp_path / 'nope'}",
+                                                f"--out={tmp_path / 'out'}"], timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "--keras_python:" in result.stderr and "[tf221]" in result.stderr
+  assert not (tmp_path / "out").exists()
