@@ -22,6 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # code, and that no user can act on.
 NOISE = (
     "cuda_dnn.cc", "cuda_fft.cc", "cuda_blas.cc", "cudart_stub.cc", "cpu_feature_guard.cc",
+    "cuda_platform.cc",  # TF 2.21 on a machine without a GPU: "failed call to cuInit".
     "py_utils.cc",  # TF-TRT: could not find TensorRT.
     "deprecation.py",  # TF's notices that its own code calls deprecated APIs.
     "distribute_coordinator.py",  # Estimator: "`eval_strategy` is not passed in".
@@ -33,6 +34,8 @@ _ABSL = re.compile(rb"^(?:\[[\w:]+\] )?([IWEF])\d{4} [\d:.]+ +\d+ (\S+):\d+\] ")
 _NATIVE = re.compile(rb"^\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) (\S+):\d+\] ")
 # A Python warning: "/path/to/file.py:12: UserWarning: ...".
 _WARNING = re.compile(rb"^(\S+\.py):\d+: \w*Warning: ")
+# Lines printed before any log record, on every start (TF 2.21's C++ logging).
+_NOISE_LINE = re.compile(rb"^WARNING: All log messages before absl::InitializeLog\(\) is called")
 # Lines that start something the user must see, whatever came before.
 _ALWAYS = re.compile(rb"^(Traceback |error: |Fatal Python error|[\w.]*(Error|Exception)\b)")
 
@@ -69,6 +72,8 @@ class LineFilter:
       self._showing = shown(match.group(1).decode(), match.group(2).decode())
     elif _WARNING.match(line):  # Libraries' warnings about their own code are noise.
       self._showing = b"site-packages" not in _WARNING.match(line).group(1)
+    elif _NOISE_LINE.match(line):
+      self._showing = False
     elif _ALWAYS.match(line):
       self._showing = True
     return self._showing

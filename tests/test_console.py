@@ -7,8 +7,11 @@ import pytest
 from launch import console
 from tests.conftest import run_module
 
-# Lines as a 2-worker Estimator chief writes them (its log keeps all of them).
+# Lines as a 2-worker Estimator chief writes them (its log keeps all of them), and
+# the start-up lines a TF 2.21 Keras chief adds.
 CHIEF = b"""\
+WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+E0000 00:00:1795444372.815895   11307 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
 2026-11-23 07:47:36.156554: I external/local_tsl/tsl/cuda/cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
 2026-11-23 07:47:36.259490: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory
 2026-11-23 07:47:39.508938: W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find TensorRT

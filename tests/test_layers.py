@@ -68,6 +68,19 @@ def test_the_launcher_core_imports_no_tensorflow(source):
     assert name.split(".")[0] not in ("tensorflow", "tf_keras", "tensorflow_datasets"), name
 
 
+@pytest.mark.parametrize("source", [s for s in SOURCES if not s.startswith("tests/")])
+def test_library_code_uses_tf_keras_not_the_tf_keras_alias(source):
+  # From TF 2.16, tf.keras and `import keras` are Keras 3, which cannot train under
+  # MultiWorkerMirroredStrategy (docs/MIGRATION.md, "Landing on TF 2.16+").
+  text = (REPO / source).read_text()
+  tree = ast.parse(text, source)
+  for node in ast.walk(tree):
+    assert not (isinstance(node, ast.Attribute) and node.attr == "keras" and
+                isinstance(node.value, ast.Name) and node.value.id == "tf"), \
+        f"{source}:{node.lineno} uses tf.keras; import tf_keras"
+  assert not any(name.split(".")[0] == "keras" for name in _imports(REPO / source)), source
+
+
 def test_every_library_module_has_its_test_file():
   """tests/test_<module>.py per library module; binaries (*_main.py, launch/<tool>.py,
   data/prepare.py) are tested through theirs, by running them as users do."""

@@ -47,10 +47,15 @@ def test_tools_prepare_missing_data_before_any_run_or_exit_naming_the_fixes(
   monkeypatch.delenv("no_proxy", raising=False)
   config = Config(data_dir=str(tmp_path / "none"))
   with pytest.raises(SystemExit) as e:
-    runs.check_or_exit(config, 1, None)
+    runs.check_or_exit(config, 1, None, backends=["keras"])
   assert "Tried: cannot reach" in str(e.value.code) and "--mnist_idx_dir" in str(e.value.code)
   with pytest.raises(app.UsageError):  # A bad config is a usage error, before any data step.
-    runs.check_or_exit(Config(data_dir=str(tmp_path / "none"), train_steps=0), 1, None)
+    runs.check_or_exit(Config(data_dir=str(tmp_path / "none"), train_steps=0), 1, None,
+                       backends=["keras"])
   config = Config(data_dir=str(tmp_path / "tfds"))
-  runs.check_or_exit(config, 2, str(tiny_idx_dir))
+  runs.check_or_exit(config, 2, str(tiny_idx_dir), backends=["keras"])
   assert paths.is_prepared(config.data_dir)
+  # The Estimator, where this install has none, is refused before any of that.
+  monkeypatch.setattr(runs.runner, "estimator_unavailable", lambda: "no tf.estimator here")
+  with pytest.raises(app.UsageError, match="no tf.estimator here"):
+    runs.check_or_exit(config, 2, str(tiny_idx_dir))

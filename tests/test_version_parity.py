@@ -6,6 +6,7 @@ in $NEWEST_TF_PYTHON (CI sets it; README, "Install").
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -47,6 +48,30 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
       NEWEST_TF_PYTHON, runs.PYTHON, summaries, str(out / "test_images.npy"), str(tmp_path),
       version_parity.LOGITS_ATOL)
   assert len(checks) == 2 and not any(c.passed for c in checks)
+
+
+@needs_both_installs
+def test_an_estimator_model_dir_from_2_15_converts_and_resumes_on_the_newest_tf(
+    tiny_data_dir, tmp_path):
+  # The migration in one move: the Estimator's model_dir, written by TF 2.15.1,
+  # carried across and trained on by Keras on the newest TF.
+  estimator_dir, keras_dir = tmp_path / "estimator", tmp_path / "keras"
+  flags = [f"--data_dir={tiny_data_dir}", "--global_batch_size=32", "--eval_batch_size=50",
+           "--log_every_steps=1", "--checkpoint_every_steps=3"]
+  trained = run_module("trainers.estimator_main",
+                       [f"--model_dir={estimator_dir}", "--train_steps=3", *flags])
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  for args in ([f"--from_estimator={estimator_dir}", f"--to_keras={keras_dir}"],
+               [f"--model_dir={keras_dir}", "--train_steps=5", *flags]):
+    module = "launch.convert" if "--from_estimator" in args[0] else "trainers.keras_main"
+    result = subprocess.run([NEWEST_TF_PYTHON, "-m", module, *args], capture_output=True,
+                            text=True, check=False, env=runs.clean_env(),
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+  summary = runs.read_summary(str(keras_dir))
+  assert summary["global_step"] == 5
+  starts = [r for r in runs.read_progress(str(keras_dir)) if r["event"] == "start"]
+  assert [r["from_step"] for r in starts] == [3]
 
 
 def _untrained_export(tmp_path) -> str:
