@@ -91,12 +91,10 @@ def _probe(python: str, export_dir: str, images_path: str, out_path: str) -> Dic
     return dict(f)
 
 
-def save_test_images(config: Config, path: str) -> np.ndarray:
-  """The whole test split, as the serving signature takes it, saved to `path`."""
-  images = np.concatenate([x.numpy() for x, _ in
-                           common.default_input_fn(config)(mnist.EVAL, None)])
-  np.save(path, images)
-  return images
+def save_test_images(config: Config, path: str) -> None:
+  """Saves the whole test split to `path`, as the serving signature takes it."""
+  np.save(path, np.concatenate([x.numpy() for x, _ in
+                                common.default_input_fn(config)(mnist.EVAL, None)]))
 
 
 def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
