@@ -13,6 +13,7 @@ from trainers.config import Config
 
 def test_progress_is_recorded_by_the_chief_only(tmp_path, caplog):
   caplog.set_level("INFO")
+  caplog.set_level("INFO", logger="absl")  # Whatever an earlier test set absl's verbosity to.
   common.mark_startup("imported")
   chief = common.Progress(total=20, model_dir=str(tmp_path))
   chief.start(10)
