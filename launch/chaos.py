@@ -1,18 +1,25 @@
-r"""Kills a random worker (or the evaluator) at a random step, trial after trial, and checks
-each run recovers.
+r"""Makes faults a run meets in the wild, trial after trial, and checks each ends as documented.
 
-  python -m launch.chaos --backend={keras,estimator} [--workers=2] [--trials=N] \
-      [--kill={worker,evaluator}] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
+  python -m launch.chaos --backend={keras,estimator} [--fault=kill_worker,...|all]
+      [--workers=2] [--trials=N] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
 
-Each trial trains the backend on local workers with its evaluator task, sends
-SIGKILL or SIGTERM (at random) to a random training task (or, with
---kill=evaluator, to the evaluator) once the chief reaches a random step, and
-lets the launcher restart the training tasks from the last backup (Keras
-BackupAndRestore) or checkpoint (Estimator), or the evaluator alone. Prints a
-table: trial, backend, signal, victim, step killed, restarts, final step, steps
-redone, checkpoint valid, wall time. Exits 0 only if every trial ends at exactly
---train_steps with a valid, evaluated checkpoint, only the killed side restarted, no
-process left running, and nothing left behind.
+Faults (README, "When things go wrong", has what each must leave):
+  kill_worker          SIGKILL or SIGTERM to a random training task (chief included)
+  kill_evaluator       the same to the evaluator task
+  stop_chief           SIGSTOP to the chief, the coordination service's leader
+  kill_launcher        SIGKILL to the launcher; then the same command again
+  truncate_checkpoint  a finished run's newest checkpoint cut short; then the run extended
+  nan_loss             one training batch made NaN (a test-only hook)
+  disk_full            model_dir's own small tmpfs filled (root only; skipped otherwise)
+
+Each trial trains the backend on local workers with its evaluator task and makes
+its fault at a random step. Prints a table: trial, backend, fault, what was done,
+at which step, exit code, restarts, final step, steps redone, checkpoint valid,
+wall time. Exits 0 only if every trial (but those skipped, which say why) ended
+with the documented exit code, at exactly --train_steps with a valid, evaluated
+checkpoint where the run recovers, with the newest checkpoint loadable where it
+stops, its output naming the fault, no process left running and nothing left
+behind in model_dir or the tasks' temporary directory.
 """
 
 import sys
@@ -31,8 +38,8 @@ _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Backend t
                              required=True)
 _WORKERS = flags.DEFINE_integer("workers", 2, "Local training workers (at least 2).")
 _TRIALS = flags.DEFINE_integer("trials", 10, "Number of trials.")
-_KILL = flags.DEFINE_enum("kill", "worker", chaos.KILLS, "What each trial kills: a random "
-                          "training task (chief included), or the evaluator task.")
+_FAULT = flags.DEFINE_list("fault", ["kill_worker"], f"Faults to make, each --trials times, "
+                           f"comma-separated: {', '.join(chaos.FAULTS)}; or all.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "Steps of each trial's run.")
 _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups and Estimator "
                                      "checkpoints, in steps: the most a kill can cost.")
@@ -53,17 +60,22 @@ def main(argv: Sequence[str]) -> None:
   if _TRIALS.value < 1 or _TRAIN_STEPS.value < 2 or _TIMEOUT.value <= 0:
     raise app.UsageError("--trials must be >= 1, --train_steps >= 2 and --timeout > 0.",
                          exitcode=2)
+  unknown = sorted(set(_FAULT.value) - {*chaos.FAULTS, "all"})
+  if unknown or not _FAULT.value:
+    raise app.UsageError(f"--fault: unknown {', '.join(unknown) or 'empty list'}; choose from "
+                         f"{', '.join(chaos.FAULTS)}, or all.", exitcode=2)
   every = _BACKUP_EVERY.value
   config = Config(train_steps=_TRAIN_STEPS.value, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
                   log_every_steps=max(1, min(5, every)))
   runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value, [_BACKEND.value])
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
+  faults = chaos.FAULTS if "all" in _FAULT.value else tuple(dict.fromkeys(_FAULT.value))
   results = chaos.run_chaos(_BACKEND.value, config, _WORKERS.value, _TRIALS.value, out,
-                            seed=_SEED.value, timeout=_TIMEOUT.value, kill=_KILL.value)
+                            seed=_SEED.value, timeout=_TIMEOUT.value, faults=faults)
   print(chaos.format_table(results))
   print(f"Runs: {out}")
-  sys.exit(0 if all(t.passed for t in results) else 1)
+  sys.exit(0 if chaos.overall_passed(results) else 1)
 
 
 if __name__ == "__main__":

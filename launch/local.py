@@ -26,7 +26,8 @@ _WORKERS = flags.DEFINE_integer("workers", 2, "Training tasks: one chief and N-1
 _EVALUATOR = flags.DEFINE_bool("evaluator", False, "Also start an 'evaluator' task.")
 _TIMEOUT = flags.DEFINE_float("timeout", None, "Seconds before every task is stopped.")
 _STALL_TIMEOUT = flags.DEFINE_float("stall_timeout", None, "Seconds without output from any "
-                                   "task before the run is stopped as hung.")
+                                   "training task (not the evaluator) before the run is "
+                                   "stopped as hung.")
 _MAX_RESTARTS = flags.DEFINE_integer("max_restarts", 3, "Times every task is started again "
                                      "after one fails.")
 _LOG_DIR = flags.DEFINE_string("task_log_dir", None, "Where task logs go (default: a new "

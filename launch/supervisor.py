@@ -33,8 +33,11 @@ GRACE_SECONDS = 10.0
 DUMP_WAIT_SECONDS = 3.0
 EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
 EXIT_DIVERGED = 3  # The training loss became NaN or Inf: a restart would diverge again.
+EXIT_DISK_FULL = 4  # A write found no space left: a restart would fail the same way.
 NOT_RETRIED = {EXIT_USAGE: "a usage error is not retried",
-               EXIT_DIVERGED: "a diverged run is not retried (it would diverge again)"}
+               EXIT_DIVERGED: "a diverged run is not retried (it would diverge again)",
+               EXIT_DISK_FULL: "a full disk is not retried (free space, then run the same "
+                               "command again)"}
 # After a task fails, how long to let its peers fail too, so the failure that
 # decides (a task's own, not a peer's lost collective) is the one reported.
 SETTLE_SECONDS = 1.0
@@ -69,9 +72,16 @@ class _Proc:
 def _pump(src: IO[bytes], log: IO[bytes], terminal: IO[bytes],
           show: Callable[[bytes], bool]) -> None:
   """Copies every line to the log, and those `show` lets through to the terminal."""
+  log_error = None
   for line in iter(src.readline, b""):
-    log.write(line)
-    log.flush()
+    if log_error is None:
+      try:
+        log.write(line)
+        log.flush()
+      except OSError as e:  # A full disk: the terminal still gets the lines, the task goes on.
+        log_error = e
+        terminal.write(f"warning: cannot write {log.name} ({e}); its lines go to this "
+                       "terminal only.\n".encode())
     try:
       shown = show(line)
     except Exception:  # pylint: disable=broad-except
@@ -85,7 +95,10 @@ def _pump(src: IO[bytes], log: IO[bytes], terminal: IO[bytes],
 def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> None:
   for t in threads:
     t.join()
-  log.close()
+  try:
+    log.close()
+  except OSError:
+    pass  # A full disk: _pump has said so.
 
 
 def _task_preexec(niceness: int) -> Callable[[], None]:
@@ -146,6 +159,17 @@ def _describe(returncode: int) -> str:
   if returncode < 0:
     return f"was killed by {signal.Signals(-returncode).name}"
   return f"exited with code {returncode}"
+
+
+def _last_error(log_path: str) -> Optional[str]:
+  """The last "error: ..." line a task wrote to its log, if any."""
+  try:
+    with open(log_path, "rb") as f:
+      f.seek(max(0, os.path.getsize(log_path) - 65536))
+      lines = f.read().decode(errors="replace").splitlines()
+  except OSError:
+    return None
+  return next((line for line in reversed(lines) if line.startswith("error: ")), None)
 
 
 def _stop_all(procs: Sequence[_Proc], grace: float) -> None:
@@ -213,10 +237,13 @@ def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc],
                       evaluator_restarts: int = 0) -> None:
   """Records each task's pid, for tools that watch or signal the tasks (launch.chaos)."""
   path = os.path.join(log_dir, TASKS_FILE)
-  with open(path + ".tmp", "w") as f:
-    json.dump({"restarts": restarts, "evaluator_restarts": evaluator_restarts,
-               "tasks": [{"name": p.name, "pid": p.popen.pid} for p in procs]}, f)
-  os.replace(path + ".tmp", path)
+  try:
+    with open(path + ".tmp", "w") as f:
+      json.dump({"restarts": restarts, "evaluator_restarts": evaluator_restarts,
+                 "tasks": [{"name": p.name, "pid": p.popen.pid} for p in procs]}, f)
+    os.replace(path + ".tmp", path)
+  except OSError as e:  # A full disk must not end the supervision of running tasks.
+    logging.warning("Cannot write %s: %s", path, e)
 
 
 def _watch(procs: Sequence[_Proc], deadline: Optional[float],
@@ -233,7 +260,9 @@ def _watch(procs: Sequence[_Proc], deadline: Optional[float],
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
       return "timeout", None
-    if stall_timeout is not None and min(p.poll_output() for p in procs) > stall_timeout:
+    # The evaluator's output does not count: it logs while it waits for checkpoints.
+    training = [p for p in procs if not p.name.startswith(cluster.EVALUATOR)]
+    if stall_timeout is not None and min(p.poll_output() for p in training) > stall_timeout:
       return "stalled", None
     time.sleep(0.2)
 
@@ -260,8 +289,8 @@ def run_local_cluster(
     evaluator: also start an "evaluator" task, outside the training collective.
     timeout: seconds before the whole run, restarts included, is stopped;
       None waits forever.
-    stall_timeout: seconds without output from any task before the run is
-      stopped as hung; None never.
+    stall_timeout: seconds without output from any training task before the
+      run is stopped as hung; None never.
     max_restarts: how many times the training tasks are started again after
       one fails, and, counted apart, the evaluator alone after it fails (a
       usage error, exit code 2, or a diverged run, 3, is never retried).
@@ -322,6 +351,9 @@ def run_local_cluster(
         return EXIT_TIMEOUT
       rc = failed.popen.returncode
       cause = f"{failed.name} {_describe(rc)}"
+      if failed is not procs[0]:  # The chief's own lines were streamed already.
+        said = _last_error(failed.log_path)
+        cause += f" ({said})" if said else ""
       # The evaluator is outside the training collective: it is restarted
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)

@@ -1,10 +1,12 @@
 """trainers.common: progress records (chief only), the summary, checkpoint inspection."""
 
 import json
+import os
 
 import pytest
 import tensorflow as tf
 
+from launch import cluster
 from launch.tools import runs
 from trainers import common
 from trainers import model as model_lib
@@ -53,3 +55,33 @@ def test_a_checkpoint_is_recognised_by_backend_and_step(tmp_path):
                                                                          str(tmp_path))
   with pytest.raises(tf.errors.NotFoundError):
     common.checkpoint_step(str(tmp_path / "missing"))
+
+
+def test_a_full_disk_is_found_anywhere_in_an_errors_chain(tmp_path):
+  enospc = OSError(28, "No space left on device")
+  try:
+    try:
+      raise enospc
+    except OSError as e:
+      raise RuntimeError("writing the summary failed") from e
+  except RuntimeError as e:
+    assert common.no_space_left(e) is enospc
+  op_error = tf.errors.ResourceExhaustedError(None, None, "/x/ckpt-4.data; No space left on device")
+  assert common.no_space_left(op_error) is op_error
+  assert common.no_space_left(ValueError("no space for the batch")) is None
+  assert common.no_space_left(OSError(13, "Permission denied")) is None
+  message = common.disk_full_message(str(tmp_path), op_error)
+  assert "No space left on device (/x/ckpt-4.data" in message and "No checkpoint" in message
+  assert f"--model_dir={tmp_path}" in message and "run the same command again" in message
+
+
+def test_a_workers_scratch_dir_is_its_own_and_emptied_on_reuse(tmp_path):
+  task = cluster.Task(type="worker", index=0, num_workers=2, address="localhost:1")
+  path = common.worker_scratch_dir(str(tmp_path / "model"), task)
+  open(f"{path}/left-by-a-killed-task", "w").close()
+  assert common.worker_scratch_dir(str(tmp_path / "model"), task) == path
+  assert os.listdir(path) == []  # A restarted task clears what a killed one left.
+  other = common.worker_scratch_dir(str(tmp_path / "other"), task)
+  assert other != path
+  for p in (path, other):
+    os.rmdir(p)

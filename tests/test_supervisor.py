@@ -28,12 +28,15 @@ TASK = textwrap.dedent("""
     print(f"hello from {name}", flush=True)
     if behaviour == "fail" or (behaviour == "fail_once" and not starts):
         time.sleep(0.5)
-        sys.exit(4)
+        sys.exit(5)
     if behaviour == "usage":
         sys.exit(2)
     if behaviour == "diverge":  # As a trainer whose loss became NaN: exit 3.
         time.sleep(0.3)
         sys.exit(3)
+    if behaviour == "disk_full":  # As a trainer whose write found no space left: exit 4.
+        print("error: a write failed: No space left on device (/x/ckpt-4)", file=sys.stderr)
+        sys.exit(4)
     if behaviour == "lose_peer":  # A peer's failed collective: fails first, exit 1.
         sys.exit(1)
     if behaviour == "hang":
@@ -98,7 +101,7 @@ def test_a_failed_worker_stops_the_others(task_script, tmp_path):
   start = time.monotonic()
   rc, records = _run(task_script, tmp_path, workers=3, worker_1="fail", chief_0="hang",
                      worker_0="hang")
-  assert rc == 4
+  assert rc == 5
   assert time.monotonic() - start < 30
   assert not any(_alive(r["pid"]) for r in records.values())
 
@@ -118,10 +121,10 @@ def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, 
   assert tasks["restarts"] == 1
   assert {t["pid"] for t in tasks["tasks"]} == {records["chief-0.1"]["pid"],
                                                 records["worker-0.1"]["pid"]}
-  assert "Restart 1 of 3: worker-0 exited with code 4" in caplog.text
+  assert "Restart 1 of 3: worker-0 exited with code 5" in caplog.text
   log = (tmp_path / "logs" / "chief-0.log").read_text()
   assert log.count("hello from chief-0") == 2
-  assert "=== restart 1 of 3: worker-0 exited with code 4 ===" in log
+  assert "=== restart 1 of 3: worker-0 exited with code 5 ===" in log
 
 
 def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_script,
@@ -133,19 +136,19 @@ def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_s
   # worker, and the evaluator's second process ran on through it.
   assert sorted(records) == ["chief-0.0", "chief-0.1", "evaluator-0.0", "evaluator-0.1",
                              "worker-0.0", "worker-0.1"]
-  assert "Restart 1 of 1 of the evaluator alone: evaluator-0 exited with code 4" in caplog.text
-  assert "Restart 1 of 1: worker-0 exited with code 4" in caplog.text
+  assert "Restart 1 of 1 of the evaluator alone: evaluator-0 exited with code 5" in caplog.text
+  assert "Restart 1 of 1: worker-0 exited with code 5" in caplog.text
   tasks = _tasks_file(tmp_path)
   assert (tasks["restarts"], tasks["evaluator_restarts"]) == (1, 1)
   log = (tmp_path / "logs" / "evaluator-0.log").read_text()
   assert log.count("hello from evaluator-0") == 2 and "last line of evaluator-0" in log
-  assert "=== evaluator restart 1 of 1: evaluator-0 exited with code 4 ===" in log
+  assert "=== evaluator restart 1 of 1: evaluator-0 exited with code 5 ===" in log
   assert "evaluator" not in (tmp_path / "logs" / "chief-0.log").read_text()
 
 
 def test_restarts_stop_at_max_restarts(task_script, tmp_path, caplog):
   rc, records = _run(task_script, tmp_path, workers=2, max_restarts=2, chief_0="fail")
-  assert rc == 4
+  assert rc == 5
   assert len([r for r in records if r.startswith("chief-0")]) == 3
   assert _tasks_file(tmp_path)["restarts"] == 2
   assert "no restarts left (--max_restarts=2)" in caplog.text
@@ -166,6 +169,18 @@ def test_a_diverged_run_is_not_retried_even_when_a_peer_failed_first(task_script
   assert rc == supervisor.EXIT_DIVERGED == 3
   assert _tasks_file(tmp_path)["restarts"] == 0
   assert "a diverged run is not retried" in caplog.text and "chief-0 exited with code 3" in caplog.text
+  assert not any(_alive(r["pid"]) for r in records.values())
+
+
+def test_a_full_disk_is_not_retried_and_a_workers_error_is_quoted(task_script, tmp_path,
+                                                                  caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, max_restarts=3, worker_0="disk_full")
+  assert rc == supervisor.EXIT_DISK_FULL == 4
+  assert _tasks_file(tmp_path)["restarts"] == 0
+  assert "a full disk is not retried" in caplog.text
+  # The worker's output is not streamed: the launcher quotes its error.
+  assert ("worker-0 exited with code 4 (error: a write failed: No space left on device"
+          in caplog.text)
   assert not any(_alive(r["pid"]) for r in records.values())
 
 
@@ -196,8 +211,8 @@ def test_cli_runs_a_command_on_local_workers(task_script, tmp_path):
   result = run_module("launch.local", ["--workers=2", f"--task_log_dir={tmp_path / 'cli_logs'}",
                                        "--max_restarts=0", "--", sys.executable, str(path)],
                       env={"OUT_DIR": str(out), "BEHAVIOUR_worker_0": "fail"})
-  assert result.returncode == 4, result.stderr
-  assert "worker-0 exited with code 4" in result.stderr
+  assert result.returncode == 5, result.stderr
+  assert "worker-0 exited with code 5" in result.stderr
   assert "hello from chief-0" in result.stdout
 
 

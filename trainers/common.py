@@ -1,8 +1,12 @@
 """What both trainers share beyond the model: inputs, seeds, initial weights, records, summary."""
 
+import errno
 import glob
+import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -11,6 +15,7 @@ import tensorflow as tf
 from absl import logging
 
 from data import mnist
+from launch import cluster
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -30,6 +35,20 @@ _STARTUP: Dict[str, float] = {}  # Unix times this process passed start-up miles
 def mark_startup(milestone: str) -> None:
   """Notes when this process passed a start-up milestone ("imported", "strategy")."""
   _STARTUP[milestone] = time.time()
+
+
+def worker_scratch_dir(model_dir: str, task: cluster.Task) -> str:
+  """A non-chief training task's own directory for what it must save but not keep, emptied.
+
+  Named by model_dir and task, in the system's
+  temporary directory: only the chief writes to model_dir, and a restarted or
+  re-run task clears what a killed one left. The caller removes it when done.
+  """
+  digest = hashlib.sha256(os.path.abspath(model_dir).encode()).hexdigest()[:12]
+  path = os.path.join(tempfile.gettempdir(), f"mnist-{task.type}-{task.index}-{digest}")
+  shutil.rmtree(path, ignore_errors=True)
+  os.makedirs(path, mode=0o700)
+  return path
 
 
 def record_progress(model_dir: str, event: str, **fields: Any) -> None:
@@ -56,6 +75,34 @@ def diverged(step: int) -> DivergedError:
       f"the training loss became NaN or Inf by step {step}: training stopped there. Lower "
       "--learning_rate, or check the input data; a restart with the same settings would "
       "diverge again.")
+
+
+def no_space_left(error: BaseException) -> Optional[BaseException]:
+  """The error in `error`'s chain that is a write finding no space left (ENOSPC), or None.
+
+  Python raises OSError(ENOSPC); TensorFlow's file system maps ENOSPC to an
+  OpError (RESOURCE_EXHAUSTED) whose message keeps strerror's text.
+  """
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if ((isinstance(error, OSError) and error.errno == errno.ENOSPC) or
+        (isinstance(error, tf.errors.OpError) and os.strerror(errno.ENOSPC) in error.message)):
+      return error
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def disk_full_message(model_dir: str, error: BaseException) -> str:
+  """What a run that found no space left says: the write, what is kept, and the fix."""
+  newest = tf.train.latest_checkpoint(model_dir)
+  kept = (f"The newest complete checkpoint, {newest}, is kept; nothing was deleted." if newest
+          else "No checkpoint was saved yet.")
+  first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+  return (f"a write failed: {os.strerror(errno.ENOSPC)} ({first_line}). {kept} Free space on "
+          f"the filesystem of --model_dir={model_dir} (or of the temporary directory, if the "
+          "write was there), then run the same command again: it resumes from the newest "
+          "checkpoint. A restart before that would fail the same way.")
 
 
 CORRUPT_SUBDIR = "corrupt"  # Checkpoints that do not load, set aside before a resume.
@@ -154,7 +201,9 @@ def set_aside_damaged(model_dir: str) -> List[str]:
   """Writer only, before a resume: moves checkpoints that do not load into `model_dir/corrupt/`.
 
   A crash or a full disk mid-save can truncate the newest checkpoint (or Keras
-  backup); the run then resumes from the newest one that loads.
+  backup); the run then resumes from the newest one that loads. A save cut
+  short leaves its staging directory (`<checkpoint>_temp`, which a complete
+  save merges and removes): it is moved there too.
 
   Returns:
     "file: why" for each one moved.
@@ -163,6 +212,12 @@ def set_aside_damaged(model_dir: str) -> List[str]:
     ValueError: if checkpoints exist and none loads; nothing is moved then.
   """
   moved, kept = _set_aside(model_dir, CORRUPT_SUBDIR, _damage, keep_one=True)
+  aside = os.path.join(model_dir, CORRUPT_SUBDIR)
+  for staging in sorted(tf.io.gfile.glob(os.path.join(model_dir, "*ckpt-*_temp"))):
+    tf.io.gfile.makedirs(aside)
+    name = os.path.basename(staging)
+    tf.io.gfile.rename(staging, os.path.join(aside, name), overwrite=True)
+    moved.append(f"{name}/: a save cut short")
   if moved:
     logging.warning("Set aside in %s what does not load: %s. Resuming from %s.",
                     os.path.join(model_dir, CORRUPT_SUBDIR), "; ".join(moved),

@@ -1,5 +1,6 @@
 """Per-process set-up: the one place a tf.distribute strategy is created."""
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -7,7 +8,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Optional
+import time
+from typing import Iterator, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -28,6 +30,7 @@ from trainers import common
 REGISTER_TIMEOUT_SECONDS = 40
 # A peer that stops answering is declared dead after this long without a heartbeat.
 HEARTBEAT_TIMEOUT_SECONDS = 15
+PEER_CHECK_SECONDS = 5  # How often (and how long) lost_peers_end_the_process asks each peer.
 # The coordination-service protos moved (tensorflow.tsl in TF 2.15,
 # tensorflow.compiler.xla.tsl in 2.21): taken from the module MWMS itself uses.
 _COORDINATION_CONFIG = collective_all_reduce_strategy.coordination_config_pb2
@@ -236,3 +239,49 @@ def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float 
   """Waits until every worker of a multi-worker strategy reaches `name`; no-op otherwise."""
   if num_workers(strategy) > 1:
     context.context().wait_at_barrier(name, int(timeout_seconds * 1000))
+
+
+@contextlib.contextmanager
+def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> Iterator[None]:
+  """While in the block, a training peer that stops answering ends this process (exit 1).
+
+  MultiWorkerMirroredStrategy's own health check aborts the eager context's
+  collectives when a peer stops answering (a frozen process, a host cut
+  off), which ends Keras's `fit`. A graph Session's collectives (the
+  Estimator's) are not aborted and wait forever: seen with an Estimator
+  worker beside a SIGSTOPped chief. So a daemon thread asks each peer every
+  PEER_CHECK_SECONDS, and once one has not answered for
+  HEARTBEAT_TIMEOUT_SECONDS it names it and exits 1, a lost peer, which the
+  launcher (or an orchestrator) restarts. A no-op without peers.
+  """
+  resolver = getattr(strategy, "cluster_resolver", None)
+  jobs = resolver.cluster_spec().as_dict() if resolver else {}
+  me = (resolver.task_type, resolver.task_id) if resolver else None
+  peers = [f"/job:{job}/replica:0/task:{i}" for job, addresses in jobs.items()
+           if job in (cluster.CHIEF, cluster.WORKER) for i in range(len(addresses))
+           if (job, i) != me]
+  done = threading.Event()
+
+  def watch() -> None:
+    answered = {peer: time.monotonic() for peer in peers}
+    while not done.wait(PEER_CHECK_SECONDS):
+      for peer in peers:
+        try:
+          context.context().check_collective_ops_peer_health(
+              peer, timeout_in_ms=PEER_CHECK_SECONDS * 1000)
+          answered[peer] = time.monotonic()
+        except tf.errors.OpError as e:
+          silent = time.monotonic() - answered[peer]
+          if silent >= HEARTBEAT_TIMEOUT_SECONDS and not done.is_set():
+            logging.error("%s has not answered for %.0f s (%s): ending this task, so that the "
+                          "cluster is restarted from its last checkpoint.", peer, silent,
+                          str(e).strip().splitlines()[0])
+            sys.stderr.flush()
+            os._exit(1)  # pylint: disable=protected-access
+
+  if peers:
+    threading.Thread(target=watch, name="peer-watch", daemon=True).start()
+  try:
+    yield
+  finally:
+    done.set()

@@ -212,32 +212,36 @@ def train_and_evaluate(
       # from training and logging a warning per poll (35 MB a minute).
       throttle_secs=EVALUATOR_POLL_SECONDS if evaluator else 0,
   )
-  while True:
+  with distribute.lost_peers_end_the_process(strategy):
     try:
-      result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-      break
-    except (common.DivergedError, tf.compat.v1.train.NanLossDuringTrainingError) as e:
-      # Ours (NaN or Inf), or the Estimator's default NanTensorHook (NaN only).
-      error = e if isinstance(e, common.DivergedError) else common.diverged(progress.step)
-      raise common.set_aside_diverged(model_dir, error) if chief else error from e
-    except (ValueError, tf.errors.NotFoundError) as e:
-      # The evaluator lags the chief, which keeps only the newest checkpoints:
-      # the one being evaluated can be deleted under it. Go on with a newer one.
-      newest = tf.train.latest_checkpoint(model_dir)
-      if not evaluator or not newest or newest in str(e):
-        raise
-      logging.warning("A checkpoint was removed while being evaluated (%s); evaluating %s.",
-                      str(e).splitlines()[0], newest)
-  if strategy is not None:
-    # A worker that exits while the chief is still closing its gRPC session
-    # stalls that close until the worker's heartbeat times out (seen 2026-11: 55 s).
-    distribute.barrier(strategy, "estimator_training_done")
+      while True:
+        try:
+          result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+          break
+        except (common.DivergedError, tf.compat.v1.train.NanLossDuringTrainingError) as e:
+          # Ours (NaN or Inf), or the Estimator's default NanTensorHook (NaN only).
+          error = e if isinstance(e, common.DivergedError) else common.diverged(progress.step)
+          raise common.set_aside_diverged(model_dir, error) if chief else error from e
+        except (ValueError, tf.errors.NotFoundError) as e:
+          # The evaluator lags the chief, which keeps only the newest checkpoints:
+          # the one being evaluated can be deleted under it. Go on with a newer one.
+          newest = tf.train.latest_checkpoint(model_dir)
+          if not evaluator or not newest or newest in str(e):
+            raise
+          logging.warning("A checkpoint was removed while being evaluated (%s); evaluating %s.",
+                          str(e).splitlines()[0], newest)
+    finally:
+      if task is not None and not chief and not evaluator:
+        # MonitoredTrainingSession makes every non-chief worker save its
+        # (collective) checkpoints and summaries under model_dir/tmp_<type>_<i>,
+        # and leaves them there, even when training fails; they are copies of
+        # the chief's, so remove them on every way out.
+        shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
+    if strategy is not None:
+      # A worker that exits while the chief is still closing its gRPC session
+      # stalls that close until the worker's heartbeat times out (seen 2026-11: 55 s).
+      distribute.barrier(strategy, "estimator_training_done")
   if not chief:
-    if task is not None and not evaluator:
-      # MonitoredTrainingSession makes every non-chief worker save its
-      # (collective) checkpoints and summaries under model_dir/tmp_<type>_<i>,
-      # and leaves them there; they are copies of the chief's, so remove them.
-      shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
     return None
   global_step = estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
 

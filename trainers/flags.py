@@ -26,8 +26,8 @@ RUN_FLAGS = (
      "progress.jsonl. Default: a new directory under the system temp dir."),
     ("max_restarts", 3, "With --workers > 1: times every task is started again (resuming from "
      "the last backup or checkpoint) after one fails."),
-    ("stall_timeout", 300.0, "With --workers > 1: seconds without output from any task before "
-     "the run is stopped as hung."),
+    ("stall_timeout", 300.0, "With --workers > 1: seconds without output from any training task "
+     "(the evaluator's does not count) before the run is stopped as hung."),
     ("timeout", None, "With --workers > 1: seconds before the whole run is stopped and the "
      "launcher exits non-zero."),
     ("task_log_dir", None, "With --workers > 1: where each task's log and tasks.json go. "

@@ -193,13 +193,13 @@ class _Checkpoints(tf_keras.callbacks.Callback):
   The evaluator task evaluates them; a finished run resumes from the last.
   The final save runs before BackupAndRestore deletes its backup, so a run
   stopped after `fit` resumes from it. Every worker saves, since a save may
-  need collectives; only the chief's go to model_dir, the others' to a
-  temporary directory of their own, removed when `fit` ends.
+  need collectives; only the chief's go to model_dir, the others' to
+  `directory`, a scratch directory of their own.
   """
 
-  def __init__(self, model_dir: str, chief: bool, every: int):
+  def __init__(self, directory: str, chief: bool, every: int):
     super().__init__()
-    self._directory = model_dir if chief else tempfile.mkdtemp(prefix="mnist-worker-ckpt-")
+    self._directory = directory
     self._chief, self._every = chief, every
     self._manager: Optional[tf.train.CheckpointManager] = None
     self._saved_step = -1
@@ -222,11 +222,7 @@ class _Checkpoints(tf_keras.callbacks.Callback):
       self._save()
 
   def on_train_end(self, logs=None):
-    try:
-      self._save()
-    finally:
-      if not self._chief:
-        shutil.rmtree(self._directory, ignore_errors=True)
+    self._save()
 
 
 class _EvalSummaries(tf_keras.callbacks.Callback):
@@ -384,8 +380,11 @@ def train_and_evaluate(
   if fit_start < config.train_steps:
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
+    # A non-chief worker's checkpoints go to its scratch directory, removed on
+    # every way out of fit; one killed before that is cleared by its restart.
+    scratch = model_dir if chief else common.worker_scratch_dir(model_dir, task)
     callbacks = [_StopOnNonFiniteLoss(),
-                 _Checkpoints(model_dir, chief, config.checkpoint_every_steps),
+                 _Checkpoints(scratch, chief, config.checkpoint_every_steps),
                  _Backup(backup_dir, config.backup_every_steps,
                          config.keras_steps_per_execution()),
                  progress]
@@ -399,6 +398,9 @@ def train_and_evaluate(
                 callbacks=callbacks, verbose=0)
     except common.DivergedError as e:
       raise common.set_aside_diverged(model_dir, e) if chief else e
+    finally:
+      if not chief:
+        shutil.rmtree(scratch, ignore_errors=True)
   else:
     logging.info("%s holds a finished run at step %d: nothing to train.", final, start_step)
   global_step = int(model.optimizer.iterations.numpy())

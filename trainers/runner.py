@@ -149,7 +149,8 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
 
   Returns:
     0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 3 when
-    the training loss became NaN or Inf; 1 for data that is missing and
+    the training loss became NaN or Inf; 4 when a write found no space left
+    on its device; 1 for data that is missing and
     could not be prepared; for a local cluster, a failed task's exit code.
   """
   workers, model_dir = options.workers, options.model_dir
@@ -224,4 +225,9 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     return _error(str(e), EXIT_USAGE)
   except common.DivergedError as e:
     return _error(str(e), supervisor.EXIT_DIVERGED)
+  except Exception as e:  # pylint: disable=broad-except
+    full = common.no_space_left(e)
+    if full is None:
+      raise
+    return _error(common.disk_full_message(model_dir, full), supervisor.EXIT_DISK_FULL)
   return 0

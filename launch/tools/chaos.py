@@ -1,34 +1,73 @@
-"""Chaos trials: kill a random worker (or the evaluator) at a random step, and check the
-run still ends right.
+"""Chaos trials: the faults a run meets in the wild, made on purpose, and what each leaves.
 
-Each trial runs a trainer binary as a user would (`--workers=N` with its evaluator
-task, the launcher restarting the training tasks after a training task fails, and
-the evaluator alone after it fails), waits for the chief's progress records
-(progress.jsonl) to reach a random step, sends SIGKILL or SIGTERM to a random
-training task (`kill="worker"`) or to the evaluator (`kill="evaluator"`), and then
-checks what users rely on: the run ends at exactly `train_steps`, the final
-checkpoint loads and was evaluated, the right tasks were restarted, no process of
-any attempt is left, and no backup or worker temp directory is left in model_dir.
+Each trial trains a backend as a user would (`--workers=N` with its evaluator
+task, under the launcher), makes one fault once the chief's progress records
+(progress.jsonl) reach a random step, and checks the outcome the README's fault
+table documents:
+
+- kill_worker: SIGKILL or SIGTERM to a random training task (chief included).
+  The launcher restarts the training tasks, which resume from the last backup.
+- kill_evaluator: the same to the evaluator, which is restarted alone.
+- stop_chief: SIGSTOP to the chief, the coordination service's leader. Its
+  peers miss its heartbeats and fail; the launcher restarts every training task.
+- kill_launcher: SIGKILL to the launcher. Every task dies with it; the same
+  command, run again, resumes.
+- truncate_checkpoint: a run finished at a random step has its newest
+  checkpoint cut short; extended to `train_steps`, it sets the damaged files
+  aside in `model_dir/corrupt/` and resumes from the newest that loads.
+- nan_loss: one training batch made NaN at a random step (a test-only hook,
+  `nan_hook_env`). Every task stops with exit 3 naming the step; nothing is
+  restarted; the newest checkpoint left is finite.
+- disk_full: model_dir on a tmpfs of its own (root only), filled at a random
+  step. Exit 4 naming the full disk, nothing restarted, the newest checkpoint
+  loads; with the space freed, the same command resumes to `train_steps`.
+
+Every trial also checks that no process of any attempt is left, and that nothing
+is left behind in model_dir or in the tasks' temporary directory; where the run
+recovers, that it ends at exactly `train_steps` with a checkpoint that loads and
+was evaluated; and that the run's output names the fault.
 """
 
 import dataclasses
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 import tensorflow as tf
 
+from launch import supervisor
 from launch.tools import runs
 from trainers import common
 from trainers.config import Config
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM)
-KILLS = ("worker", "evaluator")  # A random training task (chief included), or the evaluator.
-# What a finished run must not leave in model_dir (Keras backup, Estimator worker copies).
+FAULTS = ("kill_worker", "kill_evaluator", "stop_chief", "kill_launcher", "truncate_checkpoint",
+          "nan_loss", "disk_full")
+# What a finished run must not leave in model_dir (Keras backup, Estimator worker
+# copies, staging directories, a save cut short).
 LEFTOVER_PREFIXES = (common.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
+LEFTOVER_SUFFIXES = ("_temp",)
+# TensorFlow's autograph writes these to the temporary directory and removes them
+# at exit; a killed process cannot. They are TensorFlow's, not the trainers'.
+TF_TEMP_PREFIX = "__autograph_generated_file"
+LAUNCHER_DEATH_SECONDS = 10  # How soon the tasks must die with a killed launcher.
+TMPFS_MB = 64  # disk_full: model_dir's filesystem, filled at the fault's step.
+NAN_STEP_ENV = "CHAOS_NAN_AT_STEP"
+# What the run's output must say, per fault: it names the fault.
+MESSAGES = {
+    "kill_worker": r"Restart 1 of \d+: (chief|worker)-\d+ (was killed|exited)",
+    "kill_evaluator": r"Restart 1 of \d+ of the evaluator alone",
+    "stop_chief": r"Restart 1 of \d+: ",
+    "kill_launcher": r"Training from step [1-9]\d*",
+    "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
+    "nan_loss": r"the training loss became NaN or Inf by step \d+",
+    "disk_full": r"error: a write failed: No space left on device",
+}
 
 
 @dataclasses.dataclass
@@ -37,20 +76,21 @@ class Trial:
 
   trial: int
   backend: str
-  signal: str = ""
-  victim: str = ""
-  step_killed: Optional[int] = None
+  fault: str
+  how: str = ""  # The signal, the victim, the file: what exactly was done.
+  fault_step: Optional[int] = None
+  exit_code: Optional[int] = None  # Of the run the fault hit.
   restarts: Optional[int] = None
   final_step: Optional[int] = None
   steps_redone: Optional[int] = None
   checkpoint_valid: bool = False
   wall_seconds: float = 0.0
-  exit_code: Optional[int] = None
+  skipped: str = ""  # Why this fault cannot be made here (disk_full without root).
   problems: List[str] = dataclasses.field(default_factory=list)
 
   @property
   def passed(self) -> bool:
-    return not self.problems
+    return not self.problems and not self.skipped
 
 
 def _alive(pid: int) -> bool:
@@ -73,117 +113,455 @@ def _tail(path: str, lines: int) -> str:
     return "".join(f.readlines()[-lines:]).strip()
 
 
-def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
-              rng: random.Random, timeout: float, kill: str = "worker") -> Trial:
-  """Runs one trial of `backend` on `workers` local workers; see the module docstring."""
-  result = Trial(trial, backend)
-  model_dir = os.path.join(out_dir, f"{backend}-{trial}")
-  log_dir = runs.task_log_dir(model_dir)
-  target = rng.randint(1, config.train_steps - 1)
-  sig = rng.choice(SIGNALS)
-  result.signal = sig.name
-  cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
-                             timeout=timeout)
-  os.makedirs(model_dir, exist_ok=True)
-  run_log = os.path.join(out_dir, f"{backend}-{trial}.log")
-  start = time.monotonic()
-  with open(run_log, "wb") as log:
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=runs.clean_env(),
-                            stdin=subprocess.DEVNULL)
-  pids = set()
-  step = 0
-  while step < target and proc.poll() is None and time.monotonic() - start < timeout:
-    time.sleep(0.05)
-    step = _progress(model_dir)[0]
-  if proc.poll() is None and step >= target:
-    tasks = runs.read_tasks(log_dir)["tasks"]
-    pids.update(t["pid"] for t in tasks)
-    victim = rng.choice([t for t in tasks if t["name"].startswith("evaluator") ==
-                         (kill == "evaluator")])
-    result.victim, result.step_killed = victim["name"], step
-    os.kill(victim["pid"], sig)
-  else:
-    result.problems.append(f"the run never reached step {target} to kill a worker")
-  try:
-    proc.wait(timeout=max(0.0, timeout + 60 - (time.monotonic() - start)))
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    proc.wait()
-    result.problems.append("the launcher hung past its own --timeout")
-  result.wall_seconds = time.monotonic() - start
-  result.exit_code = proc.returncode
-  if proc.returncode != 0:
-    result.problems.append(f"exit code {proc.returncode}: {_tail(run_log, 5)}")
-  try:
-    tasks_file = runs.read_tasks(log_dir)
-  except (OSError, ValueError):
-    result.problems.append(f"the launcher started no tasks: {_tail(run_log, 3)}")
-    return result
-  result.restarts = tasks_file["restarts"]
-  pids.update(t["pid"] for t in tasks_file["tasks"])
-  if result.step_killed is not None:
-    # The evaluator is restarted alone; a training task's death restarts the
-    # training tasks only.
-    restarted, spared = (("evaluator_restarts", "restarts") if kill == "evaluator" else
-                         ("restarts", "evaluator_restarts"))
-    if not tasks_file[restarted]:
-      result.problems.append(f"the kill caused no restart ({restarted} 0)")
-    if tasks_file[spared]:
-      result.problems.append(f"{spared} {tasks_file[spared]}: a task not killed was restarted")
-  resumed_from = _progress(model_dir)[1]
-  if len(resumed_from) > 1 and result.step_killed is not None:
-    # The first start record is the run's start; the next, the first resume.
-    result.steps_redone = result.step_killed - resumed_from[1]
+def _pick_step(rng: random.Random, config: Config, first: int = 1) -> int:
+  """A random step from `first` on at which a progress record still precedes the last step."""
+  return rng.randint(first, max(first, config.train_steps - config.log_every_steps))
+
+
+def poison_training_batch(step: int) -> None:
+  """Test-only: the shared input_fn's training batch for `step` (from a fresh start) is NaN.
+
+  Installed in a nan_loss trial's processes by the `sitecustomize` that
+  `nan_hook_env` puts on their PYTHONPATH: no flag or code path of the
+  trainers leads here.
+  """
+  from data import mnist  # pylint: disable=import-outside-toplevel
+  original = mnist.input_fn
+
+  def input_fn(mode, input_context=None, **kwargs):
+    ds = original(mode, input_context, **kwargs)
+    if mode != mnist.TRAIN:
+      return ds
+
+    def poison(index, batch):
+      images, labels = batch
+      # Each worker's n-th batch feeds step n + 1, so every worker's loss,
+      # and the all-reduced one, turns NaN at `step`.
+      # tf.equal: in the Estimator's graph, `==` on tensors compares identity.
+      poisoned = tf.equal(index, step - 1)
+      return tf.where(poisoned, tf.fill(tf.shape(images), float("nan")), images), labels
+
+    return ds.enumerate().map(poison)
+
+  mnist.input_fn = input_fn
+
+
+def nan_hook_env(hook_dir: str, step: int) -> Dict[str, str]:
+  """Environment additions that make a trainer's training loss NaN at `step`."""
+  os.makedirs(hook_dir, exist_ok=True)
+  with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
+    f.write("# Written by launch.chaos for a nan_loss trial: test-only fault injection.\n"
+            "import os\nfrom launch.tools import chaos\n"
+            f"chaos.poison_training_batch(int(os.environ[{NAN_STEP_ENV!r}]))\n")
+  path = os.pathsep.join(p for p in (hook_dir, os.environ.get("PYTHONPATH")) if p)
+  return {"PYTHONPATH": path, NAN_STEP_ENV: str(step)}
+
+
+class _Run:
+  """Runs a trainer's launcher for one trial: started, watched, faulted, awaited."""
+
+  def __init__(self, cmd: List[str], model_dir: str, log_path: str, env: Mapping[str, str],
+               deadline: float):
+    self.model_dir, self.log_path, self.deadline = model_dir, log_path, deadline
+    with open(log_path, "ab") as log:
+      self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(env),
+                                   stdin=subprocess.DEVNULL)
+    self.pids: Set[int] = set()
+
+  def wait_for_step(self, step: int) -> bool:
+    """Waits until the chief has recorded `step`; False if the run ended or time ran out."""
+    while self.proc.poll() is None and time.monotonic() < self.deadline:
+      if _progress(self.model_dir)[0] >= step:
+        self.tasks()
+        return True
+      time.sleep(0.05)
+    return False
+
+  def tasks(self) -> List[Dict]:
+    """The launcher's current tasks (their pids are remembered, to check none is left)."""
+    tasks = runs.read_tasks(runs.task_log_dir(self.model_dir))["tasks"]
+    self.pids.update(t["pid"] for t in tasks)
+    return tasks
+
+  def wait(self, result: Trial) -> int:
+    """Waits for the launcher to exit; returns its exit code."""
+    try:
+      self.proc.wait(timeout=max(1.0, self.deadline + 60 - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      self.proc.kill()
+      self.proc.wait()
+      result.problems.append("the launcher hung past its own --timeout")
+    try:
+      self.tasks()
+    except (OSError, ValueError):
+      pass
+    return self.proc.returncode
+
+
+def _check_recovered(result: Trial, backend: str, config: Config, model_dir: str,
+                     exit_code: int, log_path: str) -> None:
+  """The run recovered: exit 0, the exact final step, a checkpoint that loads, evaluated."""
+  if exit_code != 0:
+    result.problems.append(f"exit code {exit_code}: {_tail(log_path, 5)}")
   try:
     result.final_step = runs.read_summary(model_dir)["global_step"]
   except (OSError, ValueError, KeyError):
     result.problems.append("no summary.json in model_dir")
   if result.final_step != config.train_steps:
     result.problems.append(f"final step {result.final_step}, not {config.train_steps}")
-  path = tf.train.latest_checkpoint(model_dir)
-  try:
-    owner, step = common.checkpoint_step(path) if path else (None, None)
-    result.checkpoint_valid = owner == backend and step == config.train_steps
-  except (tf.errors.OpError, ValueError) as e:
-    result.problems.append(f"checkpoint {path} does not load: {e}")
-  if not result.checkpoint_valid:
-    result.problems.append(f"no {backend} checkpoint at step {config.train_steps} in {model_dir}")
+  _check_checkpoint(result, backend, model_dir, config.train_steps)
   if common.read_eval_result(os.path.join(model_dir, common.EVAL_SUBDIR),
                              config.train_steps) is None:
     result.problems.append(f"the final step {config.train_steps} was not evaluated")
+
+
+def _check_checkpoint(result: Trial, backend: str, model_dir: str, step: Optional[int],
+                      before: Optional[int] = None) -> None:
+  """model_dir's newest checkpoint is `backend`'s, loads whole and is finite, at `step`
+  (or, given `before`, at a step before it)."""
+  path = tf.train.latest_checkpoint(model_dir)
+  if path is None:
+    result.problems.append(f"no checkpoint in {model_dir}")
+    return
+  try:
+    owner, at = common.checkpoint_step(path)
+    reader = tf.train.load_checkpoint(path)
+    finite = all(tf.math.reduce_all(tf.math.is_finite(reader.get_tensor(name))).numpy()
+                 for name, dtype in reader.get_variable_to_dtype_map().items()
+                 if dtype.is_floating)
+  except (tf.errors.OpError, ValueError, IndexError) as e:
+    result.problems.append(f"checkpoint {path} does not load: {e}")
+    return
+  good_step = at == step if before is None else at < before
+  result.checkpoint_valid = owner == backend and good_step and finite
+  if not result.checkpoint_valid:
+    result.problems.append(
+        f"newest checkpoint {path}: {owner}'s at step {at}, {'' if finite else 'not '}finite; "
+        f"wanted {backend}'s at step {step if before is None else f'< {before}'}, finite")
+
+
+def _check_restarts(result: Trial, model_dir: str, restarted: Optional[str]) -> None:
+  """Only `restarted` ("restarts", "evaluator_restarts" or None) counted a restart."""
+  try:
+    tasks_file = runs.read_tasks(runs.task_log_dir(model_dir))
+  except (OSError, ValueError):
+    result.problems.append("the launcher wrote no tasks.json")
+    return
+  result.restarts = tasks_file["restarts"]
+  for key in ("restarts", "evaluator_restarts"):
+    if key == restarted and not tasks_file[key]:
+      result.problems.append(f"the fault caused no restart ({key} 0)")
+    if key != restarted and tasks_file[key]:
+      result.problems.append(f"{key} {tasks_file[key]}: a task not at fault was restarted")
+
+
+def _check_clean(result: Trial, pids: Set[int], model_dir: str, tmp_dir: str,
+                 finished: bool) -> None:
+  """No process of any attempt left; nothing left in model_dir or the tasks' temp dir.
+
+  A run that did not finish (diverged) keeps its Keras backup: the state a run
+  with better settings resumes from.
+  """
   alive = sorted(p for p in pids if _alive(p))
   if alive:
     result.problems.append(f"processes left running: {alive}")
-  leftovers = sorted(n for n in os.listdir(model_dir) if n.startswith(LEFTOVER_PREFIXES))
+  leftovers = sorted(n for n in os.listdir(model_dir)
+                     if (n.startswith(LEFTOVER_PREFIXES) or n.endswith(LEFTOVER_SUFFIXES))
+                     and (finished or n != common.BACKUP_SUBDIR))
   if leftovers:
     result.problems.append(f"left in model_dir: {leftovers}")
+  temp = sorted(n for n in os.listdir(tmp_dir) if not n.startswith(TF_TEMP_PREFIX))
+  if temp:
+    result.problems.append(f"left in the tasks' temporary directory {tmp_dir}: {temp}")
+
+
+def _check_says(result: Trial, log_path: str) -> None:
+  with open(log_path, errors="replace") as f:
+    text = f.read()
+  if not re.search(MESSAGES[result.fault], text):
+    result.problems.append(f"the output does not name the fault (no /{MESSAGES[result.fault]}/)")
+
+
+def _steps_redone(result: Trial, model_dir: str, starts_before: int) -> None:
+  """Steps trained again after the fault: the fault's step minus where the resume began."""
+  starts = _progress(model_dir)[1]
+  if len(starts) > starts_before and result.fault_step is not None:
+    result.steps_redone = result.fault_step - starts[starts_before]
+  else:
+    result.problems.append("the run never resumed")
+
+
+def _mount_tmpfs(path: str, megabytes: int) -> Optional[str]:
+  """Mounts a tmpfs of `megabytes` at `path`; returns why not, or None."""
+  if os.geteuid() != 0:
+    return "needs root, to mount a small filesystem to fill"
+  os.makedirs(path, exist_ok=True)
+  done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", path],
+                        capture_output=True, text=True, check=False)
+  return None if done.returncode == 0 else f"mount failed: {done.stderr.strip()}"
+
+
+def _fill(directory: str) -> str:
+  """Writes `directory/filler` until its filesystem has no space left; returns its path."""
+  path = os.path.join(directory, "filler")
+  chunk = b"\0" * (1 << 20)
+  with open(path, "wb", buffering=0) as f:
+    try:
+      while True:
+        f.write(chunk)
+    except OSError:
+      pass
+    try:
+      while True:  # The last bytes, so not even a small write fits.
+        f.write(b"\0" * 4096)
+    except OSError:
+      pass
+  return path
+
+
+def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
+              rng: random.Random, timeout: float, fault: str = "kill_worker") -> Trial:
+  """Runs one trial of `fault` on `backend` at `workers` local workers; see the module doc."""
+  if fault not in FAULTS:
+    raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}.")
+  result = Trial(trial, backend, fault)
+  name = f"{backend}-{fault}-{trial}"
+  trial_dir = os.path.join(out_dir, name)
+  tmp_dir = os.path.join(trial_dir, "tmp")
+  os.makedirs(tmp_dir, exist_ok=True)
+  model_dir = os.path.join(trial_dir, "model")
+  mounted = None
+  if fault == "disk_full":
+    mounted = os.path.join(trial_dir, "fs")
+    why = _mount_tmpfs(mounted, TMPFS_MB)
+    if why:
+      result.skipped = why
+      return result
+    model_dir = os.path.join(mounted, "model")
+  os.makedirs(model_dir, exist_ok=True)
+  log_path = os.path.join(trial_dir, "run.log")
+  env = dict(runs.clean_env(), TMPDIR=tmp_dir)
+  cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
+                             timeout=timeout)
+  start = time.monotonic()
+
+  def launch(train_steps: int = config.train_steps, extra_env: Optional[Dict] = None) -> _Run:
+    command = (cmd if train_steps == config.train_steps else runs.trainer_command(
+        backend, dataclasses.replace(config, train_steps=train_steps), workers=workers,
+        model_dir=model_dir, timeout=timeout))
+    return _Run(command, model_dir, log_path, {**env, **(extra_env or {})},
+                time.monotonic() + timeout)
+
+  pids: Set[int] = set()
+  try:
+    _FAULTS[fault](result, backend, config, rng, launch, pids, model_dir, log_path)
+  except Exception as e:  # pylint: disable=broad-except
+    result.problems.append(f"the trial itself failed: {type(e).__name__}: {e}")
+  finally:
+    result.wall_seconds = time.monotonic() - start
+    if os.path.isdir(model_dir):
+      _check_clean(result, pids, model_dir, tmp_dir, finished=fault != "nan_loss")
+      _check_says(result, log_path)
+    if mounted:
+      # The tmpfs goes with its mount: its model_dir is kept beside, to inspect.
+      shutil.copytree(model_dir, os.path.join(trial_dir, "model"), dirs_exist_ok=True)
+      subprocess.run(["umount", mounted], check=False)
   return result
 
 
+def _kill(result, backend, config, rng, launch, pids, model_dir, log_path):
+  """kill_worker and kill_evaluator: a signal to one task; the launcher restarts it."""
+  evaluator = result.fault == "kill_evaluator"
+  target = _pick_step(rng, config)
+  sig = rng.choice(SIGNALS)
+  run = launch()
+  if run.wait_for_step(target):
+    victim = rng.choice([t for t in run.tasks() if t["name"].startswith("evaluator") == evaluator])
+    result.how, result.fault_step = f"{sig.name} to {victim['name']}", _progress(model_dir)[0]
+    os.kill(victim["pid"], sig)
+  else:
+    result.problems.append(f"the run never reached step {target}")
+  result.exit_code = run.wait(result)
+  pids.update(run.pids)
+  _check_restarts(result, model_dir, "evaluator_restarts" if evaluator else "restarts")
+  if not evaluator:
+    _steps_redone(result, model_dir, 1)
+  _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
+
+
+def _stop_chief(result, backend, config, rng, launch, pids, model_dir, log_path):
+  """SIGSTOP to the chief: its peers give up on it, and the launcher restarts them all."""
+  target = _pick_step(rng, config)
+  run = launch()
+  if run.wait_for_step(target):
+    chief = next(t for t in run.tasks() if t["name"] == "chief-0")
+    result.how, result.fault_step = "SIGSTOP to chief-0", _progress(model_dir)[0]
+    os.kill(chief["pid"], signal.SIGSTOP)
+  else:
+    result.problems.append(f"the run never reached step {target}")
+  result.exit_code = run.wait(result)
+  pids.update(run.pids)
+  _check_restarts(result, model_dir, "restarts")
+  _steps_redone(result, model_dir, 1)
+  _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
+
+
+def _kill_launcher(result, backend, config, rng, launch, pids, model_dir, log_path):
+  """SIGKILL to the launcher: its tasks die with it, and the same command resumes."""
+  # After the first backup or checkpoint, so the re-run has something to resume from.
+  target = _pick_step(rng, config,
+                      min(config.backup_every_steps, config.checkpoint_every_steps) + 1)
+  run = launch()
+  if not run.wait_for_step(target):
+    result.problems.append(f"the run never reached step {target}")
+    pids.update(run.pids)
+    run.wait(result)
+    return
+  result.how, result.fault_step = "SIGKILL to the launcher", _progress(model_dir)[0]
+  run.proc.kill()
+  result.exit_code = run.wait(result)
+  pids.update(run.pids)
+  deadline = time.monotonic() + LAUNCHER_DEATH_SECONDS
+  while any(_alive(p) for p in run.pids) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  alive = sorted(p for p in run.pids if _alive(p))
+  if alive:
+    result.problems.append(f"tasks outlived the launcher by {LAUNCHER_DEATH_SECONDS} s: {alive}")
+  again = launch()
+  exit_code = again.wait(result)
+  pids.update(again.pids)
+  _check_restarts(result, model_dir, None)
+  _steps_redone(result, model_dir, 1)
+  _check_recovered(result, backend, config, model_dir, exit_code, log_path)
+
+
+def _truncate_checkpoint(result, backend, config, rng, launch, pids, model_dir, log_path):
+  """A finished run's newest checkpoint cut short; the extended run sets it aside."""
+  every = config.checkpoint_every_steps
+  # At least one earlier checkpoint to fall back to.
+  stop = _pick_step(rng, config, every + 1)
+  first = launch(train_steps=stop)
+  exit_code = first.wait(result)
+  pids.update(first.pids)
+  newest = tf.train.latest_checkpoint(model_dir)
+  if exit_code != 0 or newest is None:
+    result.problems.append(f"the run to step {stop} failed (exit {exit_code}): "
+                           f"{_tail(log_path, 5)}")
+    return
+  (data,) = tf.io.gfile.glob(newest + ".data-*")
+  size = os.path.getsize(data)
+  keep = rng.randint(0, size - 1)
+  with open(data, "r+b") as f:
+    f.truncate(keep)
+  result.how = f"{os.path.basename(data)} cut from {size} to {keep} bytes"
+  result.fault_step = stop
+  again = launch()
+  result.exit_code = again.wait(result)
+  pids.update(again.pids)
+  aside = os.path.join(model_dir, common.CORRUPT_SUBDIR, os.path.basename(data))
+  if not os.path.exists(aside) or os.path.getsize(aside) != keep:
+    result.problems.append(f"the damaged file is not in {common.CORRUPT_SUBDIR}/ as it was")
+  _check_restarts(result, model_dir, None)
+  _steps_redone(result, model_dir, 1)
+  _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
+
+
+def _nan_loss(result, backend, config, rng, launch, pids, model_dir, log_path):
+  """The loss made NaN at a random step: exit 3, no restart, the newest checkpoint finite."""
+  every = config.checkpoint_every_steps
+  step = _pick_step(rng, config, every + 1)  # After a checkpoint to keep.
+  result.how, result.fault_step = f"training batch of step {step} made NaN", step
+  run = launch(extra_env=nan_hook_env(os.path.join(os.path.dirname(log_path), "hook"), step))
+  result.exit_code = run.wait(result)
+  pids.update(run.pids)
+  if result.exit_code != supervisor.EXIT_DIVERGED:
+    result.problems.append(f"exit code {result.exit_code}, not {supervisor.EXIT_DIVERGED}: "
+                           f"{_tail(log_path, 5)}")
+  with open(log_path, errors="replace") as f:
+    said = [int(s) for s in re.findall(r"NaN or Inf by step (\d+)", f.read())]
+  if said and not step <= said[0] < step + every:
+    result.problems.append(f"the error names step {said[0]}; the loss turned NaN at {step}")
+  _check_restarts(result, model_dir, None)
+  _check_checkpoint(result, backend, model_dir, None, before=step)
+
+
+def _disk_full(result, backend, config, rng, launch, pids, model_dir, log_path):
+  """model_dir's filesystem filled: exit 4, the newest checkpoint loads; freed, it resumes."""
+  target = _pick_step(rng, config, config.checkpoint_every_steps + 1)
+  run = launch()
+  filler = None
+  if run.wait_for_step(target):
+    tasks = run.tasks()
+    for t in tasks:  # Frozen while the disk fills, so the fault lands at the step seen.
+      os.kill(t["pid"], signal.SIGSTOP)
+    try:
+      result.fault_step = _progress(model_dir)[0]
+      filler = _fill(os.path.dirname(model_dir))
+    finally:
+      for t in tasks:
+        os.kill(t["pid"], signal.SIGCONT)
+    result.how = f"{TMPFS_MB} MB filesystem filled"
+    if result.fault_step >= config.train_steps:
+      result.problems.append("the disk filled only after training ended")
+  else:
+    result.problems.append(f"the run never reached step {target}")
+  result.exit_code = run.wait(result)
+  pids.update(run.pids)
+  if result.exit_code != supervisor.EXIT_DISK_FULL:
+    result.problems.append(f"exit code {result.exit_code}, not {supervisor.EXIT_DISK_FULL}: "
+                           f"{_tail(log_path, 5)}")
+  _check_restarts(result, model_dir, None)
+  _check_checkpoint(result, backend, model_dir, None, before=config.train_steps + 1)
+  if filler:
+    os.remove(filler)
+  starts = len(_progress(model_dir)[1])
+  again = launch()
+  exit_code = again.wait(result)
+  pids.update(again.pids)
+  _steps_redone(result, model_dir, starts)
+  _check_recovered(result, backend, config, model_dir, exit_code, log_path)
+
+
+_FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_chief,
+           "kill_launcher": _kill_launcher, "truncate_checkpoint": _truncate_checkpoint,
+           "nan_loss": _nan_loss, "disk_full": _disk_full}
+
+
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
-              seed: int = 0, timeout: float = 600, kill: str = "worker") -> List[Trial]:
-  """Runs `trials` chaos trials of one backend, each in `out_dir/<backend>-<i>`."""
+              seed: int = 0, timeout: float = 600,
+              faults: Tuple[str, ...] = ("kill_worker",)) -> List[Trial]:
+  """Runs `trials` trials of each fault on one backend, each in `out_dir/<backend>-<fault>-<i>`."""
   rng = random.Random(seed)
   os.makedirs(out_dir, exist_ok=True)
-  return [run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, kill)
-          for i in range(trials)]
+  return [run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, fault)
+          for fault in faults for i in range(trials)]
+
+
+def overall_passed(results: List[Trial]) -> bool:
+  """Every trial passed or was skipped (saying why), and at least one passed."""
+  return all(t.passed or t.skipped for t in results) and any(t.passed for t in results)
 
 
 def format_table(results: List[Trial]) -> str:
   """A Markdown table, one row per trial, and the overall verdict."""
-  rows = ["| trial | backend | signal | victim | step killed | restarts | final step | "
-          "steps redone | checkpoint valid | wall time (s) | result |",
-          "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
+  rows = ["| trial | backend | fault | what was done | at step | exit code | restarts | "
+          "final step | steps redone | checkpoint valid | wall time (s) | result |",
+          "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
+
+  def show(value) -> str:
+    return "-" if value is None else str(value)
+
   for t in results:
+    verdict = (f"SKIPPED: {t.skipped}" if t.skipped else
+               "PASS" if t.passed else "FAIL: " + "; ".join(t.problems))
     rows.append(
-        f"| {t.trial} | {t.backend} | {t.signal} | {t.victim or '-'} | "
-        f"{'-' if t.step_killed is None else t.step_killed} | "
-        f"{'-' if t.restarts is None else t.restarts} | "
-        f"{'-' if t.final_step is None else t.final_step} | "
-        f"{'-' if t.steps_redone is None else t.steps_redone} | "
-        f"{'yes' if t.checkpoint_valid else 'no'} | {t.wall_seconds:.1f} | "
-        f"{'PASS' if t.passed else 'FAIL: ' + '; '.join(t.problems)} |")
+        f"| {t.trial} | {t.backend} | {t.fault} | {t.how or '-'} | {show(t.fault_step)} | "
+        f"{show(t.exit_code)} | {show(t.restarts)} | {show(t.final_step)} | "
+        f"{show(t.steps_redone)} | {'yes' if t.checkpoint_valid else 'no'} | "
+        f"{t.wall_seconds:.1f} | {verdict} |")
   passed = sum(t.passed for t in results)
-  rows.append(f"\nOverall: {'PASS' if passed == len(results) else 'FAIL'} "
-              f"({passed}/{len(results)} trials)")
+  skipped = sum(bool(t.skipped) for t in results)
+  rows.append(f"\nOverall: {'PASS' if overall_passed(results) else 'FAIL'} "
+              f"({passed}/{len(results)} trials passed"
+              f"{f', {skipped} skipped' if skipped else ''})")
   return "\n".join(rows)
