@@ -293,7 +293,8 @@ def run_local_cluster(
       run is stopped as hung; None never.
     max_restarts: how many times the training tasks are started again after
       one fails, and, counted apart, the evaluator alone after it fails (a
-      usage error, exit code 2, or a diverged run, 3, is never retried).
+      usage error, exit code 2, a diverged run, 3, or a full disk, 4, is
+      never retried).
     env: base environment; defaults to os.environ.
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
     verbose: stream all of the chief's output; False streams only the run's

@@ -273,10 +273,10 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
         except tf.errors.OpError as e:
           silent = time.monotonic() - answered[peer]
           if silent >= HEARTBEAT_TIMEOUT_SECONDS and not done.is_set():
-            logging.error("%s has not answered for %.0f s (%s): ending this task, so that the "
-                          "cluster is restarted from its last checkpoint.", peer, silent,
-                          str(e).strip().splitlines()[0])
-            sys.stderr.flush()
+            # As runner reports errors: the launcher quotes this line.
+            print(f"error: {peer} has not answered for {silent:.0f} s "
+                  f"({str(e).strip().splitlines()[0]}): ending this task, so that the cluster "
+                  "is restarted from its last checkpoint.", file=sys.stderr, flush=True)
             os._exit(1)  # pylint: disable=protected-access
 
   if peers:
