@@ -20,6 +20,9 @@ if ESTIMATOR_MISSING:
 from tests import legacy_model  # pylint: disable=wrong-import-position
 from trainers import estimator_trainer  # pylint: disable=wrong-import-position
 
+# One pytest-xdist worker runs this module (--dist loadgroup): its fixtures train once.
+pytestmark = pytest.mark.xdist_group("test_convert")
+
 STEPS = 3
 TRAIN_FLAGS = ["--global_batch_size=32", "--eval_batch_size=50", "--log_every_steps=1",
                f"--checkpoint_every_steps={STEPS}"]

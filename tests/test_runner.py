@@ -55,6 +55,11 @@ def _train(backend, workers, tiny_data_dir, tmp_path_factory, extra=()):
 RUNS = [(b, w, w > 1) for w in (1, 2) for b in BACKENDS] + [("keras", 2, False)]
 
 
+# The tests of these runs go to one pytest-xdist worker (--dist loadgroup), so
+# each run is trained once, not once per worker.
+RUNS_GROUP = pytest.mark.xdist_group("test_runner_runs")
+
+
 @pytest.fixture(scope="module", params=RUNS,
                 ids=lambda p: f"{p[0]}-{p[1]}w" + ("" if p[2] or p[1] == 1 else "-noevaluator"))
 def run(request, tiny_data_dir, tmp_path_factory):
@@ -64,6 +69,7 @@ def run(request, tiny_data_dir, tmp_path_factory):
   return backend, workers, model_dir, result, evaluator
 
 
+@RUNS_GROUP
 def test_run_writes_a_valid_summary(run):
   backend, workers, model_dir, result, _ = run
   with open(os.path.join(model_dir, "summary.json")) as f:
@@ -78,6 +84,7 @@ def test_run_writes_a_valid_summary(run):
   assert os.listdir(os.path.join(model_dir, "eval"))  # Evaluation events.
 
 
+@RUNS_GROUP
 def test_only_the_chief_writes_to_model_dir(run):
   backend, workers, model_dir, _, evaluator = run
   leftovers = [n for n in os.listdir(model_dir) if n.startswith(("tmp", ".tmp"))]
@@ -89,6 +96,7 @@ def test_only_the_chief_writes_to_model_dir(run):
     assert logs == sorted(expected)
 
 
+@RUNS_GROUP
 def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
   backend, workers, model_dir, result, _ = run
   assert f"step {STEPS}/{STEPS}: loss " in result.stderr and "ETA" in result.stderr
@@ -111,6 +119,7 @@ def test_verbosity_shows_tensorflows_own_logs_in_a_lone_process(tiny_data_dir, t
   assert "cpu_feature_guard" in runs[1].stderr and "cpu_feature_guard" not in runs[0].stderr
 
 
+@RUNS_GROUP
 def test_the_evaluator_task_evaluates_the_final_checkpoint_for_the_chief(run):
   backend, workers, model_dir, _, evaluator = run
   results = common.read_eval_results(os.path.join(model_dir, "eval"))
@@ -144,6 +153,7 @@ def _trained_weights(backend: str, model_dir: str, names):
           for v in tf.saved_model.load(export_dir).trainable_variables}
 
 
+@RUNS_GROUP
 def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data_dir):
   """Each backend's weights equal a plain GradientTape loop over the global batches.
 
