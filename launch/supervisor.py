@@ -11,6 +11,8 @@ its timeout, or in which no task writes output for `stall_timeout` seconds,
 is stopped after each task is asked for a stack dump (SIGUSR1). No process
 outlives the launcher: on every way out it stops the tasks, and on Linux each
 task also gets SIGKILL if the launcher itself is killed (PR_SET_PDEATHSIG).
+The tasks share a network namespace with only loopback (launch.netns): no
+other host can reach their unauthenticated TensorFlow servers.
 """
 
 import ctypes
@@ -28,12 +30,17 @@ from absl import logging
 
 from launch import cluster
 from launch import console
+from launch import netns
 
 GRACE_SECONDS = 10.0
 DUMP_WAIT_SECONDS = 3.0
 EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
 EXIT_DIVERGED = 3  # The training loss became NaN or Inf: a restart would diverge again.
 EXIT_DISK_FULL = 4  # A write found no space left: a restart would fail the same way.
+# A task lost a training peer (dead, frozen, cut off): restarting the whole
+# cluster resumes it. At or above 128, so Kubeflow's ExitCode restart policy
+# retries it, and above every 128 + signal number, so it is told apart.
+EXIT_PEER_LOST = 200
 NOT_RETRIED = {EXIT_USAGE: "a usage error is not retried",
                EXIT_DIVERGED: "a diverged run is not retried (it would diverge again)",
                EXIT_DISK_FULL: "a full disk is not retried (free space, then run the same "
@@ -101,8 +108,10 @@ def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> Non
     pass  # A full disk: _pump has said so.
 
 
-def _task_preexec(niceness: int) -> Callable[[], None]:
-  """A preexec_fn: the task gets SIGKILL when the launcher dies (Linux), at `niceness`.
+def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
+                  ) -> Callable[[], None]:
+  """A preexec_fn: the task joins `network`, gets SIGKILL when the launcher dies
+  (Linux), and runs at `niceness`.
 
   Whatever ends the launcher (SIGKILL from an out-of-memory killer, a closed
   terminal), its tasks must not train on unsupervised, holding ports and
@@ -114,6 +123,8 @@ def _task_preexec(niceness: int) -> Callable[[], None]:
   launcher = os.getpid()
 
   def preexec() -> None:
+    if network is not None:
+      network.join()
     if niceness:
       os.nice(niceness)
     if libc is not None:
@@ -125,7 +136,8 @@ def _task_preexec(niceness: int) -> Callable[[], None]:
 
 
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
-           stream: bool, header: bytes, verbose: bool, niceness: int = 0) -> _Proc:
+           stream: bool, header: bytes, verbose: bool, niceness: int = 0,
+           network: Optional[netns.PrivateNetwork] = None) -> _Proc:
   log = open(log_path, "ab")  # pylint: disable=consider-using-with
   log.write(header)
   log.flush()
@@ -134,12 +146,12 @@ def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
   if not stream:
     popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True,
-                             preexec_fn=_task_preexec(niceness))
+                             preexec_fn=_task_preexec(niceness, network))
     log.close()
     return _Proc(name, popen, log_path, [])
   popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            stdin=subprocess.DEVNULL, start_new_session=True,
-                           preexec_fn=_task_preexec(niceness))
+                           preexec_fn=_task_preexec(niceness, network))
   # The terminal gets the run's own lines; the log keeps everything.
   pumps = [
       threading.Thread(target=_pump, args=(popen.stdout, log, sys.stdout.buffer, lambda _: True),
@@ -254,8 +266,9 @@ def _watch(procs: Sequence[_Proc], deadline: Optional[float],
     if failed:
       time.sleep(SETTLE_SECONDS)
       failed = [p for p in procs if p.popen.poll() not in (None, 0)]
-      decisive = [p for p in failed if p.popen.returncode in NOT_RETRIED]
-      return "failed", (decisive or failed)[0]
+      # A task's own failure decides, not its peers' loss of it.
+      return "failed", min(failed, key=lambda p: (p.popen.returncode not in NOT_RETRIED,
+                                                  p.popen.returncode == EXIT_PEER_LOST))
     if all(p.popen.poll() == 0 for p in procs):
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
@@ -328,10 +341,19 @@ def run_local_cluster(
     # wait on each other every step: it gets what they leave.
     niceness = EVALUATOR_NICENESS if task["type"] == cluster.EVALUATOR else 0
     return _start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
-                  stream=index == 0, header=header, verbose=verbose, niceness=niceness)
+                  stream=index == 0, header=header, verbose=verbose, niceness=niceness,
+                  network=network)
 
   restarts = evaluator_restarts = 0
+  network = None
   try:
+    # TensorFlow's servers listen on every interface, unauthenticated: the
+    # tasks talk over loopback only, in a namespace no other host can reach.
+    network, why_not = netns.private_network(_task_preexec(0))
+    if network is None:
+      logging.warning("The tasks' TensorFlow servers listen on every network interface, "
+                      "unauthenticated: no private network namespace could be made (%s). Run "
+                      "only on a trusted network (README: Security).", why_not)
     procs = [start(i, b"") for i in range(len(tf_configs))]
     logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:
@@ -385,6 +407,8 @@ def run_local_cluster(
         procs[i] = start(i, header)
   finally:
     _stop_all(procs, grace)
+    if network is not None:
+      network.close()
     if previous_handler is not None:
       signal.signal(signal.SIGTERM, previous_handler)
 

@@ -1,6 +1,7 @@
 """Shared fixtures: synthetic IDX files, prepared TFDS dirs, and real MNIST when present."""
 
 import gzip
+import json
 import os
 import pathlib
 import struct
@@ -49,9 +50,18 @@ def write_idx_dir(directory: pathlib.Path, sizes: Dict[str, int]) -> pathlib.Pat
 ESTIMATOR_MISSING = runner.estimator_unavailable()
 
 
+# Tests that train for minutes or wait on timeouts run first: two or more at a
+# time (pytest-xdist), the short ones then fill the gaps, and none of the long
+# ones is left to run alone at the end.
+LONG_FIRST = ("real_data", "slow", "chaos", "multihost")
+
+
 def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
-  """Without tf.estimator, skips (with the reason) what runs it: tests marked
-  `estimator`, and the estimator cases of parametrized tests and fixtures."""
+  """Orders the long tests first; without tf.estimator, skips (with the reason) what
+  runs it: tests marked `estimator`, and the estimator cases of parametrized tests
+  and fixtures."""
+  items.sort(key=lambda item: next((i for i, mark in enumerate(LONG_FIRST)
+                                    if item.get_closest_marker(mark)), len(LONG_FIRST)))
   if not ESTIMATOR_MISSING:
     return
   skip = pytest.mark.skip(reason=ESTIMATOR_MISSING)
@@ -107,6 +117,24 @@ def run_module(module: str, args: List[str], timeout: float = 600,
   full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=full_env,
                         capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def kubeflow_tf_configs(job: str, namespace: str,
+                        replicas: Dict[str, int]) -> Dict[str, Optional[str]]:
+  """TF_CONFIG of every replica (by pod "<type>-<i>"), as the TFJob operator writes them
+  (../shared/schemas/kubeflow-tfjob/tensorflow_tf_config.go: genClusterSpec and
+  genTFConfigJSONStr): lower-cased types, `<job>-<type>-<i>.<namespace>.svc:2222`
+  (GenGeneralName), "environment": "cloud", every replica in every cluster.
+  Go's encoding/json sorts map keys and keeps struct fields in order. A job of one
+  replica gets none (None): it has nothing to connect to."""
+  if sum(replicas.values()) == 1:
+    return {f"{rtype.lower()}-0": None for rtype in replicas}
+  spec = {rtype.lower(): [f"{job}-{rtype.lower()}-{i}.{namespace}.svc:2222" for i in range(n)]
+          for rtype, n in replicas.items()}
+  return {f"{rtype.lower()}-{i}": json.dumps(
+      {"cluster": dict(sorted(spec.items())), "task": {"type": rtype.lower(), "index": i},
+       "environment": "cloud"}, separators=(",", ":"))
+          for rtype, n in replicas.items() for i in range(n)}
 
 
 def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 256):

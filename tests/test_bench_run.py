@@ -2,12 +2,15 @@
 
 import json
 
+import pytest
+
 from launch.tools import bench_measure
 from tests.conftest import ESTIMATOR_MISSING, run_module
 
 STEPS = 12
 
 
+@pytest.mark.slow
 def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   result = run_module("launch.bench", [f"--steps={STEPS}", "--workers=1,2",
                                        "--log_every_steps=2", "--checkpoint_every_steps=6",

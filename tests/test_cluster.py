@@ -5,6 +5,7 @@ import json
 import pytest
 
 from launch import cluster
+from tests.conftest import kubeflow_tf_configs
 
 
 def _env(tf_config):
@@ -29,27 +30,13 @@ def test_make_tf_configs_for_workers_and_evaluator():
   assert tasks[3].address is None  # The evaluator serves nothing: no port to check.
 
 
-def _kubeflow_tf_configs(job, namespace, replicas):
-  """TF_CONFIG of every replica, as the TFJob operator writes them
-  (../shared/schemas/kubeflow-tfjob/tensorflow_tf_config.go: genClusterSpec and
-  genTFConfigJSONStr): lower-cased types, `<job>-<type>-<i>.<namespace>.svc:2222`
-  (GenGeneralName), "environment": "cloud", every replica in every cluster.
-  Go's encoding/json sorts map keys and keeps struct fields in order."""
-  spec = {rtype.lower(): [f"{job}-{rtype.lower()}-{i}.{namespace}.svc:2222" for i in range(n)]
-          for rtype, n in replicas.items()}
-  return {f"{rtype.lower()}-{i}": json.dumps(
-      {"cluster": dict(sorted(spec.items())), "task": {"type": rtype.lower(), "index": i},
-       "environment": "cloud"}, separators=(",", ":"))
-          for rtype, n in replicas.items() for i in range(n)}
-
-
 @pytest.mark.parametrize("replicas, chief", [
     ({"Chief": 1, "Worker": 2, "Evaluator": 1}, "chief-0"),
     ({"Worker": 3, "Evaluator": 1}, "worker-0"),  # No Chief replica: worker 0 is the chief.
     ({"Chief": 1, "Worker": 1}, "chief-0"),
 ])
 def test_tf_config_as_the_kubeflow_operator_writes_it(replicas, chief):
-  configs = _kubeflow_tf_configs("mnist", "team-a", replicas)
+  configs = kubeflow_tf_configs("mnist", "team-a", replicas)
   tasks = {name: cluster.parse_tf_config({"TF_CONFIG": raw}) for name, raw in configs.items()}
   assert [name for name, t in tasks.items() if t.is_chief] == [chief]
   training = sum(n for r, n in replicas.items() if r != "Evaluator")

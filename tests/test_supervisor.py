@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -15,15 +16,20 @@ from tests.conftest import REPO, run_module
 # A stand-in task: records its TF_CONFIG and pid (one file per start), then
 # behaves as $BEHAVIOUR_<type>_<index> says.
 TASK = textwrap.dedent("""
-    import faulthandler, json, os, signal, sys, time
+    import faulthandler, json, os, signal, socket, sys, time
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # As the trainers do.
     tf_config = json.loads(os.environ["TF_CONFIG"])
     task = tf_config["task"]
     name = f"{task['type']}-{task['index']}"
     out = os.environ["OUT_DIR"]
     starts = len([n for n in os.listdir(out) if n.startswith(name + ".")])
+    with open("/proc/net/dev") as f:
+        interfaces = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+    listener = socket.create_server(("", 0))  # Every interface, as TensorFlow's servers.
     with open(os.path.join(out, f"{name}.{starts}.json"), "w") as f:
-        json.dump({"tf_config": tf_config, "pid": os.getpid(), "niceness": os.nice(0)}, f)
+        json.dump({"tf_config": tf_config, "pid": os.getpid(), "niceness": os.nice(0),
+                   "netns": os.readlink("/proc/self/ns/net"), "interfaces": interfaces,
+                   "port": listener.getsockname()[1]}, f)
     behaviour = os.environ.get("BEHAVIOUR_" + name.replace("-", "_"), "ok")
     print(f"hello from {name}", flush=True)
     if behaviour == "fail" or (behaviour == "fail_once" and not starts):
@@ -37,8 +43,11 @@ TASK = textwrap.dedent("""
     if behaviour == "disk_full":  # As a trainer whose write found no space left: exit 4.
         print("error: a write failed: No space left on device (/x/ckpt-4)", file=sys.stderr)
         sys.exit(4)
-    if behaviour == "lose_peer":  # A peer's failed collective: fails first, exit 1.
-        sys.exit(1)
+    if behaviour == "lose_peer":  # A peer's failed collective: fails first, exit 200.
+        sys.exit(200)
+    if behaviour == "fail_late":  # The cause, seen after its peer's loss of it.
+        time.sleep(0.3)
+        sys.exit(5)
     if behaviour == "hang":
         time.sleep(600)
     if behaviour == "linger":  # Outlives a restart of the others, then ends well.
@@ -182,6 +191,46 @@ def test_a_full_disk_is_not_retried_and_a_workers_error_is_quoted(task_script, t
   assert ("worker-0 exited with code 4 (error: a write failed: No space left on device"
           in caplog.text)
   assert not any(_alive(r["pid"]) for r in records.values())
+
+
+def test_a_tasks_own_failure_is_reported_not_its_peers_loss_of_it(task_script, tmp_path,
+                                                                  caplog):
+  rc, _ = _run(task_script, tmp_path, workers=2, chief_0="lose_peer", worker_0="fail_late")
+  assert rc == 5 and "worker-0 exited with code 5" in caplog.text
+
+
+def test_a_lost_peer_is_retried(task_script, tmp_path, caplog):
+  rc, _ = _run(task_script, tmp_path, workers=2, max_restarts=1, worker_0="lose_peer")
+  assert rc == supervisor.EXIT_PEER_LOST == 200  # Retried once, lost again.
+  assert _tasks_file(tmp_path)["restarts"] == 1 and "Restart 1 of 1" in caplog.text
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="network namespaces: Linux")
+def test_no_other_host_can_reach_the_tasks(task_script, tmp_path):
+  """The tasks share one network namespace with only loopback: a server they start on
+  every interface is out of reach from this machine's own namespace, and so from others."""
+  path, out = task_script
+  env = dict(os.environ, OUT_DIR=str(out), BEHAVIOUR_chief_0="hang")
+  with subprocess.Popen([sys.executable, "-m", "launch.local", "--workers=2", "--evaluator",
+                         f"--task_log_dir={tmp_path / 'logs'}", "--", sys.executable, str(path)],
+                        cwd=REPO, env=env, stderr=subprocess.PIPE, text=True) as launcher:
+    try:
+      deadline = time.monotonic() + 60
+      while len(list(out.glob("*.json"))) < 3:
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.2)
+      time.sleep(0.5)  # Each record is written whole, but a moment after it is created.
+      records = [json.loads(p.read_text()) for p in out.glob("*.json")]
+      assert len({r["netns"] for r in records}) == 1
+      assert records[0]["netns"] != os.readlink("/proc/self/ns/net")
+      assert {tuple(r["interfaces"]) for r in records} == {("lo",)}
+      chief = next(r for r in records if r["tf_config"]["task"]["type"] == "chief")
+      with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", chief["port"]), timeout=5).close()
+    finally:
+      launcher.kill()
+      stderr = launcher.communicate()[1]
+  assert "no private network namespace" not in stderr
 
 
 def test_timeout_stops_a_hung_cluster(task_script, tmp_path, caplog):

@@ -22,6 +22,7 @@ needs_both_installs = pytest.mark.skipif(
 
 
 @needs_both_installs
+@pytest.mark.slow
 def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
     tiny_data_dir, tmp_path):
   out = tmp_path / "out"

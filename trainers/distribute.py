@@ -23,6 +23,7 @@ from tensorflow.python.eager import context
 
 from launch import cluster
 from launch import console
+from launch import supervisor
 from trainers import common
 
 # TF waits an hour for every task to register by default: a peer that never
@@ -241,9 +242,27 @@ def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float 
     context.context().wait_at_barrier(name, int(timeout_seconds * 1000))
 
 
+# How a collective fails once MultiWorkerMirroredStrategy's health check, or
+# gRPC, finds a peer gone: the collectives are aborted (UNAVAILABLE), or time
+# out, or are cancelled.
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.CancelledError, tf.errors.AbortedError)
+
+
+def lost_peer(error: BaseException) -> Optional[BaseException]:
+  """The error in `error`'s chain that says a training peer was lost, or None."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, _PEER_ERRORS):
+      return error
+    error = error.__cause__ or error.__context__
+  return None
+
+
 @contextlib.contextmanager
 def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> Iterator[None]:
-  """While in the block, a training peer that stops answering ends this process (exit 1).
+  """While in the block, a training peer that stops answering ends this process.
 
   MultiWorkerMirroredStrategy's own health check aborts the eager context's
   collectives when a peer stops answering (a frozen process, a host cut
@@ -251,8 +270,8 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
   Estimator's) are not aborted and wait forever: seen with an Estimator
   worker beside a SIGSTOPped chief. So a daemon thread asks each peer every
   PEER_CHECK_SECONDS, and once one has not answered for
-  HEARTBEAT_TIMEOUT_SECONDS it names it and exits 1, a lost peer, which the
-  launcher (or an orchestrator) restarts. A no-op without peers.
+  HEARTBEAT_TIMEOUT_SECONDS it names it and exits with EXIT_PEER_LOST, which
+  the launcher (or an orchestrator) restarts. A no-op without peers.
   """
   resolver = getattr(strategy, "cluster_resolver", None)
   jobs = resolver.cluster_spec().as_dict() if resolver else {}
@@ -277,7 +296,7 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
             print(f"error: {peer} has not answered for {silent:.0f} s "
                   f"({str(e).strip().splitlines()[0]}): ending this task, so that the cluster "
                   "is restarted from its last checkpoint.", file=sys.stderr, flush=True)
-            os._exit(1)  # pylint: disable=protected-access
+            os._exit(supervisor.EXIT_PEER_LOST)  # pylint: disable=protected-access
 
   if peers:
     threading.Thread(target=watch, name="peer-watch", daemon=True).start()

@@ -150,7 +150,8 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
   Returns:
     0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 3 when
     the training loss became NaN or Inf; 4 when a write found no space left
-    on its device; 1 for data that is missing and
+    on its device; 200 (supervisor.EXIT_PEER_LOST) when a training peer was
+    lost, which a restart of the cluster resumes; 1 for data that is missing and
     could not be prepared; for a local cluster, a failed task's exit code.
   """
   workers, model_dir = options.workers, options.model_dir
@@ -227,7 +228,13 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     return _error(str(e), supervisor.EXIT_DIVERGED)
   except Exception as e:  # pylint: disable=broad-except
     full = common.no_space_left(e)
-    if full is None:
+    if full is not None:
+      return _error(common.disk_full_message(model_dir, full), supervisor.EXIT_DISK_FULL)
+    lost = distribute.lost_peer(e) if task and task.type != cluster.EVALUATOR else None
+    if lost is None:
       raise
-    return _error(common.disk_full_message(model_dir, full), supervisor.EXIT_DISK_FULL)
+    first_line = str(lost).strip().splitlines()[0] if str(lost).strip() else type(lost).__name__
+    return _error(f"lost a training peer ({type(lost).__name__}: {first_line}): ending this "
+                  f"task with exit code {supervisor.EXIT_PEER_LOST}, so that the cluster is "
+                  "restarted from its last checkpoint.", supervisor.EXIT_PEER_LOST)
   return 0

@@ -1,0 +1,219 @@
+"""Tasks on separate hosts: each in its own Linux network namespace, with its own address.
+
+The hosts are joined by veth pairs to a bridge in a "switch" namespace;
+addresses are 10.200.0.0/24, inside these namespaces only, and TF_CONFIG
+names no localhost address. Needs root and
+iproute2 (`ip netns`); skipped with the reason elsewhere. The namespaces (and
+with them the links and any process left in them) are removed even when a
+test fails.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+from launch import supervisor
+from launch.tools import parity
+from launch.tools import runs
+from tests.conftest import REPO
+from trainers import flags as trainer_flags
+from trainers import model as model_lib
+from trainers.config import Config
+
+PORT = 2222
+# Detection of a lost peer: heartbeats or health checks, within this (issue 14's limit).
+DETECT_SECONDS = 60
+TASKS = (("chief", 0), ("worker", 0), ("evaluator", 0))
+CONFIG = Config(train_steps=20, global_batch_size=32, learning_rate=0.1, momentum=0.9,
+                eval_batch_size=50, log_every_steps=1, checkpoint_every_steps=10,
+                deterministic=True)
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+
+
+def _why_no_namespaces() -> Optional[str]:
+  if not sys.platform.startswith("linux"):
+    return "network namespaces are Linux-only"
+  if os.geteuid() != 0:
+    return "making network namespaces (ip netns add) needs root"
+  if not shutil.which("ip"):
+    return "iproute2's ip is not installed"
+  probe = f"mhprobe{uuid.uuid4().hex[:6]}"
+  made = _ip("netns", "add", probe)
+  _ip("netns", "del", probe)
+  return None if made.returncode == 0 else f"ip netns add failed: {made.stderr.strip()}"
+
+
+pytestmark = [pytest.mark.multihost,
+              pytest.mark.skipif(bool(_why_no_namespaces()), reason=str(_why_no_namespaces()))]
+
+
+class Hosts:
+  """`count` hosts (namespaces) on one bridge; host i has address 10.200.0.<i+1>."""
+
+  def __init__(self, count: int):
+    tag = uuid.uuid4().hex[:6]
+    self.switch = f"mh{tag}sw"
+    self.names = [f"mh{tag}h{i}" for i in range(count)]
+    self.addresses = [f"10.200.0.{i + 1}" for i in range(count)]
+
+  def __enter__(self) -> "Hosts":
+    try:
+      self._run("netns", "add", self.switch)
+      self._run("-n", self.switch, "link", "add", "br0", "type", "bridge")
+      self._run("-n", self.switch, "link", "set", "br0", "up")
+      for i, (name, address) in enumerate(zip(self.names, self.addresses)):
+        self._run("netns", "add", name)
+        # Both ends are created inside the namespaces: nothing in this machine's own.
+        self._run("link", "add", "eth0", "netns", name, "type", "veth", "peer", "name",
+                  f"port{i}", "netns", self.switch)
+        self._run("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
+        self._run("-n", name, "link", "set", "eth0", "up")
+        self._run("-n", name, "link", "set", "lo", "up")  # A host reaches its own address so.
+        self._run("-n", self.switch, "link", "set", f"port{i}", "master", "br0", "up")
+    except BaseException:
+      self.__exit__()
+      raise
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for name in [*self.names, self.switch]:
+      pids = _ip("netns", "pids", name).stdout.split()
+      for pid in pids:
+        try:
+          os.kill(int(pid), 9)
+        except (ProcessLookupError, ValueError):
+          pass
+      _ip("netns", "del", name)
+
+  @staticmethod
+  def _run(*args: str) -> None:
+    result = _ip(*args)
+    if result.returncode != 0:
+      raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
+
+  def start(self, host: int, cmd: Sequence[str], env: Dict[str, str], log_path: str
+            ) -> subprocess.Popen:
+    """Runs `cmd` on host `host`; its output goes to `log_path`."""
+    with open(log_path, "ab") as log:
+      return subprocess.Popen(["ip", "netns", "exec", self.names[host], *cmd], env=env,
+                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              cwd=REPO)
+
+  def cut(self, host: int, up: bool = False) -> None:
+    """Takes host `host`'s link down at the switch (or up again)."""
+    self._run("-n", self.switch, "link", "set", f"port{host}", "up" if up else "down")
+
+
+def _tf_configs(hosts: Hosts) -> List[str]:
+  cluster = {"chief": [f"{hosts.addresses[0]}:{PORT}"], "worker": [f"{hosts.addresses[1]}:{PORT}"],
+             "evaluator": [f"{hosts.addresses[2]}:{PORT}"]}
+  return [json.dumps({"cluster": cluster, "task": {"type": t, "index": i},
+                      "environment": "cloud"}) for t, i in TASKS]
+
+
+def _start_cluster(hosts: Hosts, backend: str, config: Config, model_dir: str, log_dir: str,
+                   tasks: Sequence[int] = (0, 1, 2)) -> Dict[int, subprocess.Popen]:
+  os.makedirs(log_dir, exist_ok=True)
+  cmd = [sys.executable, "-m", runs.TRAINER_MODULES[backend], f"--model_dir={model_dir}",
+         *trainer_flags.config_to_flags(config)]
+  env = dict(runs.clean_env(), PYTHONPATH=str(REPO))
+  return {i: hosts.start(i, cmd, dict(env, TF_CONFIG=tf_config),
+                         os.path.join(log_dir, f"{TASKS[i][0]}-{TASKS[i][1]}.log"))
+          for i, tf_config in enumerate(_tf_configs(hosts)) if i in tasks}
+
+
+def _wait(procs: Dict[int, subprocess.Popen], timeout: float, log_dir: str) -> Dict[int, int]:
+  deadline = time.monotonic() + timeout
+  codes = {}
+  for i, p in procs.items():
+    try:
+      codes[i] = p.wait(max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      for q in procs.values():
+        q.kill()
+      pytest.fail(f"{TASKS[i]} still running after {timeout:.0f} s; logs in {log_dir}: "
+                  + _tail(log_dir))
+  return codes
+
+
+def _tail(log_dir: str) -> str:
+  return "\n".join(f"--- {name}\n" + open(os.path.join(log_dir, name), errors="replace").read()[-2500:]
+                   for name in sorted(os.listdir(log_dir)))
+
+
+def _init_config(tmp_path, data_dir: str) -> Config:
+  init = str(tmp_path / "init_weights.npz")
+  model_lib.save_weights_npz(init, model_lib.get_weights(model_lib.build_model(CONFIG.seed)))
+  return dataclasses.replace(CONFIG, data_dir=data_dir, init_weights=init)
+
+
+@pytest.mark.parametrize("backend", runs.BACKENDS)
+def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tiny_data_dir,
+                                                                    tmp_path):
+  config = _init_config(tmp_path, tiny_data_dir)
+  local = runs.run_trainer(backend, config, workers=2, model_dir=str(tmp_path / "local"),
+                           log_path=str(tmp_path / "local.log"), timeout=300)
+  model_dir, log_dir = str(tmp_path / "multihost"), str(tmp_path / "logs")
+  with Hosts(3) as hosts:
+    codes = _wait(_start_cluster(hosts, backend, config, model_dir, log_dir), 300, log_dir)
+  assert codes == {0: 0, 1: 0, 2: 0}, _tail(log_dir)
+  for i, (task, index) in enumerate(TASKS[:2]):  # Each server on its own host's address.
+    with open(os.path.join(log_dir, f"{task}-{index}.log")) as f:
+      assert f"Started server with target: grpc://{hosts.addresses[i]}:{PORT}" in f.read()
+  multihost = runs.read_summary(model_dir)
+  assert (multihost["workers"], multihost["global_step"]) == (2, CONFIG.train_steps)
+  weights = {"localhost": parity.backend_weights(backend, local),
+             "3 hosts": parity.backend_weights(backend, multihost)}
+  assert parity.check_mapping(weights).passed
+  (check,) = parity.compare_weights(weights, atol=1e-6)
+  print(f"multihost parity, {backend}: {check.name} = {check.measured:.3g} "
+        f"(limit {check.limit:g}, {check.where})")
+  assert check.passed, check
+  assert multihost["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-6)
+
+
+@pytest.mark.parametrize("backend", runs.BACKENDS)
+def test_a_partitioned_worker_is_detected_and_a_restart_resumes_to_the_final_step(
+    backend, tiny_data_dir, tmp_path):
+  """The worker's link goes down mid-run: chief and worker each find the other gone within
+  DETECT_SECONDS and exit EXIT_PEER_LOST (retried by an orchestrator); the harness, as the
+  orchestrator would, mends the link and starts both again, and the run ends at its final
+  step from the last checkpoint."""
+  config = dataclasses.replace(_init_config(tmp_path, tiny_data_dir), train_steps=400,
+                               checkpoint_every_steps=50, log_every_steps=10)
+  model_dir, log_dir = str(tmp_path / "model"), str(tmp_path / "logs")
+  with Hosts(3) as hosts:
+    procs = _start_cluster(hosts, backend, config, model_dir, log_dir)
+    deadline = time.monotonic() + 240
+    while not any(r.get("step", 0) >= 100 for r in runs.read_progress(model_dir)):
+      assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values()), \
+          _tail(log_dir)
+      time.sleep(0.5)
+    hosts.cut(1)
+    cut_at = time.monotonic()
+    codes = _wait({i: procs[i] for i in (0, 1)}, DETECT_SECONDS + 30, log_dir)
+    detected = time.monotonic() - cut_at
+    assert codes == {0: supervisor.EXIT_PEER_LOST, 1: supervisor.EXIT_PEER_LOST}, _tail(log_dir)
+    assert detected <= DETECT_SECONDS, (detected, _tail(log_dir))
+    print(f"partition, {backend}: both training tasks exited {supervisor.EXIT_PEER_LOST} "
+          f"{detected:.0f} s after the link went down")
+    stopped_at = max(r.get("step", 0) for r in runs.read_progress(model_dir))
+    hosts.cut(1, up=True)
+    restarted = _start_cluster(hosts, backend, config, model_dir, log_dir, tasks=(0, 1))
+    codes = _wait({**restarted, 2: procs[2]}, 600, log_dir)
+  assert codes == {0: 0, 1: 0, 2: 0}, _tail(log_dir)
+  summary = runs.read_summary(model_dir)
+  assert summary["global_step"] == config.train_steps
+  starts = [r for r in runs.read_progress(model_dir) if r["event"] == "start"]
+  assert len(starts) == 2 and 0 < starts[1]["from_step"] <= stopped_at, starts
