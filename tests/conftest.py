@@ -7,7 +7,7 @@ import pathlib
 import struct
 import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -119,17 +119,20 @@ def run_module(module: str, args: List[str], timeout: float = 600,
                         capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def kubeflow_tf_configs(job: str, namespace: str,
-                        replicas: Dict[str, int]) -> Dict[str, Optional[str]]:
+def kubeflow_tf_configs(job: str, namespace: str, replicas: Dict[str, int],
+                        endpoint: Optional[Callable[[str, int], str]] = None
+                        ) -> Dict[str, Optional[str]]:
   """TF_CONFIG of every replica (by pod "<type>-<i>"), as the TFJob operator writes them
   (../shared/schemas/kubeflow-tfjob/tensorflow_tf_config.go: genClusterSpec and
   genTFConfigJSONStr): lower-cased types, `<job>-<type>-<i>.<namespace>.svc:2222`
   (GenGeneralName), "environment": "cloud", every replica in every cluster.
   Go's encoding/json sorts map keys and keeps struct fields in order. A job of one
-  replica gets none (None): it has nothing to connect to."""
+  replica gets none (None): it has nothing to connect to. `endpoint(type, index)`
+  replaces the service addresses (e.g. with local ports, to run the tasks here)."""
   if sum(replicas.values()) == 1:
     return {f"{rtype.lower()}-0": None for rtype in replicas}
-  spec = {rtype.lower(): [f"{job}-{rtype.lower()}-{i}.{namespace}.svc:2222" for i in range(n)]
+  endpoint = endpoint or (lambda rtype, i: f"{job}-{rtype}-{i}.{namespace}.svc:2222")
+  spec = {rtype.lower(): [endpoint(rtype.lower(), i) for i in range(n)]
           for rtype, n in replicas.items()}
   return {f"{rtype.lower()}-{i}": json.dumps(
       {"cluster": dict(sorted(spec.items())), "task": {"type": rtype.lower(), "index": i},

@@ -148,8 +148,12 @@ def _wait(procs: Dict[int, subprocess.Popen], timeout: float, log_dir: str) -> D
 
 
 def _tail(log_dir: str) -> str:
-  return "\n".join(f"--- {name}\n" + open(os.path.join(log_dir, name), errors="replace").read()[-2500:]
-                   for name in sorted(os.listdir(log_dir)))
+  """The end of every task's log, for a failure's message."""
+  tails = []
+  for name in sorted(os.listdir(log_dir)):
+    with open(os.path.join(log_dir, name), errors="replace") as f:
+      tails.append(f"--- {name}\n{f.read()[-2500:]}")
+  return "\n".join(tails)
 
 
 def _init_config(tmp_path, data_dir: str) -> Config:

@@ -26,7 +26,8 @@ from trainers import runner
 from launch.tools import reference
 from launch.tools import runs
 from trainers.config import Config
-from tests.conftest import ESTIMATOR_MISSING, REPO, SHARED_IDX_DIR, run_module
+from tests.conftest import (ESTIMATOR_MISSING, REPO, SHARED_IDX_DIR, kubeflow_tf_configs,
+                            run_module)
 
 BACKENDS = ("keras", "estimator")
 STEPS = 3
@@ -345,12 +346,10 @@ def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, 
                                                                        tmp_path):
   """A TFJob of 2 Worker and 1 Evaluator replicas, no Chief: worker 0 is the chief, every
   task's cluster lists the evaluator, "environment": "cloud" (tensorflow_tf_config.go)."""
-  ports = cluster.pick_free_ports(3)
-  spec = {"evaluator": [f"localhost:{ports[2]}"],
-          "worker": [f"localhost:{ports[0]}", f"localhost:{ports[1]}"]}
-  envs = [{"TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": t, "index": i},
-                                    "environment": "cloud"})}
-          for t, i in (("worker", 0), ("worker", 1), ("evaluator", 0))]
+  ports = dict(zip(("worker-0", "worker-1", "evaluator-0"), cluster.pick_free_ports(3)))
+  configs = kubeflow_tf_configs("mnist", "default", {"Worker": 2, "Evaluator": 1},
+                                endpoint=lambda rtype, i: f"localhost:{ports[f'{rtype}-{i}']}")
+  envs = [{"TF_CONFIG": configs[pod]} for pod in ("worker-0", "worker-1", "evaluator-0")]
   model_dir = tmp_path / "model"
   args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, tiny_data_dir)]
   with concurrent.futures.ThreadPoolExecutor(3) as pool:

@@ -62,7 +62,8 @@ NAN_STEP_ENV = "CHAOS_NAN_AT_STEP"
 MESSAGES = {
     "kill_worker": r"Restart 1 of \d+: (chief|worker)-\d+ (was killed|exited)",
     "kill_evaluator": r"Restart 1 of \d+ of the evaluator alone",
-    "stop_chief": r"Restart 1 of \d+: worker-\d+ exited with code",
+    # The frozen chief's peer gives up on it: a lost peer, exit 200 (supervisor.EXIT_PEER_LOST).
+    "stop_chief": r"Restart 1 of \d+: worker-\d+ exited with code 200",
     "kill_launcher": r"Training from step [1-9]\d*",
     "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
     "nan_loss": r"the training loss became NaN or Inf by step \d+",
