@@ -326,6 +326,38 @@ def test_a_checkpoint_of_another_model_is_left_alone(backend, tiny_data_dir, tmp
             tiny_data_dir, tmp_path / "model")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="network namespaces: Linux")
+def test_no_task_of_a_local_cluster_can_be_reached_from_outside(tiny_data_dir, tmp_path):
+  """A --workers=2 run's TensorFlow servers listen in a namespace with only loopback: from
+  this machine's own namespace (and so from any other host) their ports are closed."""
+  model_dir = tmp_path / "model"
+  config = dataclasses.replace(TINY, train_steps=100000, log_every_steps=10)
+  with subprocess.Popen([sys.executable, "-m", "trainers.keras_main", "--workers=2",
+                         f"--model_dir={model_dir}", *_flags(config, tiny_data_dir)],
+                        cwd=REPO, env=runs.clean_env(), stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL) as launcher:
+    try:
+      deadline = time.monotonic() + 120
+      while not runs.read_progress(str(model_dir))[1:]:  # Training: every server is up.
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.5)
+      tasks = runs.read_tasks(runs.task_log_dir(str(model_dir)))["tasks"]
+      namespaces = {os.readlink(f"/proc/{t['pid']}/ns/net") for t in tasks}
+      assert len(namespaces) == 1 and namespaces != {os.readlink("/proc/self/ns/net")}
+      with open(f"/proc/{tasks[0]['pid']}/net/dev") as f:
+        assert [line.split(":")[0].strip() for line in f.readlines()[2:]] == ["lo"]
+      with open(f"/proc/{tasks[0]['pid']}/environ", "rb") as f:
+        env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+      spec = json.loads(env[b"TF_CONFIG"])["cluster"]
+      for address in spec["chief"] + spec["worker"]:
+        with pytest.raises(ConnectionRefusedError):
+          socket.create_connection(("localhost", int(address.rsplit(":", 1)[1])),
+                                   timeout=5).close()
+    finally:
+      launcher.terminate()
+      launcher.wait(60)
+
+
 def test_tasks_started_with_different_clusters_both_stop(tiny_data_dir, tmp_path):
   """A chief told of 2 training tasks and a worker told of 3: each names the other's cluster."""
   ports = cluster.pick_free_ports(3)
