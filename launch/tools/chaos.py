@@ -342,14 +342,11 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   os.makedirs(model_dir, exist_ok=True)
   log_path = os.path.join(trial_dir, "run.log")
   env = dict(runs.clean_env(), TMPDIR=tmp_dir)
-  cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
-                             timeout=timeout)
   start = time.monotonic()
 
   def launch(train_steps: int = config.train_steps, extra_env: Optional[Dict] = None) -> _Run:
-    command = (cmd if train_steps == config.train_steps else runs.trainer_command(
-        backend, dataclasses.replace(config, train_steps=train_steps), workers=workers,
-        model_dir=model_dir, timeout=timeout))
+    command = runs.trainer_command(backend, dataclasses.replace(config, train_steps=train_steps),
+                                   workers=workers, model_dir=model_dir, timeout=timeout)
     return _Run(command, model_dir, log_path, {**env, **(extra_env or {})},
                 time.monotonic() + timeout)
 
