@@ -38,6 +38,9 @@ _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new tempor
 _DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = flags.DEFINE_float("timeout", 1800, "Seconds allowed for each run.")
+_MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
+    "measure_uninterrupted", True, "Also train each backend without a stop (two more runs per "
+    "worker count) and report how far the resumed runs are from them.")
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
                for f in dataclasses.fields(handoff.Tolerances)}
 
@@ -60,6 +63,7 @@ def main(argv: Sequence[str]) -> None:
     report = handoff.run_handoff(
         config, workers, out, split_at=_SPLIT_AT.value, train_steps=_TRAIN_STEPS.value,
         resume_steps=_RESUME_STEPS.value, timeout=_TIMEOUT.value,
+        measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
         tolerances=handoff.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}))
   except (runs.RunError, convert.ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")

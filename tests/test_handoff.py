@@ -49,7 +49,8 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
   out = tmp_path / "handoff"
   result = run_module("launch.handoff", ["--workers=2", f"--split_at={SPLIT}",
                                          f"--train_steps={STEPS}", f"--resume_steps={RESUME}",
-                                         f"--data_dir={real_data_dir}", f"--out={out}"],
+                                         f"--data_dir={real_data_dir}", f"--out={out}",
+                                         "--nomeasure_uninterrupted"],  # Two runs fewer.
                       timeout=1500)
   assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
   assert "Overall: PASS" in result.stdout
@@ -62,7 +63,7 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
                    "2w B: learning rate at step 21", "2w B: resumed from the split"):
     assert expected in names, names
   assert {len(v) for k, v in report["losses"].items() if " 0-" not in k} == {RESUME}
-  assert report["measured"] and os.path.getsize(out / "loss_curves.png") > 10_000
+  assert report["measured"] == {} and os.path.getsize(out / "loss_curves.png") > 10_000
 
   # Negative controls: B again, from the same Estimator checkpoint, with its
   # momentum zeroed or its step reset: the resume check against A must fail.
@@ -78,7 +79,8 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
     summary = runs.run_trainer(
         "keras", dataclasses.replace(config, train_steps=SPLIT + RESUME, record_dir=str(leg),
                                      checkpoint_every_steps=SPLIT + RESUME),
-        workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"))
+        workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"),
+        extra_flags=["--noevaluator"])
     losses = {"A": json.loads((run_dir / "A" / "losses.json").read_text())["losses"],
               name: json.loads((leg / "losses.json").read_text())["losses"]}
     checks = handoff.resume_checks(name, {"A": summary_a, name: summary}, losses,

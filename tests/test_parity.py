@@ -59,8 +59,8 @@ def test_one_worker_short_run_agrees(real_data_dir, tmp_path):
 def test_a_halved_estimator_gradient_is_reported_at_a_variable(tiny_data_dir, tmp_path):
   # v1 momentum is linear in the gradient, so halving the learning rate steps
   # exactly as a model_fn that divided its loss by the global batch would at
-  # 2 workers.
-  report = parity.run_parity(Config(data_dir=tiny_data_dir), 2, str(tmp_path), steps=3,
+  # 2 workers. One worker is enough to show parity reports it (and cheaper).
+  report = parity.run_parity(Config(data_dir=tiny_data_dir), 1, str(tmp_path), steps=3,
                              long_steps=0, backend_flags={"estimator": ["--learning_rate=0.05"]})
   assert not report.passed
   checks = {c.name: c for c in report.checks}
