@@ -40,3 +40,17 @@ def test_autograph_skips_tf_keras_once():
 def test_the_chief_rule_follows_the_cluster_layout():
   assert cluster.Task("chief", 0, 2).is_chief and not cluster.Task("worker", 0, 2).is_chief
   assert cluster.Task("worker", 0, 2, has_chief_job=False).is_chief
+
+
+def test_a_lost_peer_is_found_in_an_errors_chain_and_nothing_else_is():
+  """runner.run maps these to EXIT_PEER_LOST (200), which the launcher and TFJob retry."""
+  aborted = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: Socket closed")
+  try:
+    try:
+      raise aborted
+    except tf.errors.UnavailableError as e:
+      raise RuntimeError("fit failed") from e
+  except RuntimeError as wrapped:
+    assert distribute.lost_peer(wrapped) is aborted
+  assert distribute.lost_peer(ValueError("bad batch")) is None
+  assert distribute.lost_peer(tf.errors.InvalidArgumentError(None, None, "shape")) is None

@@ -77,20 +77,27 @@ def diverged(step: int) -> DivergedError:
       "diverge again.")
 
 
+def in_chain(error: Optional[BaseException],
+             matches: Callable[[BaseException], bool]) -> Optional[BaseException]:
+  """The first error in `error`'s chain (its causes and contexts) that `matches`, or None."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if matches(error):
+      return error
+    error = error.__cause__ or error.__context__
+  return None
+
+
 def no_space_left(error: BaseException) -> Optional[BaseException]:
   """The error in `error`'s chain that is a write finding no space left (ENOSPC), or None.
 
   Python raises OSError(ENOSPC); TensorFlow's file system maps ENOSPC to an
   OpError (RESOURCE_EXHAUSTED) whose message keeps strerror's text.
   """
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if ((isinstance(error, OSError) and error.errno == errno.ENOSPC) or
-        (isinstance(error, tf.errors.OpError) and os.strerror(errno.ENOSPC) in error.message)):
-      return error
-    error = error.__cause__ or error.__context__
-  return None
+  return in_chain(error, lambda e: (
+      (isinstance(e, OSError) and e.errno == errno.ENOSPC) or
+      (isinstance(e, tf.errors.OpError) and os.strerror(errno.ENOSPC) in e.message)))
 
 
 def disk_full_message(model_dir: str, error: BaseException) -> str:

@@ -251,13 +251,7 @@ _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
 
 def lost_peer(error: BaseException) -> Optional[BaseException]:
   """The error in `error`'s chain that says a training peer was lost, or None."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, _PEER_ERRORS):
-      return error
-    error = error.__cause__ or error.__context__
-  return None
+  return common.in_chain(error, lambda e: isinstance(e, _PEER_ERRORS))
 
 
 @contextlib.contextmanager
