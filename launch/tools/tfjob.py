@@ -101,7 +101,8 @@ def validate(spec: JobSpec) -> Config:
   if spec.backend == "estimator" and spec.workers > 1 and not spec.evaluator:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
                      "its Evaluator replica.")
-  # The longest pod name is <name>-evaluator-0 or <name>-worker-<i>: a DNS label too.
+  # Every pod's name (<name>-<type>-<i>) is a DNS label too: this one is at least as
+  # long as any (evaluator is the longest type; the highest index is workers-2).
   longest = f"{spec.name}-evaluator-{max(spec.workers - 2, 0)}"
   if not _DNS_1035.match(spec.name) or len(longest) > 63:
     raise ValueError(f"--name {spec.name!r} must be a DNS-1035 label (lower-case letters, digits "
