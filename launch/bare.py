@@ -1,14 +1,17 @@
-r"""The benchmark's bare loops: the reference, or the step-cost probe.
+r"""The benchmark's bare loops: the ceiling run, or the step-cost probe.
 
   python -m launch.bare [--model_dir=DIR] [--data_dir=DIR] [--train_steps=N]
-  python -m launch.local --workers=N -- python -m launch.bare --probe_out=FILE
+  python -m launch.local --workers=N -- python -m launch.bare [--model_dir=DIR]
+  [python -m launch.local --workers=N --] python -m launch.bare --probe_out=FILE
 
-Without --probe_out it trains with a bare tf.function loop, one process, no
-strategy (launch.bench's reference); the last line on stdout is the summary
-JSON. With --probe_out it times input, compute, all-reduce and a whole step
-under MultiWorkerMirroredStrategy as this TF_CONFIG task (or alone), and the
-chief writes them to FILE. Takes the trainers' flags (one per Config field);
---workers must be 1: a cluster comes from TF_CONFIG.
+Without --probe_out it trains with the ceiling's loop, K steps (Keras's steps
+per execution) per tf.function call on the shared input pipeline: no strategy
+alone, the bare MultiWorkerMirroredStrategy step as a TF_CONFIG task
+(launch.bench's ceiling run); the chief's last line on stdout is the summary
+JSON. With --probe_out it times input, compute, all-reduce and the ceiling's
+loops (one or K steps per call, on the pipeline or on a batch held in memory)
+as this task, and the chief writes them to FILE. Takes the trainers' flags
+(one per Config field); --workers must be 1: a cluster comes from TF_CONFIG.
 """
 
 import sys
@@ -30,8 +33,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   if flags.FLAGS.workers != 1:
-    raise app.UsageError("--workers must be 1: the reference runs in one process, and the "
-                         "probe's cluster comes from TF_CONFIG (python -m launch.local).",
+    raise app.UsageError("--workers must be 1: a cluster comes from TF_CONFIG (python -m "
+                         "launch.local --workers=N -- python -m launch.bare ...).",
                          exitcode=2)
   config = trainer_flags.config_from_flags()
   try:

@@ -73,7 +73,7 @@ def main(argv: Sequence[str]) -> None:
   results, step_costs = bench_run.run_bench(config, workers, out, backends=entries,
                                         timeout=_TIMEOUT.value, repeats=_REPEATS.value)
   bench_report.write_report(results, step_costs, config, out, started, entries)
-  print(bench_report.format_table(results))
+  print(bench_report.format_table(results, step_costs))
   print("\nWhere a step's time goes (ms):\n" + bench_report.format_step_costs(results, step_costs,
                                                                      entries))
   for line in bench_report.explain(results, step_costs):

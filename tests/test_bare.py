@@ -1,4 +1,4 @@
-"""launch.tools.bare: the bare loop writes what the bench reads; the probe times every part."""
+"""launch.tools.bare: the ceiling loop writes what the bench reads; the probe times every part."""
 
 import dataclasses
 import json
@@ -6,19 +6,24 @@ import json
 import tensorflow as tf
 
 from launch.tools import bare
+from launch.tools import bench_measure
 from launch.tools import runs
 from trainers.config import Config
 
-CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
-                checkpoint_every_steps=3)
+CONFIG = Config(train_steps=8, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
+                checkpoint_every_steps=4, backup_every_steps=4)
 
 
-def test_the_bare_loop_writes_events_and_a_summary(tiny_data_dir, tmp_path):
+def test_the_ceiling_loop_writes_events_and_a_summary(tiny_data_dir, tmp_path):
   config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir)
-  summary = bare.train_bare_loop(config, str(tmp_path))
+  summary = bare.train_ceiling_loop(config, str(tmp_path))
   assert runs.read_summary(str(tmp_path)) == summary
-  assert summary["global_step"] == 6 and 0 <= summary["test_accuracy"] <= 1
-  assert list((tmp_path / "eval").iterdir())
+  assert config.keras_steps_per_execution() == 2  # Two steps per call.
+  assert summary["global_step"] == 8 and 0 <= summary["test_accuracy"] <= 1
+  assert summary["backend"] == "ceiling" and summary["workers"] == 1
+  # A loss event every 2 steps, an evaluation every 4: what the bench reads.
+  assert [e[0] for e in bench_measure.scalar_events(str(tmp_path), "loss")] == [2, 4, 6, 8]
+  assert [e[0] for e in bench_measure.scalar_events(str(tmp_path / "eval"), "accuracy")] == [4, 8]
 
 
 def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tmp_path):
@@ -28,5 +33,8 @@ def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tm
                                 strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
   assert json.loads(out.read_text()) == costs
   assert costs["workers"] == 1 and costs["per_replica_batch"] == 32
-  for part in ("input", "compute", "all_reduce", "step"):
-    assert costs[part]["ms"] > 0 and len(costs[part]["windows"]) == bare.PROBE_WINDOWS
+  assert costs["steps_per_execution"] == 2
+  for part in bare.PARTS:
+    assert costs[part]["ms"] > 0 and len(costs[part]["windows"]) == bare.PROBE_WINDOWS, part
+    assert costs[part]["steps_per_call"] == (2 if part.startswith("step_k") else 1), part
+

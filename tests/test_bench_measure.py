@@ -15,7 +15,7 @@ def test_step_windows_skip_warm_up():
 
 
 def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
-  rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_reference=ratio,
+  rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_ceiling=ratio,
                          launch_to_first_step=launch, peak_rss_mb={"main": rss},
                          cpu_seconds={"main": cpu}, breakdown={"training": training},
                          window_ms_per_step=[ms], step_at_accuracy=step)
@@ -31,11 +31,11 @@ def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
   failed = bench_measure.combine_rounds([rounds[0], dataclasses.replace(rounds[1], error="exit code 1")])
   assert failed.error == "round 2: exit code 1" and failed.rounds == 2
   assert failed.ms_per_step is None  # No round's numbers stand for a failed entry.
-  costs = [{"workers": 2, **{part: {"ms": ms + i, "windows": [ms + i]}
+  costs = [{"workers": 2, **{part: {"ms": ms + i, "windows": [ms + i], "steps_per_call": 1}
                              for i, part in enumerate(bench_measure.STEP_PARTS)}} for ms in (3, 1, 2)]
   combined_costs = bench_measure.combine_step_costs(costs)
   assert combined_costs["workers"] == 2 and combined_costs["step"]["ms"] == 5
-  assert combined_costs["input"] == {"ms": 2, "windows": [3, 1, 2]}
+  assert combined_costs["input"] == {"ms": 2, "windows": [3, 1, 2], "steps_per_call": 1}
   assert "round 2" in bench_measure.combine_step_costs([costs[0], {"error": "exit code 1"}])["error"]
 
 
@@ -49,3 +49,24 @@ def test_startup_milestones_come_from_the_first_start_record(tmp_path):
                   "startup": {"imported": 14.0, "strategy": 16.0}}) + "\n" +
       '{"event": "step", "ti')  # A record still being written is not read.
   assert bench_measure.startup_milestones(str(tmp_path)) == {"imported": 4.25, "strategy": 6.5}
+
+
+def test_the_ceiling_is_the_fastest_loop_and_every_ratio_is_taken_to_it():
+  costs = {1: {"step": {"ms": 12.0}, "step_memory": {"ms": 11.5}, "step_k": {"ms": 10.2},
+               "step_k_memory": {"ms": 10.0}},
+           2: {"step": {"ms": 20.0}, "step_memory": {"ms": 19.0}, "step_k": {"ms": 18.0},
+               "step_k_memory": {"ms": 17.9}}}
+  ceiling_1 = bench_measure.Result("ceiling", 1, ms_per_step=10.5)
+  ceiling_2 = bench_measure.Result("ceiling", 2, ms_per_step=17.0)  # Faster than its loops.
+  keras_1 = bench_measure.Result("keras", 1, ms_per_step=11.0)
+  keras_2 = bench_measure.Result("keras", 2, ms_per_step=17.0 / 1.02)
+  failed = bench_measure.Result("estimator", 2, error="exit code 1")
+  results = [ceiling_1, keras_1, ceiling_2, keras_2, failed]
+  assert bench_measure.ceilings(results, costs) == {1: ("step_k_memory", 10.0),
+                                                    2: ("ceiling run", 17.0)}
+  bench_measure.set_ratios(results, costs)
+  assert (ceiling_1.ratio_to_ceiling, keras_1.ratio_to_ceiling) == (0.952, 0.909)
+  assert (ceiling_2.ratio_to_ceiling, keras_2.ratio_to_ceiling) == (1.0, 1.02)
+  assert failed.ratio_to_ceiling is None
+  # Without the probe (it failed), the ceiling run alone is the ceiling.
+  assert bench_measure.ceilings(results, {1: {"error": "exit code 1"}}) == {1: ("ceiling run", 10.5)}

@@ -3,37 +3,74 @@
 from launch.tools import bench_measure
 from launch.tools import bench_report
 
+COSTS = {1: {"per_replica_batch": 96, "intra_op_threads": 2, "steps_per_execution": 10,
+             "input": {"ms": 0.4}, "compute": {"ms": 9.1}, "all_reduce": {"ms": 0.2},
+             "step": {"ms": 10.5}, "step_memory": {"ms": 10.2}, "step_k": {"ms": 9.8},
+             "step_k_memory": {"ms": 9.5}},
+         2: {"per_replica_batch": 48, "intra_op_threads": 1, "steps_per_execution": 10,
+             "input": {"ms": 0.5}, "compute": {"ms": 10.2}, "all_reduce": {"ms": 5.0},
+             "step": {"ms": 16.0}, "step_memory": {"ms": 15.8}, "step_k": {"ms": 15.5},
+             "step_k_memory": {"ms": 15.2}}}
+
+
+def _results():
+  return [bench_measure.Result("ceiling", 1, ms_per_step=9.9, examples_per_second=9697,
+                               launch_to_first_step=3.0),
+          bench_measure.Result("keras", 1, ms_per_step=11.0, examples_per_second=8727,
+                               launch_to_first_step=6.0),
+          bench_measure.Result("keras", 2, ms_per_step=18.0, examples_per_second=5333,
+                               launch_to_first_step=12.5, wall_seconds=40.0,
+                               peak_rss_mb={"launcher": 1, "chief-0": 1, "worker-0": 1,
+                                            "evaluator-0": 1},
+                               cpu_seconds={"evaluator-0": 8.0},
+                               breakdown={"launch_to_tasks_started": 2.5})]
+
 
 def test_missed_targets_are_explained_from_the_step_costs():
-  ref = bench_measure.Result("reference", 1, ms_per_step=10.0, examples_per_second=9600)
-  keras1 = bench_measure.Result("keras", 1, ms_per_step=11.0, examples_per_second=8727,
-                        ratio_to_reference=0.909)
-  keras2 = bench_measure.Result("keras", 2, ms_per_step=18.0, examples_per_second=5333,
-                        launch_to_first_step=12.5, peak_rss_mb={"launcher": 1, "chief-0": 1,
-                                                                "worker-0": 1},
-                        breakdown={"launch_to_tasks_started": 2.5})
-  costs = {1: {"per_replica_batch": 96, "intra_op_threads": 2, "compute": {"ms": 10.1},
-               "all_reduce": {"ms": 0.2}, "input": {"ms": 0.4}, "step": {"ms": 10.5}},
-           2: {"per_replica_batch": 48, "intra_op_threads": 1, "compute": {"ms": 10.2},
-               "all_reduce": {"ms": 5.0}, "input": {"ms": 0.5}, "step": {"ms": 16.0}}}
-  lines = bench_report.explain([ref, keras1, keras2], costs)
-  assert len(lines) == 3, lines  # Throughput, scaling and launch; accuracy is not measured.
-  assert "takes 10.50 (+0.50: the strategy); keras adds +0.50" in lines[0]
-  assert "all-reduce alone takes 5.00 ms" in lines[1]
-  assert "would reach 0.66 of 1 worker's" in lines[1] and "keras adds +2.00 ms" in lines[1]
-  assert "12.5 s: 2.5 s before any task started" in lines[2]
-  table = bench_report.format_step_costs([ref, keras1, keras2], costs, ["keras"])
-  assert "| 2 | 48 | 1 | 0.50 | 10.20 | 5.00 | 16.00 | - | 18.00 | +2.00 |" in table
+  results = _results()
+  bench_measure.set_ratios(results, COSTS)
+  targets = {t.name: t for t in bench_report.targets(results, COSTS)}
+  assert targets["keras x1 examples/s / ceiling"].measured == round(9.5 / 11.0, 3)
+  assert targets["keras x2 ms/step - bare K-step step"].measured == 2.5
+  assert targets["keras x1 launch to first step (s)"].limit == 5.0
+  assert targets["keras x2 launch to first step (s)"].limit == 8.0
+  assert "ceiling x1 examples/s / ceiling" not in targets  # The backends' targets only.
+  lines = bench_report.explain(results, COSTS)
+  assert len(lines) == 5, lines  # Ratio, launch x1, K-step, scaling, launch x2.
+  ratio = next(line for line in lines if line.startswith("keras x1 examples/s"))
+  assert "against the ceiling's 9.50 (step_k_memory)" in ratio
+  assert "the input pipeline costs +0.30 ms/step, a call per step +0.70" in ratio
+  assert "keras adds +1.20 to the K-step loop" in ratio
+  k_step = next(line for line in lines if "K-step step" in line)
+  assert "+2.50 over a bare K-step" in k_step and "all-reduce alone takes 5.00 ms" in k_step
+  assert "The evaluator task took 8 CPU-s during the run's 40 s" in k_step
+  assert any("12.5 s: 2.5 s before any task started" in line for line in lines)
+  assert any("the ceiling run, which imports TensorFlow" in line and "took 3.0 s" in line
+             for line in lines)
+  table = bench_report.format_step_costs(results, COSTS, ["keras"])
+  assert ("| 2 | 48 | 1 | 10 | 0.50 | 10.20 | 5.00 | 16.00 | 15.80 | 15.50 | 15.20 | - | "
+          "15.20 (step_k_memory) | 18.00 | +2.50 |") in table
+  assert "| 9.90 | 9.50 (step_k_memory) | 11.00 | +1.20 |" in table
+  assert table.splitlines()[1].count("|") == table.splitlines()[0].count("|")
+  assert bench_report.ceiling_bugs(results) == []
+
+
+def test_a_run_faster_than_the_ceiling_is_reported_as_a_bug_in_the_ceiling():
+  results = _results()
+  results[1].ms_per_step = 9.0
+  bench_measure.set_ratios(results, COSTS)
+  (bug,) = bench_report.ceiling_bugs(results)
+  assert bug.startswith("keras x1 ran at 1.056 of the ceiling") and "bug in the ceiling" in bug
+  assert not any("keras x1 examples/s" in line for line in bench_report.explain(results, COSTS))
 
 
 def test_the_table_shows_ratios_of_medians_with_their_range():
-  rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_reference=ratio,
+  rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_ceiling=ratio,
                                  examples_per_second=eps)
             for ms, ratio, eps in [(10, 1.0, 9600), (12, 0.9, 8000), (11, 1.1, 8727.3)]]
   combined = bench_measure.combine_rounds(rounds)
-  reference = bench_measure.Result("reference", 1, ms_per_step=10.0, examples_per_second=9600)
-  both = [bench_measure.combine_rounds([reference, reference]), combined]
-  bench_measure.set_ratios(both)
+  ceiling = bench_measure.Result("ceiling", 1, ms_per_step=10.0, examples_per_second=9600)
+  both = [bench_measure.combine_rounds([ceiling, ceiling]), combined]
+  bench_measure.set_ratios(both, {1: {}})
   # The ratio of the medians, not the median of the ratios (1.0): both columns agree.
-  assert "| 11.00 | 0.91 (0.90-1.10) |" in bench_report.format_table(both)
-
+  assert "| 11.00 | 0.91 (0.90-1.10) |" in bench_report.format_table(both, {1: {}})

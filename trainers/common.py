@@ -473,6 +473,6 @@ def finish(
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
     json.dump(summary, f, indent=2)
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-  logging.info("Wrote %s; SavedModel in %s", path, export_dir)
+  logging.info("Wrote %s%s", path, f"; SavedModel in {export_dir}" if export_dir else "")
   print(json.dumps(summary), flush=True)
   return summary

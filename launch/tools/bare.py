@@ -1,9 +1,13 @@
 """Bare tf.function loops the benchmark measures the trainers against.
 
-- `train_bare_loop`: the reference, a bare `tf.function` step in a plain
-  Python loop, one process, no strategy: the ceiling for this model here.
-- `probe_step_costs`: what a step costs, part by part, under
-  MultiWorkerMirroredStrategy, run in every task of a cluster (or alone).
+- `train_ceiling_loop`: the ceiling run, the fastest honest loop trained to
+  the end: K steps (Keras's steps per execution) per `tf.function` call, on
+  the shared input pipeline; no strategy in one process, the bare
+  MultiWorkerMirroredStrategy step in a cluster.
+- `probe_step_costs`: what a step costs, part by part, and the ceiling's
+  loops side by side (one or K steps per call, each with the input pipeline
+  or with one batch held in memory), run in every task of a cluster (or alone,
+  without a strategy).
 
 Both train the shared model on the shared input_fn with the trainers' update
 (v1 momentum, cosine-decayed learning rate), so their numbers compare with
@@ -30,9 +34,14 @@ from trainers import distribute
 from trainers import model as model_lib
 from trainers.config import Config
 
-REFERENCE = "reference"
+CEILING = "ceiling"
 PROBE_WINDOWS = 5
-PROBE_CALLS_PER_WINDOW = 30
+PROBE_STEPS_PER_WINDOW = 30
+# The ceiling's loops: steps per call (one, or K as Keras runs them) by where
+# the batch comes from (the input pipeline, or one batch held in memory).
+LOOPS = {"step": (False, False), "step_memory": (False, True), "step_k": (True, False),
+         "step_k_memory": (True, True)}
+PARTS = ("input", "compute", "all_reduce", *LOOPS)
 
 
 def steps_per_epoch(config: Config) -> int:
@@ -73,35 +82,89 @@ class _Step:
     self._step.assign_add(1)
 
 
-def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
-  """Trains the shared model with a bare tf.function step in a Python loop, no strategy.
+def _strategy_for_this_task() -> tf.distribute.Strategy:
+  """MultiWorkerMirroredStrategy in a TF_CONFIG cluster; no strategy (the default) alone."""
+  return distribute.create_strategy() if cluster.parse_tf_config() else tf.distribute.get_strategy()
+
+
+class _Loops:
+  """The bare step under a strategy, as tf.functions of one or K steps per call.
+
+  `strategy.run` over plain variables: each worker holds one replica (see
+  _Step). Under the default strategy (one process) `run` is a plain call and
+  the all-reduce of the one replica's gradients is skipped: nothing to sum.
+  """
+
+  def __init__(self, config: Config, strategy: tf.distribute.Strategy,
+               input_fn: common.InputFn):
+    self.strategy = strategy
+    self.step = _Step(config)
+    self.steps_per_call = config.keras_steps_per_execution()
+    self.iterator = iter(strategy.distribute_datasets_from_function(
+        lambda ctx: input_fn(mnist.TRAIN, ctx)))
+    self._sum = strategy.num_replicas_in_sync > 1
+
+  def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    return self.strategy.experimental_local_results(self.strategy.run(fn, args=args))
+
+  def _replica_step(self, all_reduce: bool) -> Callable[..., tf.Tensor]:
+    def replica_fn(images, labels):
+      loss, gradients = self.step.gradients(images, labels)
+      if all_reduce and self._sum:
+        gradients = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, gradients)
+      self.step.apply(gradients)
+      return loss
+    return replica_fn
+
+  def train(self, steps: int, *, all_reduce: bool = True, held: Optional[Any] = None
+            ) -> Callable[[], Any]:
+    """A call that trains `steps` steps, on the next batches or on the `held` batch."""
+    replica_fn = self._replica_step(all_reduce)
+
+    @tf.function
+    def call(*batch):
+      losses = self.run(replica_fn, *(batch or next(self.iterator)))
+      if steps > 1:
+        for _ in tf.range(steps - 1):  # As Keras's train_function with steps_per_execution.
+          losses = self.run(replica_fn, *(batch or next(self.iterator)))
+      return losses
+    # The held batch is an argument, not a captured constant, as a real batch would be.
+    return lambda: call(*(held or ()))
+
+
+def train_ceiling_loop(config: Config, model_dir: str,
+                       strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, Any]:
+  """Trains the shared model with the ceiling's loop: K steps per tf.function call.
 
   Same model, loss, v1-momentum + cosine update, global batch and input_fn as
-  both backends (one pipeline, no InputContext). It writes what the trainers
-  write for the benchmark to read: `loss` and `global_step/sec` events every
-  `log_every_steps`, test `accuracy`/`loss` in `eval/` every
-  `checkpoint_every_steps` and at the end, and `summary.json`.
+  both backends; K is Keras's steps per execution. The chief writes what the
+  trainers write for the benchmark to read: `loss` and `global_step/sec`
+  events every `log_every_steps`, test `accuracy`/`loss` in `eval/` every
+  `checkpoint_every_steps` and at the end (evaluated by the chief while the
+  other workers wait, as Keras with --noevaluator), and `summary.json`.
+  Other workers write nothing.
 
   Args:
     config: hyperparameters.
-    model_dir: where events and summary.json go.
+    model_dir: where the chief's events and summary.json go.
+    strategy: default: MultiWorkerMirroredStrategy from TF_CONFIG in a
+      cluster, no strategy alone.
 
   Returns:
-    The summary.
+    The summary (the chief's; other workers return it without writing it).
   """
-  config.validate(1)
+  strategy = strategy or _strategy_for_this_task()
+  workers = distribute.num_workers(strategy)
+  config.validate(strategy.num_replicas_in_sync)
+  chief = distribute.is_chief(strategy)
   common.setup_determinism(config)
   input_fn = common.default_input_fn(config)
-  step = _Step(config)
-  iterator = iter(input_fn(mnist.TRAIN, None))
-
-  @tf.function
-  def train_step(iterator):
-    loss, gradients = step.gradients(*next(iterator))
-    step.apply(gradients)
-    return loss
-
-  eval_step = tf.function(lambda images, labels: model_lib.eval_sums(step.model, images, labels))
+  loops = _Loops(config, strategy, input_fn)
+  k = loops.steps_per_call
+  train_call = loops.train(k)
+  eval_step = tf.function(lambda images, labels: model_lib.eval_sums(loops.step.model, images,
+                                                                     labels))
 
   def evaluate() -> Dict[str, float]:
     totals = [0.0, 0.0, 0.0]
@@ -109,23 +172,26 @@ def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
       totals = [t + float(x) for t, x in zip(totals, eval_step(images, labels).numpy())]
     return {"accuracy": totals[1] / totals[2], "loss": totals[0] / totals[2]}
 
-  writer = tf.summary.create_file_writer(model_dir)
-  eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR))
+  # Only the chief writes to model_dir.
+  writer, eval_writer = ((tf.summary.create_file_writer(model_dir),
+                          tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)))
+                         if chief else (tf.summary.create_noop_writer(),) * 2)
   start = last_time = time.time()
   first_step_time, last_step, metrics = 0.0, 0, {}
-  for i in range(1, config.train_steps + 1):
-    loss = train_step(iterator)
-    if i == 1:
-      float(loss)  # Eager calls are synchronous already; this only makes it explicit.
+  for i in range(k, config.train_steps + 1, k):
+    # The host waits for a call's last step here only when it reads the loss.
+    losses = train_call()
+    if i == k:
+      tf.nest.map_structure(lambda t: t.numpy(), losses)
       first_step_time = time.time()
-    if i % config.log_every_steps == 0 or i == config.train_steps:
-      value, now = float(loss), time.time()
+    if chief and (i % config.log_every_steps == 0 or i == config.train_steps):
+      value, now = float(losses[0]), time.time()
       with writer.as_default(step=i):
         tf.summary.scalar("loss", value)
         tf.summary.scalar("global_step/sec", (i - last_step) / max(now - last_time, 1e-9))
       writer.flush()
       last_step, last_time = i, now
-    if i % config.checkpoint_every_steps == 0 or i == config.train_steps:
+    if chief and (i % config.checkpoint_every_steps == 0 or i == config.train_steps):
       metrics = evaluate()
       logging.info("Test metrics at step %d: %s", i, metrics)
       with eval_writer.as_default(step=i):
@@ -133,94 +199,97 @@ def train_bare_loop(config: Config, model_dir: str) -> Dict[str, Any]:
           tf.summary.scalar(name, value)
       eval_writer.flush()
   train_seconds = time.time() - start
+  # The chief's last evaluation runs while the others wait here: no task
+  # leaves the cluster before every task is done with it.
+  distribute.barrier(strategy, "ceiling_end")
   writer.close()
   eval_writer.close()
-  return common.finish(REFERENCE, config, model_dir, workers=1, global_step=config.train_steps,
-                       metrics=metrics, train_seconds=train_seconds,
-                       trained_steps=config.train_steps, export_dir="",
-                       first_step_time=first_step_time)
+  summary = dict(global_step=config.train_steps, metrics=metrics, train_seconds=train_seconds,
+                 trained_steps=config.train_steps, export_dir="", first_step_time=first_step_time)
+  if not chief:
+    return summary
+  return common.finish(CEILING, config, model_dir, workers=workers, **summary)
 
 
-def _median_ms_per_call(fn: Callable[[], Any], warmup_calls: int) -> Dict[str, Any]:
-  """Median ms per call of `fn` over PROBE_WINDOWS windows, after `warmup_calls`."""
+def _median_ms_per_step(fn: Callable[[], Any], steps_per_call: int, warmup_calls: int
+                        ) -> Dict[str, Any]:
+  """Median ms per step of `fn` over PROBE_WINDOWS windows, after `warmup_calls`."""
   for _ in range(warmup_calls):
     fn()
   windows = []
+  calls = max(1, PROBE_STEPS_PER_WINDOW // steps_per_call)
   for _ in range(PROBE_WINDOWS):
     start = time.perf_counter()
-    for _ in range(PROBE_CALLS_PER_WINDOW):
+    for _ in range(calls):
       out = fn()
-    # A call returns once its step has run; reading the result only makes sure.
+    # Waits for the window's last step: a call may return before its step has run.
     tf.nest.map_structure(lambda t: t.numpy(), out)
-    windows.append(1000 * (time.perf_counter() - start) / PROBE_CALLS_PER_WINDOW)
-  return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows]}
+    windows.append(1000 * (time.perf_counter() - start) / (calls * steps_per_call))
+  return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows],
+          "steps_per_call": steps_per_call}
 
 
 def probe_step_costs(config: Config, out_path: Optional[str],
                      strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, Any]:
-  """Times the parts of a training step under MultiWorkerMirroredStrategy.
+  """Times the parts of a training step, and the ceiling's loops, in this task.
 
-  In this task (all tasks of a cluster run it in step, so the collectives
-  line up), on this task's shard and per-replica batch, in this order:
+  All tasks of a cluster run it in step, so the collectives line up; each
+  on its shard and per-replica batch. In this order:
   - input: fetching the next per-replica batch, after the first epoch has
     filled the pipeline's cache (as the benchmark's warm-up does);
   - compute: forward, backward and update, no collective: each worker alone,
     sharing the cores with the others as in training;
   - all_reduce: the gradients' all-reduce alone (the same tensors);
-  - step: a bare training step, all-reduce included, one step per call.
-  A trainer's ms/step minus `step` is what Keras or the Estimator add around
-  the step; `step` minus `compute` is what the all-reduce and waiting for
-  the other workers cost inside it.
+  - the loops (LOOPS): a bare training step, all-reduce included, one step
+    per call (`step`) or K, Keras's steps per execution, per call
+    (`step_k`), each on the input pipeline or on one batch held in memory
+    (`_memory`). The fastest is the ceiling at this worker count.
+  A trainer's ms/step minus a loop's is what Keras or the Estimator add
+  around the step; `step` minus `compute` is what the all-reduce and waiting
+  for the other workers cost inside it.
 
   Args:
-    config: hyperparameters (batch size, data).
+    config: hyperparameters (batch size, data, steps per execution).
     out_path: the chief writes its numbers there as JSON; None writes nothing.
-    strategy: defaults to MultiWorkerMirroredStrategy from TF_CONFIG.
+    strategy: default: MultiWorkerMirroredStrategy from TF_CONFIG in a
+      cluster, no strategy alone.
 
   Returns:
-    This task's numbers: ms per call of each part, and their windows.
+    This task's numbers: ms per step of each part, and their windows.
   """
-  strategy = strategy or distribute.create_strategy()
+  strategy = strategy or _strategy_for_this_task()
   workers = distribute.num_workers(strategy)
   config.validate(strategy.num_replicas_in_sync)
   common.setup_determinism(config)
-  input_fn = common.default_input_fn(config)
-  step = _Step(config)  # Outside the strategy's scope: plain variables (see _Step).
+  loops = _Loops(config, strategy, common.default_input_fn(config))
+  k = loops.steps_per_call
   replica = tf.distribute.get_replica_context
-  iterator = iter(strategy.distribute_datasets_from_function(
-      lambda ctx: input_fn(mnist.TRAIN, ctx)))
-
-  def run(fn: Callable[..., Any], *args: Any) -> Any:
-    return strategy.experimental_local_results(strategy.run(fn, args=args))
 
   @tf.function
   def fetch():
-    return run(lambda images, labels: tf.shape(labels)[0], *next(iterator))
-
-  def train(all_reduce: bool):
-    def replica_fn(images, labels):
-      loss, gradients = step.gradients(images, labels)
-      if all_reduce:
-        gradients = replica().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-      step.apply(gradients)
-      return loss
-    return tf.function(lambda: run(replica_fn, *next(iterator)))
+    return loops.run(lambda images, labels: tf.shape(labels)[0], *next(loops.iterator))
 
   @tf.function
   def all_reduce_only():
-    return run(lambda: replica().all_reduce(tf.distribute.ReduceOp.SUM,
-                                            [tf.identity(v) for v in step.variables]))
+    return loops.run(lambda: replica().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                  [tf.identity(v) for v in loops.step.variables]))
 
+  held = next(loops.iterator)
   threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
-  costs = {"workers": workers, "intra_op_threads": threads,
+  costs = {"workers": workers, "intra_op_threads": threads, "steps_per_execution": k,
            "per_replica_batch": config.global_batch_size // strategy.num_replicas_in_sync}
-  phases = [("input", fetch, steps_per_epoch(config) + 5), ("compute", train(all_reduce=False), 5),
-            ("all_reduce", all_reduce_only, 5), ("step", train(all_reduce=True), 5)]
-  for part, fn, warmup_calls in phases:
+  phases = [("input", fetch, 1, steps_per_epoch(config) + 5),
+            ("compute", loops.train(1, all_reduce=False), 1, 5),
+            ("all_reduce", all_reduce_only, 1, 5)]
+  for name, (k_steps, memory) in LOOPS.items():
+    steps = k if k_steps else 1
+    phases.append((name, loops.train(steps, held=held if memory else None), steps,
+                   max(2, 5 // steps)))
+  for part, fn, steps, warmup_calls in phases:
     # Every task starts each part together, so they share the cores as in training.
     distribute.barrier(strategy, f"probe_{part}")
-    costs[part] = _median_ms_per_call(fn, warmup_calls)
-  logging.info("Step costs (ms per call): %s",
+    costs[part] = _median_ms_per_step(fn, steps, warmup_calls)
+  logging.info("Step costs (ms per step): %s",
                {k: v["ms"] for k, v in costs.items() if isinstance(v, dict)})
   if out_path and distribute.is_chief(strategy):
     with open(out_path, "w") as f:
@@ -230,7 +299,7 @@ def probe_step_costs(config: Config, out_path: Optional[str],
 
 def run_bare(config: Config, model_dir: Optional[str], probe_out: Optional[str],
              idx_dir: Optional[str] = None) -> int:
-  """The bare binary's body: the reference in one process, or the probe in this task.
+  """The bare binary's body: the ceiling run, or the probe, in this task.
 
   Missing data is prepared first (from `idx_dir`, $MNIST_IDX_DIR, or a download).
   """
@@ -247,9 +316,6 @@ def run_bare(config: Config, model_dir: Optional[str], probe_out: Optional[str],
   distribute.setup_process(task)  # The same per-process set-up as a trainer's.
   if probe_out:
     probe_step_costs(config, probe_out)
-  elif task:
-    print("error: the reference runs in one process, without TF_CONFIG.", file=sys.stderr)
-    return 2
   else:
-    train_bare_loop(config, model_dir or tempfile.mkdtemp(prefix="mnist_reference_"))
+    train_ceiling_loop(config, model_dir or tempfile.mkdtemp(prefix="mnist_ceiling_"))
   return 0

@@ -29,9 +29,9 @@ from launch.tools import runs
 from trainers import common
 from trainers.config import Config
 
-REFERENCE = bare.REFERENCE
+CEILING = bare.CEILING
 TARGET_ACCURACY = 0.98
-STEP_PARTS = ("input", "compute", "all_reduce", "step")  # What bare.probe_step_costs times.
+STEP_PARTS = bare.PARTS  # What bare.probe_step_costs times.
 
 
 @dataclasses.dataclass
@@ -43,7 +43,7 @@ class Result:
   steps: int = 0
   examples_per_second: Optional[float] = None
   ms_per_step: Optional[float] = None
-  ratio_to_reference: Optional[float] = None
+  ratio_to_ceiling: Optional[float] = None
   window_ms_per_step: List[float] = dataclasses.field(default_factory=list)
   launch_to_first_step: Optional[float] = None
   time_to_accuracy: Optional[float] = None
@@ -60,14 +60,14 @@ class Result:
 
   @property
   def label(self) -> str:
-    return self.name if self.name == REFERENCE else f"{self.name} x{self.workers}"
+    return f"{self.name} x{self.workers}"
 
 
 def scalar_events(directory: str, tag: str) -> List[Tuple[int, float, float]]:
   """(step, wall_time, value) of every `tag` scalar in a directory's event files, by step.
 
   Reads both TF1 `simple_value` summaries (Estimator) and TF2 tensor ones
-  (Keras, reference); a step logged twice keeps its last event.
+  (Keras, the ceiling run); a step logged twice keeps its last event.
   """
   by_step: Dict[int, Tuple[int, float, float]] = {}
   for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
@@ -107,7 +107,7 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
   """The numbers of a run that exited 0, read back from what it wrote to model_dir.
 
   Args:
-    name: "reference", "keras" or "estimator".
+    name: "ceiling" or an entry of bench_run.ENTRIES.
     workers: its worker count.
     config: the hyperparameters it ran with.
     model_dir: its model_dir.
@@ -195,12 +195,30 @@ def cpu_seconds(pid: int) -> Optional[float]:
     return None
 
 
-def set_ratios(results: Sequence[Result]) -> None:
-  """Each backend's examples/s over the reference's (the first result)."""
-  reference = results[0].examples_per_second
-  for r in results[1:]:
-    r.ratio_to_reference = (round(r.examples_per_second / reference, 3)
-                            if reference and r.examples_per_second else None)
+def ceilings(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]
+             ) -> Dict[int, Tuple[str, float]]:
+  """By worker count, the ceiling: the fastest loop (name, ms/step).
+
+  The candidates are the probe's loops at that worker count (bare.LOOPS) and
+  the ceiling run's steady speed there.
+  """
+  found: Dict[int, Tuple[str, float]] = {}
+  for n, costs in step_costs.items():
+    candidates = [(loop, costs[loop]["ms"]) for loop in bare.LOOPS
+                  if isinstance(costs.get(loop), dict) and costs[loop].get("ms")]
+    candidates += [(f"{CEILING} run", r.ms_per_step) for r in results
+                   if r.name == CEILING and r.workers == n and r.ms_per_step]
+    if candidates:
+      found[n] = min(candidates, key=lambda c: c[1])
+  return found
+
+
+def set_ratios(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> None:
+  """Each run's examples/s over the ceiling's at its worker count (ms/step inverted)."""
+  ceiling = ceilings(results, step_costs)
+  for r in results:
+    r.ratio_to_ceiling = (round(ceiling[r.workers][1] / r.ms_per_step, 3)
+                          if r.workers in ceiling and r.ms_per_step else None)
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -211,7 +229,7 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
 def combine_rounds(rounds: Sequence[Result]) -> Result:
   """One entry's rounds as one Result: the median of each number, the peak of each RSS.
 
-  `ratio_range` keeps the spread of the ratios to the reference taken within
+  `ratio_range` keeps the spread of the ratios to the ceiling taken within
   each round; run_bench sets the ratio itself from the medians.
   """
   failed = [f"round {i + 1}: {r.error}" for i, r in enumerate(rounds) if r.error]
@@ -220,7 +238,7 @@ def combine_rounds(rounds: Sequence[Result]) -> Result:
                   model_dir=", ".join(r.model_dir for r in rounds))
   tasks = sorted({k for r in rounds for k in r.peak_rss_mb})
   cpu_tasks = sorted({k for r in rounds for k in r.cpu_seconds})
-  ratios = [r.ratio_to_reference for r in rounds if r.ratio_to_reference is not None]
+  ratios = [r.ratio_to_ceiling for r in rounds if r.ratio_to_ceiling is not None]
   steps = [r.step_at_accuracy for r in rounds if r.step_at_accuracy is not None]
   return dataclasses.replace(
       rounds[0],
@@ -244,6 +262,6 @@ def combine_step_costs(rounds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return {"error": "; ".join(failed)}
   combined = dict(rounds[0])
   for part in STEP_PARTS:
-    combined[part] = {"ms": _median([c[part]["ms"] for c in rounds]),
+    combined[part] = {**rounds[0][part], "ms": _median([c[part]["ms"] for c in rounds]),
                       "windows": [w for c in rounds for w in c[part]["windows"]]}
   return combined

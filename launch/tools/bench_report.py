@@ -9,15 +9,19 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import tensorflow as tf
 
 from launch.tools import bare
-from launch.tools.bench_measure import REFERENCE, STEP_PARTS, TARGET_ACCURACY, Result, warmup_steps
+from launch.tools.bench_measure import (CEILING, STEP_PARTS, TARGET_ACCURACY, Result, ceilings,
+                                        warmup_steps)
 from launch.tools.runs import BACKENDS
 from trainers.config import Config
 
-# Targets of the benchmark issue, checked in the report (never raised on).
-THROUGHPUT_VS_REFERENCE = {"keras": 1.0, "estimator": 0.9}
+# Targets of the benchmark issues, checked in the report (never raised on).
+RATIO_TO_CEILING = 0.95  # Each backend's examples/s over the ceiling's, at 1 worker.
+OVER_BARE_K_STEP_MS = 1.0  # Each backend over a bare K-step MWMS step, at 2 workers.
+LAUNCH_TO_FIRST_STEP_SECONDS = {1: 5.0, 2: 8.0}
 TWO_WORKER_SCALING = 0.8
-LAUNCH_TO_FIRST_STEP_SECONDS = 10.0
 TIME_TO_ACCURACY_SECONDS = {"keras": 30.0, "estimator": 45.0}
+LOOP_NAMES = {"step": "one step per call", "step_memory": "one step per call, batch in memory",
+              "step_k": "K steps per call", "step_k_memory": "K steps per call, batch in memory"}
 
 
 @dataclasses.dataclass
@@ -36,39 +40,54 @@ class Target:
     return self.measured >= self.limit if self.higher_is_better else self.measured <= self.limit
 
 
-def targets(results: Sequence[Result]) -> List[Target]:
-  """The issue's targets that these results speak to."""
+def _cost(costs: Mapping[str, Any], part: str) -> Optional[float]:
+  return costs.get(part, {}).get("ms") if isinstance(costs.get(part), dict) else None
+
+
+def targets(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]
+            ) -> List[Target]:
+  """The targets that these results speak to (the backends', not the other entries')."""
   by = {(r.name, r.workers): r for r in results}
   found = []
-  for backend, limit in THROUGHPUT_VS_REFERENCE.items():
-    if (backend, 1) in by:
-      found.append(Target(f"{backend} x1 throughput / reference", by[backend, 1].ratio_to_reference,
-                          limit, True))
   for (backend, n), r in by.items():
-    if backend == REFERENCE or n == 1:
+    if backend not in BACKENDS:
       continue
+    if n == 1:
+      found.append(Target(f"{backend} x1 examples/s / ceiling", r.ratio_to_ceiling,
+                          RATIO_TO_CEILING, True))
+    k_step = _cost(step_costs.get(n, {}), "step_k")
+    if n == 2:
+      found.append(Target(f"{backend} x2 ms/step - bare K-step step",
+                          None if k_step is None or r.ms_per_step is None
+                          else round(r.ms_per_step - k_step, 3), OVER_BARE_K_STEP_MS, False))
     one = by.get((backend, 1))
-    if one and one.examples_per_second and r.examples_per_second:
+    if n > 1 and one and one.examples_per_second and r.examples_per_second:
       found.append(Target(f"{backend} x{n} / {backend} x1 global examples/s",
                           round(r.examples_per_second / one.examples_per_second, 3),
                           TWO_WORKER_SCALING, True))
-    if n == 2:
-      found.append(Target(f"{backend} x2 launch to first step (s)", r.launch_to_first_step,
-                          LAUNCH_TO_FIRST_STEP_SECONDS, False))
-  for backend, limit in TIME_TO_ACCURACY_SECONDS.items():
-    if (backend, 1) in by:
+    if n in LAUNCH_TO_FIRST_STEP_SECONDS:
+      found.append(Target(f"{backend} x{n} launch to first step (s)", r.launch_to_first_step,
+                          LAUNCH_TO_FIRST_STEP_SECONDS[n], False))
+    if n == 1 and backend in TIME_TO_ACCURACY_SECONDS:
       found.append(Target(f"{backend} x1 launch to {TARGET_ACCURACY:.0%} test accuracy (s)",
-                          by[backend, 1].time_to_accuracy, limit, False))
+                          r.time_to_accuracy, TIME_TO_ACCURACY_SECONDS[backend], False))
   return found
+
+
+def ceiling_bugs(results: Sequence[Result]) -> List[str]:
+  """A line for each run faster than the ceiling: the ceiling is then not one."""
+  return [f"{r.label} ran at {r.ratio_to_ceiling:.3f} of the ceiling's examples/s: a bug in "
+          "the ceiling (a loop of its own should be at least as fast), not a result."
+          for r in results if r.ratio_to_ceiling is not None and r.ratio_to_ceiling > 1.0]
 
 
 def _fmt(value: Any, spec: str = "") -> str:
   return "-" if value is None else format(value, spec)
 
 
-def format_table(results: Sequence[Result]) -> str:
+def format_table(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> str:
   """The results as a Markdown table, then the targets."""
-  rows = ["| run | workers | examples/s | ms/step | x reference | launch to 1st step (s) | "
+  rows = ["| run | workers | examples/s | ms/step | x ceiling | launch to 1st step (s) | "
           f"to {TARGET_ACCURACY:.0%} acc (s) | at step | final acc | peak RSS/worker (MB) | "
           "wall (s) |",
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -81,12 +100,12 @@ def format_table(results: Sequence[Result]) -> str:
     spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
     rows.append(
         f"| {r.name} | {r.workers} | {_fmt(r.examples_per_second, '.0f')} | "
-        f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_reference, '.2f')}{spread} | "
+        f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_ceiling, '.2f')}{spread} | "
         f"{_fmt(r.launch_to_first_step, '.1f')} | {_fmt(r.time_to_accuracy, '.1f')} | "
         f"{_fmt(r.step_at_accuracy)} | {_fmt(r.final_accuracy, '.4f')} | {rss} | "
         f"{_fmt(r.wall_seconds, '.1f')} |")
   rows += ["", "| target | measured | limit | met |", "| --- | ---: | ---: | --- |"]
-  for t in targets(results):
+  for t in targets(results, step_costs):
     met = {True: "yes", False: "NO", None: "-"}[t.met]
     rows.append(f"| {t.name} | {_fmt(t.measured, '.3g')} | {'>=' if t.higher_is_better else '<='}"
                 f" {t.limit:g} | {met} |")
@@ -109,30 +128,29 @@ def format_breakdown(results: Sequence[Result]) -> str:
   return "\n".join(rows)
 
 
-def _cost(costs: Mapping[str, Any], part: str) -> Optional[float]:
-  return costs.get(part, {}).get("ms") if isinstance(costs.get(part), dict) else None
-
-
 def format_step_costs(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
                       backends: Sequence[str] = BACKENDS) -> str:
-  """Each worker count's step, part by part, beside the trainers' ms/step."""
+  """Each worker count's step, part by part, the ceiling's loops, and the trainers' ms/step."""
   by = {(r.name, r.workers): r for r in results}
-  rows = ["| workers | batch/worker | threads/worker | input alone | compute, no all-reduce | "
-          "all-reduce alone | bare step | reference | "
-          + " | ".join(f"{b} | {b} - bare step" for b in backends) + " |",
-          "| ---: " * (8 + 2 * len(backends)) + "|"]
+  ceiling = ceilings(results, step_costs)
+  rows = ["| workers | batch/worker | threads/worker | K | input alone | compute, no all-reduce | "
+          "all-reduce alone | " + " | ".join(LOOP_NAMES.values()) + " | ceiling run | ceiling | "
+          + " | ".join(f"{b} | {b} - K-step" for b in backends) + " |",
+          "| ---: " * (6 + len(STEP_PARTS) + 2 * len(backends)) + "|"]
   for n, costs in sorted(step_costs.items()):
     if "error" in costs:
       rows.append(f"| {n} | error: {costs['error']} |")
       continue
-    step = _cost(costs, "step")
-    cells = [str(n), str(costs["per_replica_batch"]), str(costs["intra_op_threads"])]
+    k_step = _cost(costs, "step_k")
+    cells = [str(n), str(costs["per_replica_batch"]), str(costs["intra_op_threads"]),
+             str(costs.get("steps_per_execution", "-"))]
     cells += [_fmt(_cost(costs, part), ".2f") for part in STEP_PARTS]
-    cells.append(_fmt(by[REFERENCE, 1].ms_per_step if n == 1 and (REFERENCE, 1) in by else None,
-                      ".2f"))
+    run = by.get((CEILING, n))
+    cells.append(_fmt(run.ms_per_step if run else None, ".2f"))
+    cells.append(f"{ceiling[n][1]:.2f} ({ceiling[n][0]})" if n in ceiling else "-")
     for b in backends:
       ms = by[b, n].ms_per_step if (b, n) in by else None
-      cells += [_fmt(ms, ".2f"), _fmt(None if ms is None or step is None else ms - step, "+.2f")]
+      cells += [_fmt(ms, ".2f"), _fmt(None if ms is None or k_step is None else ms - k_step, "+.2f")]
     rows.append("| " + " | ".join(cells) + " |")
   return "\n".join(rows)
 
@@ -140,38 +158,51 @@ def format_step_costs(results: Sequence[Result], step_costs: Mapping[int, Mappin
 def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> List[str]:
   """One line per missed target, saying from the measurements where the time went."""
   by = {(r.name, r.workers): r for r in results}
+  ceiling = ceilings(results, step_costs)
   cpus = os.cpu_count() or 1
   lines = []
-  for t in targets(results):
+  for t in targets(results, step_costs):
     if t.met is not False:
       continue
     backend, n = t.name.split()[0], int(t.name.split()[1][1:])
     r, one, costs = by[backend, n], by.get((backend, 1)), step_costs.get(n, {})
-    step = _cost(costs, "step")
-    if "reference" in t.name and step is not None:
-      ref = by[REFERENCE, 1].ms_per_step
+    loops = {loop: _cost(costs, loop) for loop in bare.LOOPS}
+    if "ceiling" in t.name and None not in loops.values():
       lines.append(
-          f"{t.name}: {r.ms_per_step:.2f} ms/step against the reference's {ref:.2f}. A bare "
-          f"step under MultiWorkerMirroredStrategy takes {step:.2f} ({step - ref:+.2f}: the "
-          f"strategy); {backend} adds {r.ms_per_step - step:+.2f} around it.")
-    elif "global examples/s" in t.name and one and step is not None:
-      step_one = _cost(step_costs.get(1, {}), "step")
+          f"{t.name}: {r.ms_per_step:.2f} ms/step against the ceiling's {ceiling[n][1]:.2f} "
+          f"({ceiling[n][0]}). The bare loops: one step per call {loops['step']:.2f} "
+          f"({loops['step_memory']:.2f} with one batch held in memory), "
+          f"K={costs.get('steps_per_execution')} steps per call {loops['step_k']:.2f} "
+          f"({loops['step_k_memory']:.2f}): the input pipeline costs "
+          f"{loops['step_k'] - loops['step_k_memory']:+.2f} ms/step, a call per step "
+          f"{loops['step'] - loops['step_k']:+.2f}. {backend} adds "
+          f"{r.ms_per_step - loops['step_k']:+.2f} to the K-step loop on the pipeline "
+          f"({r.ms_per_step - loops['step']:+.2f} to one step per call).")
+    elif "K-step" in t.name and None not in loops.values():
+      lines.append(
+          f"{t.name}: {r.ms_per_step:.2f} ms/step, {r.ms_per_step - loops['step_k']:+.2f} over "
+          f"a bare K-step MultiWorkerMirroredStrategy step ({loops['step_k']:.2f}; one step per "
+          f"call {loops['step']:.2f}). Inside the bare step, each worker computes its "
+          f"{costs['per_replica_batch']} examples in {_cost(costs, 'compute'):.2f} ms and the "
+          f"all-reduce alone takes {_cost(costs, 'all_reduce'):.2f} ms.")
+      evaluator = r.cpu_seconds.get("evaluator-0")
+      if evaluator is not None and r.wall_seconds:
+        lines[-1] += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
+                      f"{r.wall_seconds:.0f} s ({evaluator / (cpus * r.wall_seconds):.0%} of "
+                      f"the {cpus} cores the workers also use).")
+    elif "global examples/s" in t.name and one and loops["step_k"] is not None:
+      step_one = _cost(step_costs.get(1, {}), "step_k")
       lines.append(
           f"{t.name}: a step takes {r.ms_per_step:.2f} ms against {one.ms_per_step:.2f} at 1 "
           f"worker. Each of the {n} workers computes its {costs['per_replica_batch']} examples in "
           f"{_cost(costs, 'compute'):.2f} ms with {costs['intra_op_threads']} thread(s) "
           f"({n} processes on {cpus} cores; 1 worker computes the whole batch in "
           f"{_fmt(_cost(step_costs.get(1, {}), 'compute'), '.2f')} ms), and the all-reduce "
-          f"alone takes {_cost(costs, 'all_reduce'):.2f} ms. A bare step takes {step:.2f} ms: "
-          f"with nothing added, {n} workers would reach "
-          f"{_fmt(None if step_one is None else step_one / step, '.2f')} of 1 worker's "
-          f"examples/s. {backend} adds {r.ms_per_step - step:+.2f} ms.")
-      evaluator = r.cpu_seconds.get("evaluator-0")
-      if evaluator is not None and r.wall_seconds:
-        lines[-1] += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
-                      f"{r.wall_seconds:.0f} s ({evaluator / (cpus * r.wall_seconds):.0%} of "
-                      f"the {cpus} cores).")
-    elif "first step" in t.name:
+          f"alone takes {_cost(costs, 'all_reduce'):.2f} ms. A bare K-step step takes "
+          f"{loops['step_k']:.2f} ms: with nothing added, {n} workers would reach "
+          f"{_fmt(None if step_one is None else step_one / loops['step_k'], '.2f')} of 1 worker's "
+          f"examples/s. {backend} adds {r.ms_per_step - loops['step_k']:+.2f} ms.")
+    elif "first step" in t.name and n > 1:
       parts = [_fmt(r.breakdown.get(k), ".1f") for k in ("launch_to_tasks_started",
                                                           "chief_imports", "chief_strategy",
                                                           "chief_to_first_step")]
@@ -182,6 +213,13 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
           f"processes start at once on {cpus} cores), {parts[2]} s to create the strategy "
           f"(every training task must have started and joined), and {parts[3]} s to build "
           "the model and its step and run the first one.")
+    elif "first step" in t.name:
+      ceiling_run = by.get((CEILING, 1))
+      lines.append(
+          f"{t.name}: {r.launch_to_first_step:.1f} s, one process: imports, data checks, the "
+          f"model and the first trace of its step; the ceiling run, which imports TensorFlow "
+          f"and traces its loop too, took "
+          f"{_fmt(ceiling_run.launch_to_first_step if ceiling_run else None, '.1f')} s.")
     else:
       lines.append(f"{t.name}: {t.measured} (limit {t.limit}); see the tables above.")
   return lines
@@ -205,25 +243,37 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
       "machine_at_end": machine(),
       "results": [dataclasses.asdict(r) for r in results],
       "step_costs": {str(n): costs for n, costs in step_costs.items()},
-      "targets": [{**dataclasses.asdict(t), "met": t.met} for t in targets(results)],
+      "ceilings": {str(n): {"loop": c[0], "ms_per_step": c[1]}
+                   for n, c in ceilings(results, step_costs).items()},
+      "ceiling_bugs": ceiling_bugs(results),
+      "targets": [{**dataclasses.asdict(t), "met": t.met} for t in targets(results, step_costs)],
       "missed": explain(results, step_costs),
   }
   missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
+  bugs = "".join(f"- {line}\n" for line in report["ceiling_bugs"])
   rounds = max((r.rounds for r in results), default=1)
   medians = (f"Each number is the median of {rounds} rounds run one after the other, and "
-             "each ratio to the reference a ratio of medians; in parentheses, the range of "
+             "each ratio to the ceiling a ratio of medians; in parentheses, the range of "
              "that ratio taken within each round.\n\n" if rounds > 1 else "")
   markdown = (f"# Benchmark: {config.train_steps} steps, global batch {config.global_batch_size}"
-              f"\n\nMachine: {json.dumps(started)}\n\n{medians}{format_table(results)}\n\n"
-              f"## Missed targets\n\n{missed}\n"
+              f"\n\nMachine: {json.dumps(started)}\n\n{medians}"
+              f"{format_table(results, step_costs)}\n\n"
+              "`x ceiling` is a run's examples/s over the ceiling's at its worker count: the "
+              "fastest of the bare loops below and the ceiling run (`python -m launch.bare`: K "
+              "steps per call on the input pipeline, trained to the end).\n\n"
+              + (f"## Faster than the ceiling\n\n{bugs}\n" if bugs else "")
+              + f"## Missed targets\n\n{missed}\n"
               f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs, backends)}\n\n"
               "Measured by `python -m launch.bare --probe_out` in every task of a cluster "
-              "of that size, on the same model, data and batch: fetching a batch alone; the "
-              "forward, backward and update with no all-reduce (each worker alone, sharing the "
-              "cores as in training); the gradients' all-reduce alone; and a bare step under "
-              "MultiWorkerMirroredStrategy, all-reduce included, one step per call. Medians of "
-              f"{bare.PROBE_WINDOWS} windows of {bare.PROBE_CALLS_PER_WINDOW} calls. "
-              "`<backend> - bare step` is what Keras or the Estimator add around the step.\n\n"
+              "of that size (alone and without a strategy at 1 worker), on the same model, "
+              "data and batch: fetching a batch alone; the forward, backward and update with no "
+              "all-reduce (each worker alone, sharing the cores as in training); the gradients' "
+              "all-reduce alone; and the bare step, all-reduce included, in four loops: one "
+              "step or K (Keras's steps per execution) per `tf.function` call, each on the "
+              "input pipeline or on one batch held in memory. Medians of "
+              f"{bare.PROBE_WINDOWS} windows of about {bare.PROBE_STEPS_PER_WINDOW} steps. "
+              "`<backend> - K-step` is what Keras or the Estimator add around the bare K-step "
+              "loop on the pipeline.\n\n"
               f"## Where the run's time goes (s)\n\n{format_breakdown(results)}\n\n"
               "Steady speed is the median over the windows between `loss` events "
               f"(every {config.log_every_steps} steps) after warm-up (the first window and the "

@@ -1,13 +1,15 @@
 """Benchmark runs: each entry started as a user would, its processes polled while it runs.
 
 `run_bench` runs, one after the other and each a fresh `python -m ...`
-process: the reference (`launch.bare`: a bare `tf.function` step in a plain
-Python loop, one process, no strategy), then at each worker count the
-step-cost probe (`launch.bare --probe_out`, see `bare.probe_step_costs`) and
-the entries: both trainer binaries as users run them (in a cluster, with their
+process (a local cluster of them at N > 1 workers), at each worker count: the
+ceiling run (`launch.bare`: K steps per `tf.function` call on the input
+pipeline, no strategy alone, the bare MultiWorkerMirroredStrategy step in a
+cluster), the step-cost probe (`launch.bare --probe_out`, see
+`bare.probe_step_costs`: the parts of a step and the ceiling's loops) and the
+entries: both trainer binaries as users run them (in a cluster, with their
 evaluator task) and, beside Keras, Keras with `--noevaluator` (its chief
-evaluates while the workers wait). bench_measure reads the numbers back; bench_report
-judges and reports them.
+evaluates while the workers wait). bench_measure reads the numbers back and
+takes each run's ratio to the ceiling; bench_report judges and reports them.
 """
 
 import json
@@ -22,7 +24,7 @@ from absl import logging
 
 from launch.tools import bench_measure
 from launch.tools import runs
-from launch.tools.bench_measure import REFERENCE, Result
+from launch.tools.bench_measure import CEILING, Result
 from trainers import flags as trainer_flags
 from trainers.config import Config
 
@@ -86,13 +88,22 @@ def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int
   return returncode, launched, time.time(), peaks, cpu
 
 
+def _bare_command(workers: int, config: Config, run_dir: str, timeout: float,
+                  *flags: str) -> List[str]:
+  """launch.bare with `flags`, alone or in a local cluster of `workers` tasks."""
+  cmd = [sys.executable, "-m", BARE_MODULE, *flags, *trainer_flags.config_to_flags(config)]
+  if workers == 1:
+    return cmd
+  return [sys.executable, "-m", "launch.local", f"--workers={workers}", "--max_restarts=0",
+          f"--task_log_dir={runs.task_log_dir(run_dir)}", f"--timeout={timeout}", "--", *cmd]
+
+
 def run_entry(name: str, workers: int, config: Config, run_dir: str, timeout: float) -> Result:
-  """Runs one entry as a user would and reads its numbers back from what it wrote."""
+  """Runs one entry (or the ceiling run) as a user would; reads its numbers back."""
   model_dir = os.path.join(run_dir, "model")
   os.makedirs(model_dir, exist_ok=True)
-  if name == REFERENCE:
-    cmd = [sys.executable, "-m", BARE_MODULE, f"--model_dir={model_dir}",
-           *trainer_flags.config_to_flags(config)]
+  if name == CEILING:
+    cmd = _bare_command(workers, config, model_dir, timeout, f"--model_dir={model_dir}")
   else:
     backend, extra_flags = ENTRIES[name]
     cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
@@ -123,11 +134,7 @@ def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[st
   out = os.path.join(run_dir, "step_costs.json")
   if os.path.exists(out):
     os.remove(out)  # Never report an earlier run's numbers.
-  cmd = [sys.executable, "-m", BARE_MODULE, f"--probe_out={out}",
-         *trainer_flags.config_to_flags(config)]
-  if workers > 1:
-    cmd = [sys.executable, "-m", "launch.local", f"--workers={workers}", "--max_restarts=0",
-           f"--task_log_dir={os.path.join(run_dir, 'logs')}", f"--timeout={timeout}", "--", *cmd]
+  cmd = _bare_command(workers, config, run_dir, timeout, f"--probe_out={out}")
   log_path = os.path.join(run_dir, "run.log")
   logging.info("Running %s", " ".join(cmd))
   returncode = _run_process(cmd, run_dir, log_path, workers, timeout)[0]
@@ -142,10 +149,11 @@ def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[st
 
 def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], runs_dir: str,
                timeout: float) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
-  """Every entry once: the reference, then at each worker count the probe and each backend."""
-  results = [run_entry(REFERENCE, 1, config, os.path.join(runs_dir, "reference-1w"), timeout)]
-  step_costs = {}
+  """Every entry once: at each worker count the ceiling run, the probe and each backend."""
+  results, step_costs = [], {}
   for n in workers:
+    results.append(run_entry(CEILING, n, config, os.path.join(runs_dir, f"{CEILING}-{n}w"),
+                             timeout))
     step_costs[n] = probe(n, config, os.path.join(runs_dir, f"probe-{n}w"), timeout)
     logging.info("step costs x%d: %s", n, step_costs[n])
     for name in backends:
@@ -154,14 +162,14 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
       results.append(run_entry(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout))
   for r in results:
     logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
-  bench_measure.set_ratios(results)
+  bench_measure.set_ratios(results, step_costs)
   return results, step_costs
 
 
 def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
               backends: Sequence[str] = tuple(ENTRIES), timeout: float = 900, repeats: int = 1
               ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
-  """The reference, then at each worker count the step-cost probe and each backend.
+  """At each worker count the ceiling run, the step-cost probe and each backend.
 
   One run at a time, each as a user would start it. With `repeats` > 1 every
   entry runs once per round, rounds one after the other, and each number is
@@ -169,7 +177,7 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
 
   Args:
     config: hyperparameters every run uses (train_steps, data_dir, ...).
-    workers: worker counts for the backends; the reference always has one.
+    workers: worker counts to run everything at.
     out_dir: each run's model_dir and log go under
       `<out_dir>/runs[-<round>]/<name>-<workers>w`.
     backends: which entries to run (keys of ENTRIES).
@@ -177,7 +185,7 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
     repeats: rounds.
 
   Returns:
-    One Result per entry, the reference first (a failed run sets `error`),
+    One Result per run, each worker count's ceiling run first (a failed run sets `error`),
     and the step costs by worker count.
   """
   rounds = [_run_round(config, workers, backends,
@@ -186,7 +194,8 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
   if repeats == 1:
     return rounds[0]
   results = [bench_measure.combine_rounds([r[0][i] for r in rounds]) for i in range(len(rounds[0][0]))]
-  bench_measure.set_ratios(results)
-  return results, {n: bench_measure.combine_step_costs([r[1][n] for r in rounds]) for n in workers}
+  step_costs = {n: bench_measure.combine_step_costs([r[1][n] for r in rounds]) for n in workers}
+  bench_measure.set_ratios(results, step_costs)
+  return results, step_costs
 
 
