@@ -65,33 +65,39 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
   assert {len(v) for k, v in report["losses"].items() if " 0-" not in k} == {RESUME}
   assert report["measured"] == {} and os.path.getsize(out / "loss_curves.png") > 10_000
 
-  # Negative controls: B again, from the same Estimator checkpoint, with its
-  # momentum zeroed or its step reset: the resume check against A must fail.
+  # Negative controls: B's converted checkpoint with its step reset or its
+  # momentum zeroed. A reset step already fails the rate check, before any
+  # step is taken; zeroed momentum keeps the rate, so B is trained again from
+  # it: the resume checks against A must fail.
   run_dir = out / "2w"
   config = Config(data_dir=real_data_dir, init_weights=str(out / "init_weights.npz"),
                   deterministic=True, decay_steps=STEPS)
-  summary_a = runs.read_summary(str(run_dir / "A" / "model"))
-  for name, change in (("zero_slots", _zero_slots), ("reset_step", _reset_step)):
+  tolerances = handoff.Tolerances()
+  for name, change in (("reset_step", _reset_step), ("zero_slots", _zero_slots)):
     leg = tmp_path / name
     convert.estimator_to_keras(str(run_dir / "estimator-first" / "model"), str(leg / "model"),
                                config=config)
     _tampered(str(leg / "model"), config, change)
-    summary = runs.run_trainer(
-        "keras", dataclasses.replace(config, train_steps=SPLIT + RESUME, record_dir=str(leg),
-                                     checkpoint_every_steps=SPLIT + RESUME),
-        workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"),
-        extra_flags=["--noevaluator"])
-    losses = {"A": json.loads((run_dir / "A" / "losses.json").read_text())["losses"],
-              name: json.loads((leg / "losses.json").read_text())["losses"]}
-    checks = handoff.resume_checks(name, {"A": summary_a, name: summary}, losses,
-                                   {"A": "estimator", name: "keras"}, handoff.Tolerances())
-    weights = next(c for c in checks if "max |weight diff|" in c.name)
-    assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
-        handoff.Report([2], SPLIT, STEPS, RESUME, checks, {}, {}))
-    if name == "zero_slots":  # Same steps, same rates: only the momentum differs.
-      assert len(losses[name]) == RESUME
-      loss_check = next(c for c in checks if "per-step loss" in c.name)
-      assert not loss_check.passed
+    rate = handoff.rate_check(name, "keras", str(leg / "model"), config, SPLIT,
+                               tolerances.learning_rate_atol)
+    assert rate.passed == (name == "zero_slots"), rate
+  name, leg = "zero_slots", tmp_path / "zero_slots"
+  summary = runs.run_trainer(
+      "keras", dataclasses.replace(config, train_steps=SPLIT + RESUME, record_dir=str(leg),
+                                   checkpoint_every_steps=SPLIT + RESUME),
+      workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"),
+      extra_flags=["--noevaluator"])
+  losses = {"A": json.loads((run_dir / "A" / "losses.json").read_text())["losses"],
+            name: json.loads((leg / "losses.json").read_text())["losses"]}
+  checks = handoff.resume_checks(name, {"A": runs.read_summary(str(run_dir / "A" / "model")),
+                                        name: summary}, losses,
+                                 {"A": "estimator", name: "keras"}, tolerances)
+  weights = next(c for c in checks if "max |weight diff|" in c.name)
+  assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
+      handoff.Report([2], SPLIT, STEPS, RESUME, checks, {}, {}))
+  # Same steps, same rates: only the momentum differs.
+  assert len(losses[name]) == RESUME
+  assert not next(c for c in checks if "per-step loss" in c.name).passed
 
 
 def test_cli_rejects_a_split_past_the_schedule():

@@ -76,9 +76,18 @@ def targets(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
 
 def ceiling_bugs(results: Sequence[Result]) -> List[str]:
   """A line for each run faster than the ceiling: the ceiling is then not one."""
-  return [f"{r.label} ran at {r.ratio_to_ceiling:.3f} of the ceiling's examples/s: a bug in "
-          "the ceiling (a loop of its own should be at least as fast), not a result."
-          for r in results if r.ratio_to_ceiling is not None and r.ratio_to_ceiling > 1.0]
+  lines = []
+  for r in results:
+    if r.ratio_to_ceiling is None or r.ratio_to_ceiling <= 1.0:
+      continue
+    line = (f"{r.label} ran at {r.ratio_to_ceiling:.3f} of the ceiling's examples/s: a bug in "
+            "the ceiling (a loop of its own should be at least as fast), not a result.")
+    if r.ratio_range and r.ratio_range[0] <= 1.0:
+      line += (f" Within single rounds its ratio ranged {r.ratio_range[0]:.2f} to "
+               f"{r.ratio_range[1]:.2f}: at or below the ceiling in some, so the gap may be "
+               "this machine's noise; more --repeats tell.")
+    lines.append(line)
+  return lines
 
 
 def _fmt(value: Any, spec: str = "") -> str:

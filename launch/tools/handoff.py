@@ -128,7 +128,7 @@ def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, flo
     return step, float(session.run(rate))
 
 
-def _rate_check(name: str, backend: str, model_dir: str, config: Config, split_at: int,
+def rate_check(name: str, backend: str, model_dir: str, config: Config, split_at: int,
                 atol: float) -> Check:
   """The resumed run's first rate: the schedule's at the split (written out), not at 0."""
   step, got = carried_rate(backend, model_dir, config)
@@ -194,7 +194,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
                         logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
                         f"{images} test images"))
     for leg, backend in (("B", "keras"), ("D", "estimator")):
-      checks.append(_rate_check(f"{n}w {leg}", backend, run.model_dir(leg), config, split_at,
+      checks.append(rate_check(f"{n}w {leg}", backend, run.model_dir(leg), config, split_at,
                                 tolerances.learning_rate_atol))
 
     run.copy("estimator-first", "A")
