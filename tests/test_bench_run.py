@@ -45,9 +45,11 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
     costs = report["step_costs"][n]
     assert costs["workers"] == int(n) and costs["per_replica_batch"] == 96 // int(n), costs
     assert costs["steps_per_execution"] == 2, costs
-    assert all(costs[part]["ms"] > 0 for part in bench_measure.STEP_PARTS), costs
+    # The Estimator's graph in a plain Session is timed alone, at 1 worker.
+    parts = [p for p in bench_measure.STEP_PARTS if n == "1" or p != "session_step"]
+    assert set(parts) <= set(costs) and all(costs[part]["ms"] > 0 for part in parts), costs
     assert report["ceilings"][n]["ms_per_step"] == min(
-        [costs[loop]["ms"] for loop in ("step", "step_memory", "step_k", "step_k_memory")]
+        [costs[loop]["ms"] for loop in parts if loop.startswith(("step", "session"))]
         + [rows["ceiling", int(n)]["ms_per_step"]])
   assert isinstance(report["missed"], list) and isinstance(report["ceiling_bugs"], list)
   assert {t["name"] for t in report["targets"]} >= {"keras x1 examples/s / ceiling",

@@ -41,7 +41,10 @@ PROBE_STEPS_PER_WINDOW = 30
 # the batch comes from (the input pipeline, or one batch held in memory).
 LOOPS = {"step": (False, False), "step_memory": (False, True), "step_k": (True, False),
          "step_k_memory": (True, True)}
-PARTS = ("input", "compute", "all_reduce", *LOOPS)
+# At 1 worker also the Estimator's own graph, one Session.run per step, no hooks.
+SESSION_STEP = "session_step"
+CEILING_LOOPS = (*LOOPS, SESSION_STEP)
+PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS)
 
 
 def steps_per_epoch(config: Config) -> int:
@@ -223,10 +226,31 @@ def _median_ms_per_step(fn: Callable[[], Any], steps_per_call: int, warmup_calls
     for _ in range(calls):
       out = fn()
     # Waits for the window's last step: a call may return before its step has run.
-    tf.nest.map_structure(lambda t: t.numpy(), out)
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
     windows.append(1000 * (time.perf_counter() - start) / (calls * steps_per_call))
   return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows],
           "steps_per_call": steps_per_call}
+
+
+def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
+                     ) -> Dict[str, Any]:
+  """ms per step of the Estimator's step without the Estimator: its v1 graph (the v1
+  loss, MomentumOptimizer, cosine_decay), one Session.run per step fetching the loss, as
+  the Estimator's does, and no MonitoredSession or hooks. One process, no strategy."""
+  with tf.Graph().as_default():
+    tf.compat.v1.set_random_seed(config.seed)
+    images, labels = tf.compat.v1.data.make_one_shot_iterator(
+        input_fn(mnist.TRAIN, None)).get_next()
+    model = model_lib.build_model(config.seed, common.initial_weights(config))
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, model(images, training=True))
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    rate = tf.compat.v1.train.cosine_decay(config.learning_rate, global_step,
+                                           config.schedule_steps())
+    train_op = tf.compat.v1.train.MomentumOptimizer(rate, config.momentum).minimize(
+        loss, global_step=global_step, var_list=model.trainable_variables)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return _median_ms_per_step(lambda: session.run([train_op, loss]), 1, warmup_calls)
 
 
 def probe_step_costs(config: Config, out_path: Optional[str],
@@ -243,7 +267,8 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   - the loops (LOOPS): a bare training step, all-reduce included, one step
     per call (`step`) or K, Keras's steps per execution, per call
     (`step_k`), each on the input pipeline or on one batch held in memory
-    (`_memory`). The fastest is the ceiling at this worker count.
+    (`_memory`); at 1 worker also `session_step` (see _session_step_ms).
+    The fastest is the ceiling at this worker count.
   A trainer's ms/step minus a loop's is what Keras or the Estimator add
   around the step; `step` minus `compute` is what the all-reduce and waiting
   for the other workers cost inside it.
@@ -289,8 +314,11 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     # Every task starts each part together, so they share the cores as in training.
     distribute.barrier(strategy, f"probe_{part}")
     costs[part] = _median_ms_per_step(fn, steps, warmup_calls)
+  if workers == 1:
+    costs[SESSION_STEP] = _session_step_ms(config, common.default_input_fn(config),
+                                           steps_per_epoch(config) + 5)
   logging.info("Step costs (ms per step): %s",
-               {k: v["ms"] for k, v in costs.items() if isinstance(v, dict)})
+               {part: v["ms"] for part, v in costs.items() if isinstance(v, dict)})
   if out_path and distribute.is_chief(strategy):
     with open(out_path, "w") as f:
       json.dump(costs, f, indent=2)

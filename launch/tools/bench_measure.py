@@ -204,7 +204,7 @@ def ceilings(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, An
   """
   found: Dict[int, Tuple[str, float]] = {}
   for n, costs in step_costs.items():
-    candidates = [(loop, costs[loop]["ms"]) for loop in bare.LOOPS
+    candidates = [(loop, costs[loop]["ms"]) for loop in bare.CEILING_LOOPS
                   if isinstance(costs.get(loop), dict) and costs[loop].get("ms")]
     candidates += [(f"{CEILING} run", r.ms_per_step) for r in results
                    if r.name == CEILING and r.workers == n and r.ms_per_step]
@@ -261,7 +261,7 @@ def combine_step_costs(rounds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
   if failed:
     return {"error": "; ".join(failed)}
   combined = dict(rounds[0])
-  for part in STEP_PARTS:
+  for part in (p for p in STEP_PARTS if p in rounds[0]):
     combined[part] = {**rounds[0][part], "ms": _median([c[part]["ms"] for c in rounds]),
                       "windows": [w for c in rounds for w in c[part]["windows"]]}
   return combined

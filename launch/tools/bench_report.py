@@ -21,7 +21,8 @@ LAUNCH_TO_FIRST_STEP_SECONDS = {1: 5.0, 2: 8.0}
 TWO_WORKER_SCALING = 0.8
 TIME_TO_ACCURACY_SECONDS = {"keras": 30.0, "estimator": 45.0}
 LOOP_NAMES = {"step": "one step per call", "step_memory": "one step per call, batch in memory",
-              "step_k": "K steps per call", "step_k_memory": "K steps per call, batch in memory"}
+              "step_k": "K steps per call", "step_k_memory": "K steps per call, batch in memory",
+              bare.SESSION_STEP: "v1 graph, one Session.run per step"}
 
 
 @dataclasses.dataclass
@@ -187,6 +188,11 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
           f"{loops['step'] - loops['step_k']:+.2f}. {backend} adds "
           f"{r.ms_per_step - loops['step_k']:+.2f} to the K-step loop on the pipeline "
           f"({r.ms_per_step - loops['step']:+.2f} to one step per call).")
+      session = _cost(costs, bare.SESSION_STEP)
+      if backend == "estimator" and session is not None:
+        lines[-1] += (f" The Estimator's own v1 graph run by a plain Session, one run per "
+                      f"step and no hooks, takes {session:.2f}: MonitoredSession and its hooks "
+                      f"add {r.ms_per_step - session:+.2f}.")
     elif "K-step" in t.name and None not in loops.values():
       lines.append(
           f"{t.name}: {r.ms_per_step:.2f} ms/step, {r.ms_per_step - loops['step_k']:+.2f} over "
