@@ -35,7 +35,7 @@ from launch import netns
 GRACE_SECONDS = 10.0
 DUMP_WAIT_SECONDS = 3.0
 EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
-EXIT_DIVERGED = 3  # The training loss became NaN or Inf: a restart would diverge again.
+EXIT_DIVERGED = 3  # The loss or the weights became NaN or Inf: a restart would diverge again.
 EXIT_DISK_FULL = 4  # A write found no space left: a restart would fail the same way.
 # A task lost a training peer (dead, frozen, cut off): restarting the whole
 # cluster resumes it. At or above 128, so Kubeflow's ExitCode restart policy

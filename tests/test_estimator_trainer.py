@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -36,3 +37,24 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 6]
+
+
+def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path):
+  # As in test_keras_trainer: a NaN momentum slot, so step 4's loss is finite
+  # and its update makes the weights NaN; the run stops at step 4.
+  config = Config(**{**CONFIG.__dict__, "train_steps": 3, "decay_steps": 6})
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  input_fn = memory_input_fn(config.global_batch_size)
+  estimator_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy,
+                                       input_fn=input_fn)
+  path = tf.train.latest_checkpoint(str(tmp_path))
+  reader = tf.train.load_checkpoint(path)
+  names = sorted(reader.get_variable_to_dtype_map())
+  tensors = [reader.get_tensor(name) for name in names]
+  slot = names.index("conv/kernel/Momentum")
+  tensors[slot] = np.full_like(tensors[slot], np.nan)
+  tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
+                    tensors=tensors)
+  with pytest.raises(common.DivergedError, match="weights became NaN or Inf by step 4:"):
+    estimator_trainer.train_and_evaluate(Config(**{**config.__dict__, "train_steps": 6}),
+                                         str(tmp_path), strategy=strategy, input_fn=input_fn)

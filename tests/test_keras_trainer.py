@@ -7,6 +7,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf_keras
 
@@ -79,6 +80,30 @@ def test_an_interrupted_run_resumes_from_its_backup_past_a_newer_checkpoint(tmp_
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 4]  # Resumed at the backup's step.
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
+
+
+def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path):
+  # A NaN momentum slot: step 4's forward pass (finite weights) gives a finite
+  # loss, and its update makes the weights NaN. The loss shows it a step
+  # later at best (on some CPUs never: see common.weights_finite).
+  config = Config(**{**CONFIG.__dict__, "steps_per_execution": 1, "train_steps": 3,
+                     "decay_steps": 6})
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  input_fn = memory_input_fn(config.global_batch_size)
+  keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy, input_fn=input_fn)
+  model = keras_trainer.compile_model(config)
+  model.optimizer.build(model.trainable_variables)
+  path = tf.train.latest_checkpoint(str(tmp_path))
+  tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
+  slot = model.optimizer.variables[1]
+  slot.assign(tf.fill(slot.shape, float("nan")))
+  for name in os.listdir(tmp_path):
+    if name.startswith(("ckpt-", "checkpoint")):
+      os.remove(tmp_path / name)
+  keras_trainer.save_checkpoint(model, str(tmp_path), 3)
+  with pytest.raises(common.DivergedError, match="weights became NaN or Inf by step 4:"):
+    keras_trainer.train_and_evaluate(Config(**{**config.__dict__, "train_steps": 6}),
+                                     str(tmp_path), strategy=strategy, input_fn=input_fn)
 
 
 def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():

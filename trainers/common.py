@@ -66,15 +66,28 @@ DIVERGED_SUBDIR = "diverged"  # Checkpoints and backups set aside after a diverg
 
 
 class DivergedError(RuntimeError):
-  """The training loss became NaN or Inf; the last checkpoint saved before it is kept."""
+  """The training loss or the weights became NaN or Inf; the last checkpoint saved before
+  it is kept."""
 
 
 def diverged(step: int) -> DivergedError:
-  """The error both backends raise when the loss stops being finite at (or by) `step`."""
+  """The error both backends raise when the loss or the weights stop being finite at (or
+  by) `step`."""
   return DivergedError(
-      f"the training loss became NaN or Inf by step {step}: training stopped there. Lower "
-      "--learning_rate, or check the input data; a restart with the same settings would "
+      f"the training loss or the weights became NaN or Inf by step {step}: training stopped "
+      "there. Lower --learning_rate, or check the input data; a restart with the same settings would "
       "diverge again.")
+
+
+def weights_finite(variables: Sequence[tf.Variable]) -> tf.Tensor:
+  """Whether every element of `variables` is finite (this worker's copy: no collective).
+
+  The loss alone does not show a divergence on every CPU: where a fused
+  Conv2D+ReLU or a max-pool turns NaN into 0 or -FLT_MAX (oneDNN on AMD EPYC,
+  seen 2026-11), a NaN batch gives a finite loss and NaN gradients, and the
+  loss stays finite while the kernel it updated is NaN.
+  """
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
 
 
 def in_chain(error: Optional[BaseException],

@@ -30,6 +30,8 @@ if not hasattr(tf, "estimator"):
 
 _ModeKeys = tf.estimator.ModeKeys
 EVALUATOR_POLL_SECONDS = 1  # How often the evaluator task looks for a new checkpoint.
+# The graph collection of the "weights are finite after this step" check, for _Progress.
+_WEIGHTS_FINITE = "weights_finite_after_step"
 
 
 class _LossRecorder(tf.estimator.SessionRunHook):
@@ -81,6 +83,11 @@ def make_model_fn(config: Config):
           tf.distribute.ReduceOp.MEAN, loss)
       train_op = tf.group(train_op, global_loss)
       chief_hooks.append(_LossRecorder(global_loss, config))
+    # Read after the update, in the same run: _Progress stops on NaN or Inf weights
+    # before the checkpoint hook saves them (see common.weights_finite).
+    with tf.control_dependencies([train_op]):
+      tf.compat.v1.add_to_collection(_WEIGHTS_FINITE,
+                                     common.weights_finite(model.trainable_variables))
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
                                       training_chief_hooks=chief_hooks)
 
@@ -100,27 +107,30 @@ class _Progress(tf.estimator.SessionRunHook):
   loss is the one the Estimator reports (its `loss` summary): the
   global-batch loss, all-reduced over the workers, which the Estimator's own
   session run fetches every step anyway; the logged loss is its mean over the
-  window, as in Keras. A NaN or Inf loss raises DivergedError on every worker,
-  as Keras stops: before the checkpoint hook's turn, so nothing diverged is
-  saved (the Estimator's own NanTensorHook catches NaN only, not Inf).
+  window, as in Keras. A NaN or Inf loss, or weights that became NaN or Inf in
+  this step, raise DivergedError on every worker, as Keras stops: before the
+  checkpoint hook's turn, so nothing diverged is saved (the Estimator's own
+  NanTensorHook catches a NaN loss only).
   """
 
   def __init__(self, every: int, total: int, model_dir: Optional[str]):
     self._every, self._total = every, total
     self.report = common.Progress(total, model_dir)
     self._loss: Optional[tf.Tensor] = None
+    self._weights_finite: List[tf.Tensor] = []
     self._window: List[float] = []
 
   def begin(self):
     # The Estimator adds its reported (reduced) loss to LOSSES after the
     # model_fn's own per-replica loss, and before the session starts.
     self._loss = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[-1]
+    self._weights_finite = tf.compat.v1.get_collection(_WEIGHTS_FINITE)
 
   def after_create_session(self, session, coord):
     self.report.start(int(session.run(tf.compat.v1.train.get_global_step())))
 
   def before_run(self, run_context):
-    return tf.estimator.SessionRunArgs(self._loss)
+    return tf.estimator.SessionRunArgs((self._loss, self._weights_finite))
 
   @property
   def step(self) -> int:
@@ -129,9 +139,10 @@ class _Progress(tf.estimator.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     self.report.first_step_done()
-    self._window.append(float(run_values.results))
+    loss, weights_finite = run_values.results
+    self._window.append(float(loss))
     step = self.step
-    if not math.isfinite(self._window[-1]):
+    if not (math.isfinite(self._window[-1]) and all(weights_finite)):
       raise common.diverged(step)
     if step % self._every and step != self._total:
       return

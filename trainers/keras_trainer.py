@@ -131,14 +131,19 @@ class _Progress(tf_keras.callbacks.Callback):
       self._writer.close()
 
 
-class _StopOnNonFiniteLoss(tf_keras.callbacks.Callback):
-  """Raises DivergedError once the loss is NaN or Inf, as the Estimator's NanTensorHook
-  stops it. Keras's own TerminateOnNaN ends `fit` normally instead: the run would exit 0
-  and save the diverged weights. First in the callback list, so no checkpoint or
-  backup of this execution is written. Every worker sees the same global loss."""
+class _StopOnDivergence(tf_keras.callbacks.Callback):
+  """Raises DivergedError once the loss or the weights are NaN or Inf, as the Estimator
+  stops (its NanTensorHook, and our progress hook). Keras's own TerminateOnNaN ends `fit`
+  normally instead: the run would exit 0 and save the diverged weights. First in the
+  callback list, so no checkpoint or backup of this execution is written. Every worker
+  sees the same global loss and holds the same weights, so all stop together."""
+
+  def on_train_begin(self, logs=None):
+    variables = self.model.trainable_variables
+    self._weights_finite = tf.function(lambda: common.weights_finite(variables))
 
   def on_train_batch_end(self, batch, logs=None):
-    if not math.isfinite(float(logs["loss"])):
+    if not (math.isfinite(float(logs["loss"])) and self._weights_finite()):
       raise common.diverged(int(self.model.optimizer.iterations.numpy()))
 
 
@@ -383,7 +388,7 @@ def train_and_evaluate(
     # A non-chief worker's checkpoints go to its scratch directory, removed on
     # every way out of fit; one killed before that is cleared by its restart.
     scratch = model_dir if chief else common.worker_scratch_dir(model_dir, task)
-    callbacks = [_StopOnNonFiniteLoss(),
+    callbacks = [_StopOnDivergence(),
                  _Checkpoints(scratch, chief, config.checkpoint_every_steps),
                  _Backup(backup_dir, config.backup_every_steps,
                          config.keras_steps_per_execution()),

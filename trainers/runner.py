@@ -149,7 +149,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
 
   Returns:
     0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 3 when
-    the training loss became NaN or Inf; 4 when a write found no space left
+    the training loss or the weights became NaN or Inf; 4 when a write found no space left
     on its device; 200 (supervisor.EXIT_PEER_LOST) when a training peer was
     lost, which a restart of the cluster resumes; 1 for data that is missing and
     could not be prepared; for a local cluster, a failed task's exit code.

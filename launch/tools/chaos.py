@@ -66,7 +66,7 @@ MESSAGES = {
     "stop_chief": r"Restart 1 of \d+: worker-\d+ exited with code 200",
     "kill_launcher": r"Training from step [1-9]\d*",
     "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
-    "nan_loss": r"the training loss became NaN or Inf by step \d+",
+    "nan_loss": r"the training loss or the weights became NaN or Inf by step \d+",
     "disk_full": r"error: a write failed: No space left on device",
 }
 
