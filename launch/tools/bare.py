@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
+import tf_keras
 from absl import logging
 
 from data import mnist
@@ -31,6 +32,7 @@ from data import paths
 from launch import cluster
 from trainers import common
 from trainers import distribute
+from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -44,7 +46,10 @@ LOOPS = {"step": (False, False), "step_memory": (False, True), "step_k": (True, 
 # At 1 worker also the Estimator's own graph, one Session.run per step, no hooks.
 SESSION_STEP = "session_step"
 CEILING_LOOPS = (*LOOPS, SESSION_STEP)
-PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS)
+# Keras's Model.fit of the trainer's compiled model, K steps per execution, with
+# none of the trainer's callbacks: what fit itself adds to the bare K-step loop.
+KERAS_FIT = "keras_fit"
+PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS, KERAS_FIT)
 
 
 def steps_per_epoch(config: Config) -> int:
@@ -253,6 +258,40 @@ def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
       return _median_ms_per_step(lambda: session.run([train_op, loss]), 1, warmup_calls)
 
 
+class _ExecutionEnds(tf_keras.callbacks.Callback):
+  """When each execution of `fit` ended; it reads no logs, so `fit` syncs nothing for it."""
+
+  def __init__(self):
+    super().__init__()
+    self._supports_tf_logs = True
+    self.times = []
+
+  def on_train_batch_end(self, batch, logs=None):
+    self.times.append(time.perf_counter())
+
+
+def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: common.InputFn
+                  ) -> Dict[str, Any]:
+  """ms per step of Keras Model.fit on the trainer's compiled model (its loss, optimizer,
+  schedule and steps per execution), the same pipeline and strategy, and no callbacks of
+  the trainer's: medians of PROBE_WINDOWS windows after the first epoch (a new iterator
+  fills its cache again)."""
+  with strategy.scope():
+    model = keras_trainer.compile_model(config)
+  dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
+  k = config.keras_steps_per_execution()
+  calls = max(1, PROBE_STEPS_PER_WINDOW // k)
+  warmup_calls = -(-steps_per_epoch(config) // k) + 1
+  ends = _ExecutionEnds()
+  model.fit(dataset, epochs=1, steps_per_epoch=(warmup_calls + PROBE_WINDOWS * calls) * k,
+            callbacks=[ends], verbose=0)
+  times = ends.times[warmup_calls - 1:]
+  windows = [1000 * (times[(i + 1) * calls] - times[i * calls]) / (calls * k)
+             for i in range(PROBE_WINDOWS)]
+  return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows],
+          "steps_per_call": k}
+
+
 def probe_step_costs(config: Config, out_path: Optional[str],
                      strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, Any]:
   """Times the parts of a training step, and the ceiling's loops, in this task.
@@ -268,7 +307,8 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     per call (`step`) or K, Keras's steps per execution, per call
     (`step_k`), each on the input pipeline or on one batch held in memory
     (`_memory`); at 1 worker also `session_step` (see _session_step_ms).
-    The fastest is the ceiling at this worker count.
+    The fastest is the ceiling at this worker count;
+  - keras_fit: Keras's fit of the same step, no callbacks (see _keras_fit_ms).
   A trainer's ms/step minus a loop's is what Keras or the Estimator add
   around the step; `step` minus `compute` is what the all-reduce and waiting
   for the other workers cost inside it.
@@ -314,6 +354,8 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     # Every task starts each part together, so they share the cores as in training.
     distribute.barrier(strategy, f"probe_{part}")
     costs[part] = _median_ms_per_step(fn, steps, warmup_calls)
+  distribute.barrier(strategy, f"probe_{KERAS_FIT}")
+  costs[KERAS_FIT] = _keras_fit_ms(config, strategy, common.default_input_fn(config))
   if workers == 1:
     costs[SESSION_STEP] = _session_step_ms(config, common.default_input_fn(config),
                                            steps_per_epoch(config) + 5)

@@ -22,7 +22,8 @@ TWO_WORKER_SCALING = 0.8
 TIME_TO_ACCURACY_SECONDS = {"keras": 30.0, "estimator": 45.0}
 LOOP_NAMES = {"step": "one step per call", "step_memory": "one step per call, batch in memory",
               "step_k": "K steps per call", "step_k_memory": "K steps per call, batch in memory",
-              bare.SESSION_STEP: "v1 graph, one Session.run per step"}
+              bare.SESSION_STEP: "v1 graph, one Session.run per step",
+              bare.KERAS_FIT: "Keras fit of the step, no callbacks"}
 
 
 @dataclasses.dataclass
@@ -165,6 +166,18 @@ def format_step_costs(results: Sequence[Result], step_costs: Mapping[int, Mappin
   return "\n".join(rows)
 
 
+def _keras_fit_split(backend: str, r: Result, costs: Mapping[str, Any]) -> str:
+  """For Keras: how much of what it adds to the bare K-step loop is fit's, how much the
+  trainer's callbacks' (from the probe's keras_fit)."""
+  fit, k_step = _cost(costs, bare.KERAS_FIT), _cost(costs, "step_k")
+  if backend != "keras" or fit is None or k_step is None:
+    return ""
+  return (f" Keras's fit of the same step, with none of the trainer's callbacks, takes "
+          f"{fit:.2f}: fit itself adds {fit - k_step:+.2f} to the K-step loop, the trainer's "
+          f"callbacks (divergence check, checkpoints, backups, progress) "
+          f"{r.ms_per_step - fit:+.2f}.")
+
+
 def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> List[str]:
   """One line per missed target, saying from the measurements where the time went."""
   by = {(r.name, r.workers): r for r in results}
@@ -187,7 +200,8 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
           f"{loops['step_k'] - loops['step_k_memory']:+.2f} ms/step, a call per step "
           f"{loops['step'] - loops['step_k']:+.2f}. {backend} adds "
           f"{r.ms_per_step - loops['step_k']:+.2f} to the K-step loop on the pipeline "
-          f"({r.ms_per_step - loops['step']:+.2f} to one step per call).")
+          f"({r.ms_per_step - loops['step']:+.2f} to one step per call)."
+          + _keras_fit_split(backend, r, costs))
       session = _cost(costs, bare.SESSION_STEP)
       if backend == "estimator" and session is not None:
         lines[-1] += (f" The Estimator's own v1 graph run by a plain Session, one run per "
@@ -199,7 +213,8 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
           f"a bare K-step MultiWorkerMirroredStrategy step ({loops['step_k']:.2f}; one step per "
           f"call {loops['step']:.2f}). Inside the bare step, each worker computes its "
           f"{costs['per_replica_batch']} examples in {_cost(costs, 'compute'):.2f} ms and the "
-          f"all-reduce alone takes {_cost(costs, 'all_reduce'):.2f} ms.")
+          f"all-reduce alone takes {_cost(costs, 'all_reduce'):.2f} ms."
+          + _keras_fit_split(backend, r, costs))
       evaluator = r.cpu_seconds.get("evaluator-0")
       if evaluator is not None and r.wall_seconds:
         lines[-1] += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
