@@ -273,8 +273,7 @@ class _ExecutionEnds(tf_keras.callbacks.Callback):
 def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: common.InputFn
                   ) -> Dict[str, Any]:
   """ms per step of Keras Model.fit on the trainer's compiled model (its loss, optimizer,
-  schedule and steps per execution), the same pipeline and strategy, and no callbacks of
-  the trainer's: medians of PROBE_WINDOWS windows after the first epoch (a new iterator
+  schedule and steps per execution), the same pipeline, and no callbacks of the trainer's: medians of PROBE_WINDOWS windows after the first epoch (a new iterator
   fills its cache again)."""
   with strategy.scope():
     model = keras_trainer.compile_model(config)
@@ -308,7 +307,8 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     (`step_k`), each on the input pipeline or on one batch held in memory
     (`_memory`); at 1 worker also `session_step` (see _session_step_ms).
     The fastest is the ceiling at this worker count;
-  - keras_fit: Keras's fit of the same step, no callbacks (see _keras_fit_ms).
+  - keras_fit: Keras's fit of the same step, no callbacks, under the trainers'
+    strategy (see _keras_fit_ms).
   A trainer's ms/step minus a loop's is what Keras or the Estimator add
   around the step; `step` minus `compute` is what the all-reduce and waiting
   for the other workers cost inside it.
@@ -322,8 +322,12 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   Returns:
     This task's numbers: ms per step of each part, and their windows.
   """
+  injected = strategy is not None
   strategy = strategy or _strategy_for_this_task()
   workers = distribute.num_workers(strategy)
+  # keras_fit runs under the trainers' own strategy: MultiWorkerMirroredStrategy at
+  # 1 worker too, made before any op runs, as the trainers make it.
+  fit_strategy = strategy if injected or workers > 1 else distribute.create_strategy()
   config.validate(strategy.num_replicas_in_sync)
   common.setup_determinism(config)
   loops = _Loops(config, strategy, common.default_input_fn(config))
@@ -355,7 +359,7 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     distribute.barrier(strategy, f"probe_{part}")
     costs[part] = _median_ms_per_step(fn, steps, warmup_calls)
   distribute.barrier(strategy, f"probe_{KERAS_FIT}")
-  costs[KERAS_FIT] = _keras_fit_ms(config, strategy, common.default_input_fn(config))
+  costs[KERAS_FIT] = _keras_fit_ms(config, fit_strategy, common.default_input_fn(config))
   if workers == 1:
     costs[SESSION_STEP] = _session_step_ms(config, common.default_input_fn(config),
                                            steps_per_epoch(config) + 5)
