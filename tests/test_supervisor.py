@@ -26,8 +26,11 @@ TASK = textwrap.dedent("""
     with open("/proc/net/dev") as f:
         interfaces = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
     listener = socket.create_server(("", 0))  # Every interface, as TensorFlow's servers.
+    autogroup = (open("/proc/self/autogroup").read().split()[-1]
+                 if os.path.exists("/proc/self/autogroup") else None)
     with open(os.path.join(out, f"{name}.{starts}.json"), "w") as f:
         json.dump({"tf_config": tf_config, "pid": os.getpid(), "niceness": os.nice(0),
+                   "autogroup_nice": autogroup,
                    "netns": os.readlink("/proc/self/ns/net"), "interfaces": interfaces,
                    "port": listener.getsockname()[1]}, f)
     behaviour = os.environ.get("BEHAVIOUR_" + name.replace("-", "_"), "ok")
@@ -104,6 +107,12 @@ def test_every_task_gets_its_tf_config_and_a_log(task_script, tmp_path, capfd):
   assert {n: r["niceness"] - base for n, r in records.items()} == {
       "chief-0.0": 0, "worker-0.0": 0, "worker-1.0": 0,
       "evaluator-0.0": supervisor.EVALUATOR_NICENESS}
+  # Each task has a session of its own: under autogroup scheduling, its session's
+  # group nice is what yields the cores to the other sessions.
+  if os.path.exists(supervisor.AUTOGROUP):
+    assert {n: r["autogroup_nice"] for n, r in records.items()} == {
+        "chief-0.0": "0", "worker-0.0": "0", "worker-1.0": "0",
+        "evaluator-0.0": str(supervisor.EVALUATOR_NICENESS)}
 
 
 def test_a_failed_worker_stops_the_others(task_script, tmp_path):
