@@ -75,8 +75,8 @@ def diverged(step: int) -> DivergedError:
   by) `step`."""
   return DivergedError(
       f"the training loss or the weights became NaN or Inf by step {step}: training stopped "
-      "there. Lower --learning_rate, or check the input data; a restart with the same settings would "
-      "diverge again.")
+      "there. Lower --learning_rate, or check the input data; a restart with the same "
+      "settings would diverge again.")
 
 
 def weights_finite(variables: Sequence[tf.Variable]) -> tf.Tensor:

@@ -273,7 +273,8 @@ class _ExecutionEnds(tf_keras.callbacks.Callback):
 def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: common.InputFn
                   ) -> Dict[str, Any]:
   """ms per step of Keras Model.fit on the trainer's compiled model (its loss, optimizer,
-  schedule and steps per execution), the same pipeline, and no callbacks of the trainer's: medians of PROBE_WINDOWS windows after the first epoch (a new iterator
+  schedule and steps per execution), the same pipeline, and no callbacks of the
+  trainer's: medians of PROBE_WINDOWS windows after the first epoch (a new iterator
   fills its cache again)."""
   with strategy.scope():
     model = keras_trainer.compile_model(config)
