@@ -159,3 +159,20 @@ def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 
     return ds.batch(batch, drop_remainder=mode == mnist.TRAIN)
 
   return input_fn
+
+
+def tamper_keras_checkpoint(model_dir: str, config, change: Callable) -> None:
+  """Rewrites a Keras model_dir's newest checkpoint with `change(model, config)` applied,
+  at the same step (the state a negative control or a fault starts from)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from trainers import keras_trainer  # pylint: disable=import-outside-toplevel
+
+  model = keras_trainer.compile_model(config)
+  model.optimizer.build(model.trainable_variables)
+  path = tf.train.latest_checkpoint(model_dir)
+  tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
+  change(model, config)
+  for name in os.listdir(model_dir):
+    if name.startswith(("ckpt-", "checkpoint")):
+      os.remove(os.path.join(model_dir, name))
+  keras_trainer.save_checkpoint(model, model_dir, int(path.rsplit("-", 1)[1]))

@@ -10,8 +10,7 @@ import tensorflow as tf
 from launch.tools import convert
 from launch.tools import handoff
 from launch.tools import runs
-from tests.conftest import run_module
-from trainers import keras_trainer
+from tests.conftest import run_module, tamper_keras_checkpoint
 from trainers.config import Config
 
 pytestmark = pytest.mark.estimator  # Both backends, side by side.
@@ -29,19 +28,6 @@ def _zero_slots(model, config):
 def _reset_step(model, config):
   del config
   model.optimizer.iterations.assign(0)
-
-
-def _tampered(model_dir: str, config: Config, change) -> None:
-  """Rewrites a converted Keras checkpoint with one piece of state broken (negative controls)."""
-  model = keras_trainer.compile_model(config)
-  model.optimizer.build(model.trainable_variables)
-  path = tf.train.latest_checkpoint(model_dir)
-  tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
-  change(model, config)
-  for name in os.listdir(model_dir):
-    if name.startswith(("ckpt-", "checkpoint")):
-      os.remove(os.path.join(model_dir, name))
-  keras_trainer.save_checkpoint(model, model_dir, int(path.rsplit("-", 1)[1]))
 
 
 @pytest.mark.real_data
@@ -77,7 +63,7 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
     leg = tmp_path / name
     convert.estimator_to_keras(str(run_dir / "estimator-first" / "model"), str(leg / "model"),
                                config=config)
-    _tampered(str(leg / "model"), config, change)
+    tamper_keras_checkpoint(str(leg / "model"), config, change)
     rate = handoff.rate_check(name, "keras", str(leg / "model"), config, SPLIT,
                                tolerances.learning_rate_atol)
     assert rate.passed == (name == "zero_slots"), rate

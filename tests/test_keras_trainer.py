@@ -12,7 +12,7 @@ import tensorflow as tf
 import tf_keras
 
 from launch.tools import runs
-from tests.conftest import memory_input_fn
+from tests.conftest import memory_input_fn, tamper_keras_checkpoint
 from trainers import common
 from trainers import keras_trainer
 from trainers.config import Config
@@ -91,16 +91,13 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(config.global_batch_size)
   keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy, input_fn=input_fn)
-  model = keras_trainer.compile_model(config)
-  model.optimizer.build(model.trainable_variables)
-  path = tf.train.latest_checkpoint(str(tmp_path))
-  tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
-  slot = model.optimizer.variables[1]
-  slot.assign(tf.fill(slot.shape, float("nan")))
-  for name in os.listdir(tmp_path):
-    if name.startswith(("ckpt-", "checkpoint")):
-      os.remove(tmp_path / name)
-  keras_trainer.save_checkpoint(model, str(tmp_path), 3)
+
+  def nan_slot(model, config):
+    del config
+    slot = model.optimizer.variables[1]
+    slot.assign(tf.fill(slot.shape, float("nan")))
+
+  tamper_keras_checkpoint(str(tmp_path), config, nan_slot)
   with pytest.raises(common.DivergedError, match="weights became NaN or Inf by step 4:"):
     keras_trainer.train_and_evaluate(Config(**{**config.__dict__, "train_steps": 6}),
                                      str(tmp_path), strategy=strategy, input_fn=input_fn)

@@ -409,7 +409,7 @@ def test_a_diverging_run_stops_with_exit_3_and_saves_nothing_diverged(backend, w
                        "--timeout=300", *trainer_flags.config_to_flags(config)], timeout=400)
   assert result.returncode == 3, result.stderr[-3000:]
   assert "the training loss or the weights became NaN or Inf by step" in result.stderr
-  # Weights go NaN a step before the loss shows it: what holds NaN is moved aside.
+  # Both stop before saving the diverged step; anything saved with NaN is moved aside.
   assert "newest finite checkpoint" in result.stderr and "is kept" in result.stderr
   if workers > 1:
     assert "a diverged run is not retried" in result.stderr
