@@ -3,6 +3,8 @@
 import logging
 import os
 import shutil
+import sys
+import textwrap
 import threading
 import time
 
@@ -11,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from launch import supervisor
 from launch.tools import runs
 from tests.conftest import memory_input_fn, tamper_keras_checkpoint
 from trainers import common
@@ -101,6 +104,58 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
   with pytest.raises(common.DivergedError, match="weights became NaN or Inf by step 4:"):
     keras_trainer.train_and_evaluate(Config(**{**config.__dict__, "train_steps": 6}),
                                      str(tmp_path), strategy=strategy, input_fn=input_fn)
+
+
+# In each task of a 2-worker cluster: the trainer's model and Keras's own
+# train_step on the same model, compiled alike; the collectives in fit's
+# train function, and what one execution of each logs and leaves.
+ONE_COLLECTIVE_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    from trainers import distribute, keras_trainer, model as model_lib
+    from trainers.config import Config
+
+    config = Config(global_batch_size=32, steps_per_execution=5)
+    strategy = distribute.create_strategy()
+    images = tf.random.stateless_uniform((320, 28, 28, 1), (1, 2))
+    # Repeated, as the trainers' is: on a finite dataset every step would also
+    # all-reduce whether each worker has a next batch.
+    data = tf.data.Dataset.from_tensor_slices((images, np.arange(320) % 10)).repeat().batch(16)
+    with strategy.scope():
+      ours = keras_trainer.compile_model(config)
+      stock = model_lib.build_model(config.seed)
+      stock.compile(optimizer=keras_trainer.make_optimizer(config), steps_per_execution=5,
+                    **keras_trainer._loss_and_metrics(accuracy=False))
+      stock.distribute_reduction_method = "first"
+    for name, model in (("ours", ours), ("stock", stock)):
+      model.make_train_function()
+      graph = model.train_tf_function.get_concrete_function(
+          iter(strategy.experimental_distribute_dataset(data))).graph.as_graph_def()
+      ops = [n.op for n in graph.node] + [n.op for f in graph.library.function
+                                          for n in f.node_def]
+      loss = model.fit(data, epochs=1, steps_per_epoch=10, verbose=0).history["loss"][-1]
+      kernel = float(np.abs(model.get_layer("hidden").kernel.numpy()).sum())
+      print(f"{name}: collectives {sum(op.startswith('Collective') for op in ops)} "
+            f"loss {loss:.9g} kernel {kernel:.9g}", flush=True)
+""")
+
+
+def test_a_training_step_makes_one_collective_where_keras_makes_three(tmp_path):
+  # Keras's own train_step reads its loss metric after every step, which under
+  # MultiWorkerMirroredStrategy all-reduces the metric's total and count.
+  script = tmp_path / "one_collective.py"
+  script.write_text(ONE_COLLECTIVE_SCRIPT)
+  rc = supervisor.run_local_cluster([sys.executable, str(script)], 2, str(tmp_path / "logs"),
+                                    timeout=300, max_restarts=0)
+  log = (tmp_path / "logs" / "chief-0.log").read_text()
+  assert rc == 0, log[-3000:]
+  lines = dict(line.split(": ", 1) for line in log.splitlines()
+               if line.startswith(("ours: ", "stock: ")))
+  ours, stock = (lines[name].split() for name in ("ours", "stock"))
+  assert (ours[1], stock[1]) == ("1", "3")
+  # The same mean loss over the 10 steps, and the same weights after them.
+  np.testing.assert_allclose(float(ours[3]), float(stock[3]), rtol=1e-6)
+  np.testing.assert_allclose(float(ours[5]), float(stock[5]), rtol=1e-6)
 
 
 def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():
