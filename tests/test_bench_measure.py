@@ -13,6 +13,14 @@ def test_step_windows_skip_warm_up():
   assert bench_measure.step_windows(events, warmup_steps=1000) == [0.05, 0.05]
 
 
+def test_the_estimators_all_reduces_are_counted_in_its_graph(tmp_path):
+  assert bench_measure.graph_all_reduces(str(tmp_path)) is None  # Keras writes no graph.
+  (tmp_path / "graph.pbtxt").write_text(
+      'node { name: "w/Initializer/CollectiveBcastSend" op: "CollectiveBcastSend" }\n'
+      'node { name: "CollectiveReduceV2" op: "CollectiveReduceV2" }\n'
+      'node { name: "CollectiveReduceV2_1" op: "CollectiveReduceV2" }\n')
+  assert bench_measure.graph_all_reduces(str(tmp_path)) == 2
+
 
 def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
   rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_ceiling=ratio,

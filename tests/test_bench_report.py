@@ -26,7 +26,9 @@ def _results():
                                peak_rss_mb={"launcher": 1, "chief-0": 1, "worker-0": 1,
                                             "evaluator-0": 1},
                                cpu_seconds={"evaluator-0": 8.0},
-                               breakdown={"launch_to_tasks_started": 2.5})]
+                               breakdown={"launch_to_tasks_started": 2.5}),
+          bench_measure.Result("estimator", 2, ms_per_step=17.5, launch_to_first_step=7.0,
+                               graph_all_reduces=2)]
 
 
 def test_missed_targets_are_explained_from_the_step_costs():
@@ -39,7 +41,8 @@ def test_missed_targets_are_explained_from_the_step_costs():
   assert targets["keras x2 launch to first step (s)"].limit == 8.0
   assert "ceiling x1 examples/s / ceiling" not in targets  # The backends' targets only.
   lines = bench_report.explain(results, COSTS)
-  assert len(lines) == 6, lines  # Two ratios, launch x1, K-step, scaling, launch x2.
+  # Two ratios, launch x1; Keras x2: K-step, scaling, launch; Estimator x2: K-step.
+  assert len(lines) == 7, lines
   ratio = next(line for line in lines if line.startswith("keras x1 examples/s"))
   assert "against the ceiling's 9.50 (step_k_memory)" in ratio
   assert "the input pipeline costs +0.30 ms/step, a call per step +0.70" in ratio
@@ -50,11 +53,16 @@ def test_missed_targets_are_explained_from_the_step_costs():
   estimator = next(line for line in lines if line.startswith("estimator x1 examples/s"))
   assert "plain Session, one run per step and no hooks, takes 11.00" in estimator
   assert "hooks add +1.00" in estimator and "Session" not in ratio
-  k_step = next(line for line in lines if "K-step step" in line)
+  k_step = next(line for line in lines if line.startswith("keras x2 ms/step - bare K-step"))
   assert "+2.50 over a bare K-step" in k_step and "all-reduce alone takes 5.00 ms" in k_step
   assert "The evaluator task took 8 CPU-s during the run's 40 s" in k_step
   assert "fit itself adds +1.00 to the K-step loop" in k_step and "progress) +1.50." in k_step
-  assert "fit itself" not in estimator
+  assert "fit itself" not in estimator and "graph.pbtxt" not in k_step
+  # The Estimator in a cluster: its all-reduces per step, and its Session.run per step.
+  estimator_2 = next(line for line in lines if line.startswith("estimator x2 ms/step"))
+  assert "training graph (graph.pbtxt) has 2 all-reduces, each run every step" in estimator_2
+  assert "one step per call takes 16.00 (+0.50 over K steps per call), and the Estimator adds " \
+      "+1.50 to it." in estimator_2
   assert any("12.5 s: 2.5 s before any task started" in line for line in lines)
   assert any("the ceiling run, which imports TensorFlow" in line and "took 3.0 s" in line
              for line in lines)

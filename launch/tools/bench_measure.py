@@ -57,6 +57,7 @@ class Result:
   error: Optional[str] = None
   rounds: int = 1
   ratio_range: Optional[List[float]] = None
+  graph_all_reduces: Optional[int] = None
 
   @property
   def label(self) -> str:
@@ -102,6 +103,16 @@ def warmup_steps(config: Config) -> int:
   return bare.steps_per_epoch(config)
 
 
+def graph_all_reduces(model_dir: str) -> Optional[int]:
+  """All-reduces in the training graph an Estimator chief writes (`graph.pbtxt`), each run
+  every step; None where the run wrote no graph (Keras, the ceiling)."""
+  path = os.path.join(model_dir, "graph.pbtxt")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return f.read().count('op: "CollectiveReduceV2"')
+
+
 def read_result(name: str, workers: int, config: Config, model_dir: str, launched: float,
                 exited: float) -> Result:
   """The numbers of a run that exited 0, read back from what it wrote to model_dir.
@@ -131,6 +142,7 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
     result.window_ms_per_step = [round(1000 * w, 3) for w in windows]
     result.ms_per_step = round(1000 * seconds, 3)
     result.examples_per_second = round(config.global_batch_size / seconds, 1)
+  result.graph_all_reduces = graph_all_reduces(model_dir)
   first_step = summary.get("first_step_time")
   if first_step:
     result.launch_to_first_step = round(first_step - launched, 2)

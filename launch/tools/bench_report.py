@@ -178,6 +178,19 @@ def _keras_fit_split(backend: str, r: Result, costs: Mapping[str, Any]) -> str:
           f"{r.ms_per_step - fit:+.2f}.")
 
 
+def _estimator_split(r: Result, loops: Mapping[str, Optional[float]]) -> str:
+  """For the Estimator in a cluster: its all-reduces per step (from its graph.pbtxt) and
+  its one Session.run per step, against the bare loops."""
+  if r.graph_all_reduces is None:
+    return ""
+  return (f" The Estimator's training graph (graph.pbtxt) has {r.graph_all_reduces} "
+          f"all-reduces, each run every step: the gradients', and the loss's, which "
+          f"tf.estimator reduces over the workers itself (the bare step and Keras have one). It "
+          f"runs one Session.run per step: the bare loop with one step per call takes "
+          f"{loops['step']:.2f} ({loops['step'] - loops['step_k']:+.2f} over K steps per call), "
+          f"and the Estimator adds {r.ms_per_step - loops['step']:+.2f} to it.")
+
+
 def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> List[str]:
   """One line per missed target, saying from the measurements where the time went."""
   by = {(r.name, r.workers): r for r in results}
@@ -214,7 +227,7 @@ def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
           f"call {loops['step']:.2f}). Inside the bare step, each worker computes its "
           f"{costs['per_replica_batch']} examples in {_cost(costs, 'compute'):.2f} ms and the "
           f"all-reduce alone takes {_cost(costs, 'all_reduce'):.2f} ms."
-          + _keras_fit_split(backend, r, costs))
+          + _keras_fit_split(backend, r, costs) + _estimator_split(r, loops))
       evaluator = r.cpu_seconds.get("evaluator-0")
       if evaluator is not None and r.wall_seconds:
         lines[-1] += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
