@@ -7,13 +7,14 @@ import pathlib
 import struct
 import subprocess
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
 
 from data import mnist
 from data import paths
+from launch import supervisor
 from trainers import runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -117,6 +118,17 @@ def run_module(module: str, args: List[str], timeout: float = 600,
   full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=full_env,
                         capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_in_local_cluster(script: str, tmp_path: pathlib.Path, workers: int = 2,
+                         timeout: float = 300) -> Tuple[int, str]:
+  """Runs Python source `script` as every training task of a local cluster, importing
+  this checkout's code; returns the launcher's exit code and the chief's log."""
+  path = tmp_path / "cluster_script.py"
+  path.write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n{script}")
+  rc = supervisor.run_local_cluster([sys.executable, str(path)], workers,
+                                    str(tmp_path / "logs"), timeout=timeout, max_restarts=0)
+  return rc, (tmp_path / "logs" / "chief-0.log").read_text()
 
 
 def kubeflow_tf_configs(job: str, namespace: str, replicas: Dict[str, int],

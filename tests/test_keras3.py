@@ -6,12 +6,11 @@ starts failing because the fit succeeds, Keras 3 has gained MWMS support:
 update docs/MIGRATION.md, "Landing on TF 2.16+".
 """
 
-import sys
 import textwrap
 
 import pytest
 
-from launch import supervisor
+from tests.conftest import run_in_local_cluster
 
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (the TF 2.15.1 stack)")
 if int(keras.__version__.split(".")[0]) < 3:
@@ -38,11 +37,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_keras3_fit_fails_under_multi_worker_mirrored_strategy(tmp_path):
-  script = tmp_path / "keras3_mwms.py"
-  script.write_text(SCRIPT)
-  rc = supervisor.run_local_cluster([sys.executable, str(script)], 2, str(tmp_path / "logs"),
-                                    timeout=300, max_restarts=0)
-  log = (tmp_path / "logs" / "chief-0.log").read_text()
+  rc, log = run_in_local_cluster(SCRIPT, tmp_path)
   assert rc != 0 and "KERAS3 FIT DONE" not in log
   # The upstream issue's error: Keras 3's fit hands a PerReplica value to an op.
   assert "ValueError: Attempt to convert a value (PerReplica:" in log, log[-3000:]

@@ -3,7 +3,6 @@
 import logging
 import os
 import shutil
-import sys
 import textwrap
 import threading
 import time
@@ -13,9 +12,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from launch import supervisor
 from launch.tools import runs
-from tests.conftest import memory_input_fn, tamper_keras_checkpoint
+from tests.conftest import memory_input_fn, run_in_local_cluster, tamper_keras_checkpoint
 from trainers import common
 from trainers import keras_trainer
 from trainers.config import Config
@@ -143,11 +141,7 @@ ONE_COLLECTIVE_SCRIPT = textwrap.dedent("""
 def test_a_training_step_makes_one_collective_where_keras_makes_three(tmp_path):
   # Keras's own train_step reads its loss metric after every step, which under
   # MultiWorkerMirroredStrategy all-reduces the metric's total and count.
-  script = tmp_path / "one_collective.py"
-  script.write_text(ONE_COLLECTIVE_SCRIPT)
-  rc = supervisor.run_local_cluster([sys.executable, str(script)], 2, str(tmp_path / "logs"),
-                                    timeout=300, max_restarts=0)
-  log = (tmp_path / "logs" / "chief-0.log").read_text()
+  rc, log = run_in_local_cluster(ONE_COLLECTIVE_SCRIPT, tmp_path)
   assert rc == 0, log[-3000:]
   lines = dict(line.split(": ", 1) for line in log.splitlines()
                if line.startswith(("ours: ", "stock: ")))
