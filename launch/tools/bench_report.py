@@ -184,8 +184,8 @@ def _estimator_split(r: Result, loops: Mapping[str, Optional[float]]) -> str:
   if r.graph_all_reduces is None:
     return ""
   return (f" The Estimator's training graph (graph.pbtxt) has {r.graph_all_reduces} "
-          f"all-reduces, each run every step: the gradients', and the loss's, which "
-          f"tf.estimator reduces over the workers itself (the bare step and Keras have one). It "
+          f"all-reduces, each run every step, where the bare step and Keras have one (the "
+          f"gradients'): tf.estimator also reduces the loss over the workers itself. It "
           f"runs one Session.run per step: the bare loop with one step per call takes "
           f"{loops['step']:.2f} ({loops['step'] - loops['step_k']:+.2f} over K steps per call), "
           f"and the Estimator adds {r.ms_per_step - loops['step']:+.2f} to it.")
