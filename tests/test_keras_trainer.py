@@ -122,8 +122,8 @@ ONE_COLLECTIVE_SCRIPT = textwrap.dedent("""
     with strategy.scope():
       ours = keras_trainer.compile_model(config)
       stock = model_lib.build_model(config.seed)
-      stock.compile(optimizer=keras_trainer.make_optimizer(config), steps_per_execution=5,
-                    **keras_trainer._loss_and_metrics(accuracy=False))
+      stock.compile(optimizer=keras_trainer.make_optimizer(config),
+                    loss=keras_trainer.make_loss(), steps_per_execution=5)
       stock.distribute_reduction_method = "first"
     for name, model in (("ours", ours), ("stock", stock)):
       model.make_train_function()

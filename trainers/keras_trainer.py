@@ -47,13 +47,17 @@ def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
   return V1MomentumSGD(learning_rate_schedule(config), momentum=config.momentum)
 
 
-def _loss_and_metrics(accuracy: bool = True) -> Dict[str, Any]:
+def make_loss() -> tf_keras.losses.Loss:
+  """The training and evaluation loss, as `compile` takes it."""
   # With a strategy, Keras divides this loss's sum by the global batch size,
   # so the summed replica gradients are the gradient of the global-batch mean.
-  return {
-      "loss": tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      "metrics": [tf_keras.metrics.SparseCategoricalAccuracy("accuracy")] if accuracy else [],
-  }
+  return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _loss_and_metrics() -> Dict[str, Any]:
+  """What evaluation compiles with: the loss, and the accuracy it reports."""
+  return {"loss": make_loss(),
+          "metrics": [tf_keras.metrics.SparseCategoricalAccuracy("accuracy")]}
 
 
 class _OneCollectiveModel(tf_keras.Model):
@@ -100,14 +104,12 @@ def compile_model(config: Config) -> tf_keras.Model:
   model = _OneCollectiveModel(model_lib.build_model(config.seed, common.initial_weights(config)))
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
-  # training either), and _OneCollectiveModel's step updates no `metrics` of compile;
-  # evaluation compiles its own model with it.
-  model.compile(optimizer=make_optimizer(config),
-                steps_per_execution=config.keras_steps_per_execution(),
-                **_loss_and_metrics(accuracy=False))
-  # The logged loss is already aggregated over all replicas;
+  # training either), and _OneCollectiveModel's step would not update it.
+  model.compile(optimizer=make_optimizer(config), loss=make_loss(),
+                steps_per_execution=config.keras_steps_per_execution())
+  # The logged loss is already the global batch's, the same on every worker;
   # tf-keras 2.15's default ("auto" = "sum" under MultiWorkerMirroredStrategy)
-  # sums them again across workers, reporting N times the true values.
+  # sums it again across workers, reporting N times the true value.
   model.distribute_reduction_method = "first"
   return model
 
