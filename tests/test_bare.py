@@ -2,12 +2,14 @@
 
 import dataclasses
 import json
+import os
 
 import tensorflow as tf
 
 from launch.tools import bare
 from launch.tools import bench_measure
 from launch.tools import runs
+from trainers import keras_trainer
 from trainers.config import Config
 
 CONFIG = Config(train_steps=8, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
@@ -26,16 +28,38 @@ def test_the_ceiling_loop_writes_events_and_a_summary(tiny_data_dir, tmp_path):
   assert [e[0] for e in bench_measure.scalar_events(str(tmp_path / "eval"), "accuracy")] == [4, 8]
 
 
-def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tmp_path):
+def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tmp_path,
+                                                              monkeypatch):
   config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir)
   out = tmp_path / "costs.json"
+  made, real = [], keras_trainer.training_callbacks
+
+  def training_callbacks(*args):
+    callbacks = real(*args)
+    made.append((args[1], [type(c).__name__ for c in callbacks]))
+    return callbacks
+
+  monkeypatch.setattr(keras_trainer, "training_callbacks", training_callbacks)
   costs = bare.probe_step_costs(config, str(out),
                                 strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
+  # One fit ran the trainer's callbacks, saving into a directory of its own, now gone.
+  [(model_dir, names)] = made
+  assert names[-1] == "ProgressCallback" and "_Backup" in names
+  assert not os.path.exists(model_dir)
   assert json.loads(out.read_text()) == costs
   assert costs["workers"] == 1 and costs["per_replica_batch"] == 32
   assert costs["steps_per_execution"] == 2
   for part in bare.PARTS:
     assert costs[part]["ms"] > 0 and len(costs[part]["windows"]) == bare.PROBE_WINDOWS, part
     assert costs[part]["steps_per_call"] == (
-        2 if part.startswith("step_k") or part == bare.KERAS_FIT else 1), part
+        2 if part.startswith(("step_k", "keras_fit")) else 1), part
+
+
+def test_the_ceiling_loops_take_their_windows_in_turn(monkeypatch):
+  calls = []
+  monkeypatch.setattr(bare, "PROBE_STEPS_PER_WINDOW", 1)
+  loops = {name: (lambda name=name: calls.append(name), 1, 1) for name in "abc"}
+  costs = bare._interleaved_ms_per_step(loops)  # pylint: disable=protected-access
+  assert "".join(calls) == "abc" + "abc" + "bca" + "cab" + "abc" + "bca"  # Warm-up, then rounds.
+  assert all(len(costs[name]["windows"]) == bare.PROBE_WINDOWS for name in "abc")
 

@@ -128,7 +128,7 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
   return model, model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
 
 
-class _Progress(tf_keras.callbacks.Callback):
+class ProgressCallback(tf_keras.callbacks.Callback):
   """Progress every `every` steps (common.Progress), and the loss under Estimator's tag.
 
   Keras reports the mean loss since this `fit` began; the difference of two
@@ -273,6 +273,27 @@ class _Checkpoints(tf_keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     self._save()
+
+
+def training_callbacks(config: Config, model_dir: str, checkpoint_dir: str, chief: bool,
+                       progress: ProgressCallback) -> List[tf_keras.callbacks.Callback]:
+  """The callbacks of every training `fit`, in their order (the benchmark times them too).
+
+  Args:
+    config: the intervals (checkpoints, backups, steps per execution).
+    model_dir: the run's directory: backups go to `model_dir/backup` (non-chief
+      workers' to `workertemp_<i>` there, deleted after each save).
+    checkpoint_dir: this task's `ckpt-<step>`: model_dir on the chief, a
+      scratch directory on other workers.
+    chief: whether this task is the chief.
+    progress: the run's progress reporter.
+  """
+  # The divergence check runs first, so nothing diverged is saved.
+  return [_StopOnDivergence(),
+          _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
+          _Backup(os.path.join(model_dir, common.BACKUP_SUBDIR), config.backup_every_steps,
+                  config.keras_steps_per_execution()),
+          progress]
 
 
 class _EvalSummaries(tf_keras.callbacks.Callback):
@@ -426,18 +447,15 @@ def train_and_evaluate(
   fit_start = start_step if origin is None else origin
 
   # Train. Only the chief writes: other workers log, but keep no events.
-  progress = _Progress(config.log_every_steps, config.train_steps, model_dir if chief else None)
+  progress = ProgressCallback(config.log_every_steps, config.train_steps,
+                              model_dir if chief else None)
   if fit_start < config.train_steps:
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
     # A non-chief worker's checkpoints go to its scratch directory, removed on
     # every way out of fit; one killed before that is cleared by its restart.
     scratch = model_dir if chief else common.worker_scratch_dir(model_dir, task)
-    callbacks = [_StopOnDivergence(),
-                 _Checkpoints(scratch, chief, config.checkpoint_every_steps),
-                 _Backup(backup_dir, config.backup_every_steps,
-                         config.keras_steps_per_execution()),
-                 progress]
+    callbacks = training_callbacks(config, model_dir, scratch, chief, progress)
     if chief and chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       eval_model = model_lib.build_model(config.seed)  # Outside the strategy's scope.
       callbacks.append(_PeriodicEval(eval_model, input_fn(mnist.EVAL, None),

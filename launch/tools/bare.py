@@ -14,14 +14,16 @@ Both train the shared model on the shared input_fn with the trainers' update
 the trainers' ms/step.
 """
 
+import dataclasses
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -47,9 +49,11 @@ LOOPS = {"step": (False, False), "step_memory": (False, True), "step_k": (True, 
 SESSION_STEP = "session_step"
 CEILING_LOOPS = (*LOOPS, SESSION_STEP)
 # Keras's Model.fit of the trainer's compiled model, K steps per execution, with
-# none of the trainer's callbacks: what fit itself adds to the bare K-step loop.
+# none of the trainer's callbacks (what fit itself adds to the bare K-step loop),
+# then with them (what they add to fit).
 KERAS_FIT = "keras_fit"
-PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS, KERAS_FIT)
+KERAS_FIT_CALLBACKS = "keras_fit_callbacks"
+PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS, KERAS_FIT, KERAS_FIT_CALLBACKS)
 
 
 def steps_per_epoch(config: Config) -> int:
@@ -219,29 +223,56 @@ def train_ceiling_loop(config: Config, model_dir: str,
   return common.finish(CEILING, config, model_dir, workers=workers, **summary)
 
 
+def _window_ms(fn: Callable[[], Any], steps_per_call: int) -> float:
+  """ms per step of one window of about PROBE_STEPS_PER_WINDOW steps of `fn`."""
+  calls = max(1, PROBE_STEPS_PER_WINDOW // steps_per_call)
+  start = time.perf_counter()
+  for _ in range(calls):
+    out = fn()
+  # Waits for the window's last step: a call may return before its step has run.
+  tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
+  return 1000 * (time.perf_counter() - start) / (calls * steps_per_call)
+
+
+def _medians(windows: Sequence[float], steps_per_call: int) -> Dict[str, Any]:
+  return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows],
+          "steps_per_call": steps_per_call}
+
+
 def _median_ms_per_step(fn: Callable[[], Any], steps_per_call: int, warmup_calls: int
                         ) -> Dict[str, Any]:
   """Median ms per step of `fn` over PROBE_WINDOWS windows, after `warmup_calls`."""
   for _ in range(warmup_calls):
     fn()
-  windows = []
-  calls = max(1, PROBE_STEPS_PER_WINDOW // steps_per_call)
-  for _ in range(PROBE_WINDOWS):
-    start = time.perf_counter()
-    for _ in range(calls):
-      out = fn()
-    # Waits for the window's last step: a call may return before its step has run.
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
-    windows.append(1000 * (time.perf_counter() - start) / (calls * steps_per_call))
-  return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows],
-          "steps_per_call": steps_per_call}
+  return _medians([_window_ms(fn, steps_per_call) for _ in range(PROBE_WINDOWS)],
+                  steps_per_call)
+
+
+def _interleaved_ms_per_step(loops: Dict[str, Tuple[Callable[[], Any], int, int]]
+                             ) -> Dict[str, Dict[str, Any]]:
+  """Median ms per step of each loop (fn, steps per call, warm-up calls), their windows
+  taken in turn: the machine's slow spells fall on every loop alike, so the fastest
+  loop's median is not the luck of when it ran. Each round starts with the next loop."""
+  for fn, _, warmup_calls in loops.values():
+    for _ in range(warmup_calls):
+      fn()
+  names = list(loops)
+  windows: Dict[str, List[float]] = {name: [] for name in names}
+  for i in range(PROBE_WINDOWS):
+    for name in names[i % len(names):] + names[:i % len(names)]:
+      fn, steps_per_call, _ = loops[name]
+      windows[name].append(_window_ms(fn, steps_per_call))
+  return {name: _medians(windows[name], loops[name][1]) for name in names}
 
 
 def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
                      ) -> Dict[str, Any]:
   """ms per step of the Estimator's step without the Estimator: its v1 graph (the v1
   loss, MomentumOptimizer, cosine_decay), one Session.run per step fetching the loss, as
-  the Estimator's does, and no MonitoredSession or hooks. One process, no strategy."""
+  the Estimator's does, and no MonitoredSession or hooks. One process, no strategy.
+
+  Timed alone, after the eager loops: a Keras model built in a v1 graph invalidates
+  the models built outside it, so its windows cannot take turns with theirs."""
   with tf.Graph().as_default():
     tf.compat.v1.set_random_seed(config.seed)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
@@ -270,26 +301,40 @@ class _ExecutionEnds(tf_keras.callbacks.Callback):
     self.times.append(time.perf_counter())
 
 
-def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: common.InputFn
-                  ) -> Dict[str, Any]:
+def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: common.InputFn,
+                  trainer_callbacks: bool) -> Dict[str, Any]:
   """ms per step of Keras Model.fit on the trainer's compiled model (its loss, optimizer,
-  schedule and steps per execution), the same pipeline, and no callbacks of the
-  trainer's: medians of PROBE_WINDOWS windows after the first epoch (a new iterator
-  fills its cache again)."""
+  schedule and steps per execution) and the same pipeline, with or without the trainer's
+  callbacks (`keras_trainer.training_callbacks`: divergence check, checkpoints, backups,
+  progress, saving into a temporary directory of this task's).
+
+  Medians of PROBE_WINDOWS windows of `log_every_steps` steps after the first epoch
+  (a new iterator fills its cache again): the benchmark's windows between two loss
+  events, each holding one progress report and, at the default intervals, one backup.
+  """
   with strategy.scope():
     model = keras_trainer.compile_model(config)
   dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
-  k = config.keras_steps_per_execution()
-  calls = max(1, PROBE_STEPS_PER_WINDOW // k)
-  warmup_calls = -(-steps_per_epoch(config) // k) + 1
+  k, every = config.keras_steps_per_execution(), config.log_every_steps
+  warmup = -(-steps_per_epoch(config) // every) * every
+  total = warmup + PROBE_WINDOWS * every
   ends = _ExecutionEnds()
-  model.fit(dataset, epochs=1, steps_per_epoch=(warmup_calls + PROBE_WINDOWS * calls) * k,
-            callbacks=[ends], verbose=0)
-  times = ends.times[warmup_calls - 1:]
-  windows = [1000 * (times[(i + 1) * calls] - times[i * calls]) / (calls * k)
-             for i in range(PROBE_WINDOWS)]
-  return {"ms": round(statistics.median(windows), 3), "windows": [round(w, 3) for w in windows],
-          "steps_per_call": k}
+  callbacks = [ends]
+  model_dir = tempfile.mkdtemp(prefix="probe-fit-")
+  try:
+    if trainer_callbacks:
+      chief = distribute.is_chief(strategy)
+      progress = keras_trainer.ProgressCallback(every, total, model_dir if chief else None)
+      callbacks = keras_trainer.training_callbacks(
+          dataclasses.replace(config, train_steps=total), model_dir, model_dir, chief,
+          progress) + callbacks
+    model.fit(dataset, epochs=1, steps_per_epoch=total, callbacks=callbacks, verbose=0)
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)
+  # times[i] is when the execution ending at step (i + 1) * k ended, its callbacks done.
+  ends_at = {(i + 1) * k: t for i, t in enumerate(ends.times)}
+  return _medians([1000 * (ends_at[warmup + (i + 1) * every] - ends_at[warmup + i * every]) / every
+                   for i in range(PROBE_WINDOWS)], k)
 
 
 def probe_step_costs(config: Config, out_path: Optional[str],
@@ -306,10 +351,12 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   - the loops (LOOPS): a bare training step, all-reduce included, one step
     per call (`step`) or K, Keras's steps per execution, per call
     (`step_k`), each on the input pipeline or on one batch held in memory
-    (`_memory`); at 1 worker also `session_step` (see _session_step_ms).
-    The fastest is the ceiling at this worker count;
-  - keras_fit: Keras's fit of the same step, no callbacks, under the trainers'
-    strategy (see _keras_fit_ms).
+    (`_memory`), their windows taken in turn; at 1 worker also
+    `session_step` (see _session_step_ms). The fastest is the ceiling at
+    this worker count;
+  - keras_fit and keras_fit_callbacks: Keras's fit of the same step under
+    the trainers' strategy, without and with the trainer's callbacks (see
+    _keras_fit_ms).
   A trainer's ms/step minus a loop's is what Keras or the Estimator add
   around the step; `step` minus `compute` is what the all-reduce and waiting
   for the other workers cost inside it.
@@ -351,16 +398,21 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   phases = [("input", fetch, 1, steps_per_epoch(config) + 5),
             ("compute", loops.train(1, all_reduce=False), 1, 5),
             ("all_reduce", all_reduce_only, 1, 5)]
-  for name, (k_steps, memory) in LOOPS.items():
-    steps = k if k_steps else 1
-    phases.append((name, loops.train(steps, held=held if memory else None), steps,
-                   max(2, 5 // steps)))
   for part, fn, steps, warmup_calls in phases:
     # Every task starts each part together, so they share the cores as in training.
     distribute.barrier(strategy, f"probe_{part}")
     costs[part] = _median_ms_per_step(fn, steps, warmup_calls)
-  distribute.barrier(strategy, f"probe_{KERAS_FIT}")
-  costs[KERAS_FIT] = _keras_fit_ms(config, fit_strategy, common.default_input_fn(config))
+  ceiling_loops = {}
+  for name, (k_steps, memory) in LOOPS.items():
+    steps = k if k_steps else 1
+    ceiling_loops[name] = (loops.train(steps, held=held if memory else None), steps,
+                           max(2, 5 // steps))
+  distribute.barrier(strategy, "probe_loops")
+  costs.update(_interleaved_ms_per_step(ceiling_loops))
+  for part, trainer_callbacks in ((KERAS_FIT, False), (KERAS_FIT_CALLBACKS, True)):
+    distribute.barrier(strategy, f"probe_{part}")
+    costs[part] = _keras_fit_ms(config, fit_strategy, common.default_input_fn(config),
+                                trainer_callbacks)
   if workers == 1:
     costs[SESSION_STEP] = _session_step_ms(config, common.default_input_fn(config),
                                            steps_per_epoch(config) + 5)
