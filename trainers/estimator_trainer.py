@@ -84,10 +84,15 @@ def make_model_fn(config: Config):
       train_op = tf.group(train_op, global_loss)
       chief_hooks.append(_LossRecorder(global_loss, config))
     # Read after the update, in the same run: _Progress stops on NaN or Inf weights
-    # before the checkpoint hook saves them (see common.weights_finite).
+    # before the checkpoint hook saves them (see common.weights_finite). Checked
+    # where Keras checks them, every K steps (its steps per execution), on which
+    # every save falls: reading all the weights every step took ~3% of a step.
+    every = config.keras_steps_per_execution()
     with tf.control_dependencies([train_op]):
-      tf.compat.v1.add_to_collection(_WEIGHTS_FINITE,
-                                     common.weights_finite(model.trainable_variables))
+      tf.compat.v1.add_to_collection(_WEIGHTS_FINITE, tf.cond(
+          tf.equal(global_step.read_value() % every, 0),
+          lambda: common.weights_finite(model.trainable_variables),
+          lambda: tf.constant(True)))
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
                                       training_chief_hooks=chief_hooks)
 
@@ -107,10 +112,10 @@ class _Progress(tf.estimator.SessionRunHook):
   loss is the one the Estimator reports (its `loss` summary): the
   global-batch loss, all-reduced over the workers, which the Estimator's own
   session run fetches every step anyway; the logged loss is its mean over the
-  window, as in Keras. A NaN or Inf loss, or weights that became NaN or Inf in
-  this step, raise DivergedError on every worker, as Keras stops: before the
-  checkpoint hook's turn, so nothing diverged is saved (the Estimator's own
-  NanTensorHook catches a NaN loss only).
+  window, as in Keras. A NaN or Inf loss, or weights found NaN or Inf (checked
+  every K steps, as Keras does), raise DivergedError on every worker, as Keras
+  stops: before the checkpoint hook's turn, so nothing diverged is saved (the
+  Estimator's own NanTensorHook catches a NaN loss only).
   """
 
   def __init__(self, every: int, total: int, model_dir: Optional[str]):
