@@ -52,7 +52,7 @@ def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tm
   for part in bare.PARTS:
     assert costs[part]["ms"] > 0 and len(costs[part]["windows"]) == bare.PROBE_WINDOWS, part
     assert costs[part]["steps_per_call"] == (
-        2 if part.startswith(("step_k", "keras_fit")) else 1), part
+        2 if part.startswith(("step_k", "keras")) else 1), part
 
 
 def test_the_ceiling_loops_take_their_windows_in_turn(monkeypatch):

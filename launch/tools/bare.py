@@ -48,12 +48,17 @@ LOOPS = {"step": (False, False), "step_memory": (False, True), "step_k": (True, 
 # At 1 worker also the Estimator's own graph, one Session.run per step, no hooks.
 SESSION_STEP = "session_step"
 CEILING_LOOPS = (*LOOPS, SESSION_STEP)
+# Keras's compiled train function of the trainer's model (K steps per call, as fit
+# calls it, under the trainers' strategy), its windows taken in turn with the loops':
+# what Keras's step adds to the bare K-step loop, before fit's own loop.
+KERAS_TRAIN_FUNCTION = "keras_train_function"
 # Keras's Model.fit of the trainer's compiled model, K steps per execution, with
-# none of the trainer's callbacks (what fit itself adds to the bare K-step loop),
-# then with them (what they add to fit).
+# none of the trainer's callbacks (what fit adds to its train function), then with
+# them (what they add to fit).
 KERAS_FIT = "keras_fit"
 KERAS_FIT_CALLBACKS = "keras_fit_callbacks"
-PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS, KERAS_FIT, KERAS_FIT_CALLBACKS)
+PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS, KERAS_TRAIN_FUNCTION, KERAS_FIT,
+         KERAS_FIT_CALLBACKS)
 
 
 def steps_per_epoch(config: Config) -> int:
@@ -289,6 +294,20 @@ def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
       return _median_ms_per_step(lambda: session.run([train_op, loss]), 1, warmup_calls)
 
 
+def _keras_train_function(config: Config, strategy: tf.distribute.Strategy,
+                          input_fn: common.InputFn) -> Tuple[Callable[[], Any], int, int]:
+  """Keras's train function of the trainer's compiled model, on a pipeline of its own,
+  as `_interleaved_ms_per_step` takes a loop: (call, steps per call, warm-up calls). The
+  warm-up reads the first epoch, which fills the pipeline's cache."""
+  with strategy.scope():
+    model = keras_trainer.compile_model(config)
+  train_function = model.make_train_function()
+  iterator = iter(strategy.distribute_datasets_from_function(
+      lambda ctx: input_fn(mnist.TRAIN, ctx)))
+  k = config.keras_steps_per_execution()
+  return lambda: train_function(iterator), k, -(-steps_per_epoch(config) // k) + 2
+
+
 class _ExecutionEnds(tf_keras.callbacks.Callback):
   """When each execution of `fit` ended; it reads no logs, so `fit` syncs nothing for it."""
 
@@ -351,9 +370,10 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   - the loops (LOOPS): a bare training step, all-reduce included, one step
     per call (`step`) or K, Keras's steps per execution, per call
     (`step_k`), each on the input pipeline or on one batch held in memory
-    (`_memory`), their windows taken in turn; at 1 worker also
-    `session_step` (see _session_step_ms). The fastest is the ceiling at
-    this worker count;
+    (`_memory`), and keras_train_function (Keras's train function of the
+    trainer's model, K steps per call, under the trainers' strategy), their
+    windows taken in turn; at 1 worker also `session_step` (see
+    _session_step_ms). The fastest loop is the ceiling at this worker count;
   - keras_fit and keras_fit_callbacks: Keras's fit of the same step under
     the trainers' strategy, without and with the trainer's callbacks (see
     _keras_fit_ms).
@@ -402,13 +422,15 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     # Every task starts each part together, so they share the cores as in training.
     distribute.barrier(strategy, f"probe_{part}")
     costs[part] = _median_ms_per_step(fn, steps, warmup_calls)
-  ceiling_loops = {}
+  timed_in_turn = {}
   for name, (k_steps, memory) in LOOPS.items():
     steps = k if k_steps else 1
-    ceiling_loops[name] = (loops.train(steps, held=held if memory else None), steps,
+    timed_in_turn[name] = (loops.train(steps, held=held if memory else None), steps,
                            max(2, 5 // steps))
+  timed_in_turn[KERAS_TRAIN_FUNCTION] = _keras_train_function(config, fit_strategy,
+                                                              common.default_input_fn(config))
   distribute.barrier(strategy, "probe_loops")
-  costs.update(_interleaved_ms_per_step(ceiling_loops))
+  costs.update(_interleaved_ms_per_step(timed_in_turn))
   for part, trainer_callbacks in ((KERAS_FIT, False), (KERAS_FIT_CALLBACKS, True)):
     distribute.barrier(strategy, f"probe_{part}")
     costs[part] = _keras_fit_ms(config, fit_strategy, common.default_input_fn(config),

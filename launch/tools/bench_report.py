@@ -23,6 +23,7 @@ TIME_TO_ACCURACY_SECONDS = {"keras": 30.0, "estimator": 45.0}
 LOOP_NAMES = {"step": "one step per call", "step_memory": "one step per call, batch in memory",
               "step_k": "K steps per call", "step_k_memory": "K steps per call, batch in memory",
               bare.SESSION_STEP: "v1 graph, one Session.run per step",
+              bare.KERAS_TRAIN_FUNCTION: "Keras's train function, K steps per call",
               bare.KERAS_FIT: "Keras fit of the step, no callbacks",
               bare.KERAS_FIT_CALLBACKS: "Keras fit, the trainer's callbacks"}
 
@@ -168,17 +169,20 @@ def format_step_costs(results: Sequence[Result], step_costs: Mapping[int, Mappin
 
 
 def _keras_fit_split(backend: str, r: Result, costs: Mapping[str, Any]) -> str:
-  """For Keras: how much of what it adds to the bare K-step loop is fit's, how much the
-  trainer's callbacks' (the probe's two fits, one after the other), and the rest."""
-  fit, k_step = _cost(costs, bare.KERAS_FIT), _cost(costs, "step_k")
-  with_callbacks = _cost(costs, bare.KERAS_FIT_CALLBACKS)
-  if backend != "keras" or None in (fit, k_step, with_callbacks):
+  """For Keras: how much of what it adds to the bare K-step loop is its train function's
+  (timed in turn with the loop), fit's, the trainer's callbacks' (the probe's two fits,
+  one after the other), and the rest."""
+  parts = [_cost(costs, part) for part in ("step_k", bare.KERAS_TRAIN_FUNCTION, bare.KERAS_FIT,
+                                           bare.KERAS_FIT_CALLBACKS)]
+  if backend != "keras" or None in parts:
     return ""
-  return (f" Keras's fit of the same step takes {fit:.2f} with none of the trainer's "
-          f"callbacks and {with_callbacks:.2f} with them (divergence check, checkpoints, "
-          f"backups, progress): fit itself adds {fit - k_step:+.2f} to the K-step loop, the "
-          f"callbacks {with_callbacks - fit:+.2f}, and the run {r.ms_per_step - with_callbacks:+.2f} "
-          f"to the probe's fit with them.")
+  k_step, train_function, fit, with_callbacks = parts
+  return (f" Keras's train function of the same step, timed in turn with the bare loops, "
+          f"takes {train_function:.2f} ({train_function - k_step:+.2f} to the K-step loop); "
+          f"fit of it takes {fit:.2f} with none of the trainer's callbacks "
+          f"({fit - train_function:+.2f}) and {with_callbacks:.2f} with them (divergence "
+          f"check, checkpoints, backups, progress: {with_callbacks - fit:+.2f}); the run "
+          f"adds {r.ms_per_step - with_callbacks:+.2f} to the probe's fit with them.")
 
 
 def _estimator_split(r: Result, loops: Mapping[str, Optional[float]]) -> str:
@@ -316,8 +320,9 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
               "all-reduce (each worker alone, sharing the cores as in training); the gradients' "
               "all-reduce alone; and the bare step, all-reduce included, in four loops: one "
               "step or K (Keras's steps per execution) per `tf.function` call, each on the "
-              "input pipeline or on one batch held in memory, their windows taken in turn; "
-              "then Keras's fit of the step without and with the trainer's callbacks. Medians "
+              "input pipeline or on one batch held in memory, and Keras's train function "
+              "of the trainer's model, their windows taken in turn; then Keras's fit of the "
+              "step without and with the trainer's callbacks. Medians "
               f"of {bare.PROBE_WINDOWS} windows of about {bare.PROBE_STEPS_PER_WINDOW} steps "
               f"(of {config.log_every_steps} for the fits, one loss event each). "
               "`<backend> - K-step` is what Keras or the Estimator add around the bare K-step "
