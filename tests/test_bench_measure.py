@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+import pytest
+
 from launch.tools import bench_measure
 
 
@@ -11,6 +13,20 @@ def test_step_windows_skip_warm_up():
   assert bench_measure.step_windows(events) == [0.05, 0.05]
   assert bench_measure.step_windows(events, warmup_steps=30) == [0.05]
   assert bench_measure.step_windows(events, warmup_steps=1000) == [0.05, 0.05]
+
+
+def test_step_windows_leave_out_the_windows_next_to_a_checkpoint_step():
+  # A loss event every 100 steps at 0.01 s/step, and a 3 s save at step 400: Keras
+  # saves, then logs step 400; the Estimator saves at 400 and logs step 401.
+  for offset, kept in ((0, 4), (1, 5)):
+    events = [(s + offset, s / 100 + (3.0 if s >= 400 else 0.0), 0.0) for s in range(0, 900, 100)]
+    windows = bench_measure.step_windows(events)
+    assert windows == pytest.approx([0.01, 0.01, 0.04] + [0.01] * 4)
+    # Out: (300, 400], (400, 500], (700, 800]; the Estimator's (301, 401], (701, 801].
+    assert bench_measure.step_windows(events, checkpoint_every=400) == pytest.approx(
+        [0.01] * kept), offset
+  few = [(0, 0.0, 0.0), (100, 1.0, 0.0), (200, 2.0, 0.0)]
+  assert bench_measure.step_windows(few, checkpoint_every=200) == [0.01]  # None away: keep.
 
 
 def test_the_estimators_all_reduces_are_counted_in_its_graph(tmp_path):

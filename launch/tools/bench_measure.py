@@ -4,7 +4,8 @@ A run is judged only by its structured records, so the benchmark depends on
 no trainer internals:
 
 - steady-state speed: the median over the windows between consecutive `loss`
-  events (step and wall time), after the first window (warm-up);
+  events (step and wall time), after warm-up, leaving out the windows next to
+  a checkpoint step (checkpoints and evaluations, reported apart);
 - launch to first step: `summary.json`'s `first_step_time` minus the time the
   process was started;
 - the chief's start-up: the milestones in its first `start` record in
@@ -85,16 +86,26 @@ def scalar_events(directory: str, tag: str) -> List[Tuple[int, float, float]]:
   return [by_step[s] for s in sorted(by_step)]
 
 
-def step_windows(events: Sequence[Tuple[int, float, float]], warmup_steps: int = 0
-                 ) -> List[float]:
-  """Seconds per step of each window between consecutive events, after warm-up.
+def step_windows(events: Sequence[Tuple[int, float, float]], warmup_steps: int = 0,
+                 checkpoint_every: int = 0) -> List[float]:
+  """Seconds per step of each window between consecutive events, after warm-up, and
+  away from checkpoints.
 
   Warm-up is the first window and every window starting before `warmup_steps`
   (the first epoch: until the cache holds the split, the pipeline also reads
-  and decodes images). Runs too short to have steady windows keep all but the first.
+  and decodes images). A window that starts or ends at a multiple of
+  `checkpoint_every`, or holds one, is left out too: a run saves and evaluates
+  there, just before it logs that step or just after (Keras saves, then logs,
+  then evaluates; the Estimator saves and evaluates, then logs the next step),
+  and the cost of those falls outside its steady speed, on every run alike.
+  Runs too short to have such windows keep what they have.
   """
   pairs = [(a, b) for a, b in list(zip(events, events[1:]))[1:] if b[0] > a[0]]
   steady = [(a, b) for a, b in pairs if a[0] >= warmup_steps] or pairs
+  if checkpoint_every:
+    # The last multiple of checkpoint_every up to b's step comes before a's step.
+    steady = [(a, b) for a, b in steady
+              if b[0] // checkpoint_every * checkpoint_every < a[0]] or steady
   return [(b[1] - a[1]) / (b[0] - a[0]) for a, b in steady]
 
 
@@ -136,7 +147,7 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
   result.steps = int(summary["global_step"])
   result.final_accuracy = summary.get("test_accuracy")
   loss_events = scalar_events(model_dir, "loss")
-  windows = step_windows(loss_events, warmup_steps(config))
+  windows = step_windows(loss_events, warmup_steps(config), config.checkpoint_every_steps)
   if windows:
     seconds = statistics.median(windows)
     result.window_ms_per_step = [round(1000 * w, 3) for w in windows]
