@@ -43,9 +43,9 @@ def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tm
   costs = bare.probe_step_costs(config, str(out),
                                 strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
   # One fit ran the trainer's callbacks, saving into a directory of its own, now gone.
-  [(model_dir, names)] = made
+  [(backup_dir, names)] = made
   assert names[-1] == "ProgressCallback" and "_Backup" in names
-  assert not os.path.exists(model_dir)
+  assert not os.path.exists(backup_dir) and not os.path.exists(os.path.dirname(backup_dir))
   assert json.loads(out.read_text()) == costs
   assert costs["workers"] == 1 and costs["per_replica_batch"] == 32
   assert costs["steps_per_execution"] == 2

@@ -275,14 +275,14 @@ class _Checkpoints(tf_keras.callbacks.Callback):
     self._save()
 
 
-def training_callbacks(config: Config, model_dir: str, checkpoint_dir: str, chief: bool,
+def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chief: bool,
                        progress: ProgressCallback) -> List[tf_keras.callbacks.Callback]:
   """The callbacks of every training `fit`, in their order (the benchmark times them too).
 
   Args:
     config: the intervals (checkpoints, backups, steps per execution).
-    model_dir: the run's directory: backups go to `model_dir/backup` (non-chief
-      workers' to `workertemp_<i>` there, deleted after each save).
+    backup_dir: where backups go (non-chief workers' to `workertemp_<i>` there,
+      deleted after each save).
     checkpoint_dir: this task's `ckpt-<step>`: model_dir on the chief, a
       scratch directory on other workers.
     chief: whether this task is the chief.
@@ -291,8 +291,7 @@ def training_callbacks(config: Config, model_dir: str, checkpoint_dir: str, chie
   # The divergence check runs first, so nothing diverged is saved.
   return [_StopOnDivergence(),
           _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
-          _Backup(os.path.join(model_dir, common.BACKUP_SUBDIR), config.backup_every_steps,
-                  config.keras_steps_per_execution()),
+          _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution()),
           progress]
 
 
@@ -455,7 +454,7 @@ def train_and_evaluate(
     # A non-chief worker's checkpoints go to its scratch directory, removed on
     # every way out of fit; one killed before that is cleared by its restart.
     scratch = model_dir if chief else common.worker_scratch_dir(model_dir, task)
-    callbacks = training_callbacks(config, model_dir, scratch, chief, progress)
+    callbacks = training_callbacks(config, backup_dir, scratch, chief, progress)
     if chief and chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       eval_model = model_lib.build_model(config.seed)  # Outside the strategy's scope.
       callbacks.append(_PeriodicEval(eval_model, input_fn(mnist.EVAL, None),

@@ -294,16 +294,22 @@ def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
       return _median_ms_per_step(lambda: session.run([train_op, loss]), 1, warmup_calls)
 
 
+def _keras_model_and_dataset(config: Config, strategy: tf.distribute.Strategy,
+                             input_fn: common.InputFn
+                             ) -> Tuple[tf_keras.Model, Any]:
+  """The trainer's compiled model under `strategy`, and a training pipeline of its own."""
+  with strategy.scope():
+    model = keras_trainer.compile_model(config)
+  return model, strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
+
+
 def _keras_train_function(config: Config, strategy: tf.distribute.Strategy,
                           input_fn: common.InputFn) -> Tuple[Callable[[], Any], int, int]:
   """Keras's train function of the trainer's compiled model, on a pipeline of its own,
   as `_interleaved_ms_per_step` takes a loop: (call, steps per call, warm-up calls). The
   warm-up reads the first epoch, which fills the pipeline's cache."""
-  with strategy.scope():
-    model = keras_trainer.compile_model(config)
-  train_function = model.make_train_function()
-  iterator = iter(strategy.distribute_datasets_from_function(
-      lambda ctx: input_fn(mnist.TRAIN, ctx)))
+  model, dataset = _keras_model_and_dataset(config, strategy, input_fn)
+  train_function, iterator = model.make_train_function(), iter(dataset)
   k = config.keras_steps_per_execution()
   return lambda: train_function(iterator), k, -(-steps_per_epoch(config) // k) + 2
 
@@ -331,9 +337,7 @@ def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: co
   (a new iterator fills its cache again): the benchmark's windows between two loss
   events, each holding one progress report and, at the default intervals, one backup.
   """
-  with strategy.scope():
-    model = keras_trainer.compile_model(config)
-  dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
+  model, dataset = _keras_model_and_dataset(config, strategy, input_fn)
   k, every = config.keras_steps_per_execution(), config.log_every_steps
   warmup = -(-steps_per_epoch(config) // every) * every
   total = warmup + PROBE_WINDOWS * every
@@ -345,8 +349,8 @@ def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: co
       chief = distribute.is_chief(strategy)
       progress = keras_trainer.ProgressCallback(every, total, model_dir if chief else None)
       callbacks = keras_trainer.training_callbacks(
-          dataclasses.replace(config, train_steps=total), model_dir, model_dir, chief,
-          progress) + callbacks
+          dataclasses.replace(config, train_steps=total),
+          os.path.join(model_dir, common.BACKUP_SUBDIR), model_dir, chief, progress) + callbacks
     model.fit(dataset, epochs=1, steps_per_epoch=total, callbacks=callbacks, verbose=0)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
