@@ -1,7 +1,8 @@
 """Runs a local cluster: one process per task, each with its own TF_CONFIG.
 
 It runs any TF_CONFIG-aware command. The chief's output is streamed live and,
-like every task's, appended to `<log_dir>/<type>-<index>.log`. Synchronous
+like every task's, appended to `<log_dir>/<type>-<index>.log`; a task whose
+log cannot be written (a full disk) has its lines shown instead. Synchronous
 training fails as a whole when one task dies, so when a training task fails
 every training task is stopped and, up to `max_restarts` times, all are
 started again with the same TF_CONFIGs: the trainers resume from their last
@@ -56,57 +57,86 @@ PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
 LOG_SUBDIR = "logs"  # A trainer's local cluster keeps its task logs in model_dir/logs.
 
 
+class _TaskLog:
+  """A task's log file, written by the pumps of its stdout and stderr.
+
+  The log is best effort: once a write fails (its filesystem is full, as
+  model_dir's can be) it is given up and the task's lines go to the terminal
+  instead, so that its last words, the error line naming the fault, reach
+  the user. The pumps also time the task's output, for the stall check.
+  """
+
+  def __init__(self, path: str, header: bytes):
+    self.path = path
+    self.received = 0  # Bytes of output, logged or not.
+    self.last_output = time.monotonic()
+    self.failed: Optional[OSError] = None
+    self.last_error: Optional[str] = None  # The last "error: ..." line the task wrote.
+    self._lock = threading.Lock()
+    self._file = open(path, "ab")  # pylint: disable=consider-using-with
+    self.write(header)
+
+  def write(self, line: bytes) -> bool:
+    """Appends `line`; False once the log cannot be written (said once, on stderr)."""
+    with self._lock:
+      self.received += len(line)
+      self.last_output = time.monotonic()
+      if line.startswith(b"error: "):
+        self.last_error = line.decode(errors="replace").rstrip()
+      if self.failed is None:
+        try:
+          self._file.write(line)
+          self._file.flush()
+        except OSError as e:
+          self.failed = e
+          sys.stderr.buffer.write(f"warning: cannot write {self.path} ({e}); its lines go to "
+                                  "this terminal only.\n".encode())
+          sys.stderr.buffer.flush()
+      return self.failed is None
+
+  def close(self) -> None:
+    try:
+      self._file.close()
+    except OSError:
+      pass  # A full disk: write() has said so.
+
+
 @dataclasses.dataclass
 class _Proc:
   name: str
   popen: subprocess.Popen
-  log_path: str
+  log: _TaskLog
   pumps: List[threading.Thread]
-  log_size: int = 0
-  last_output: float = dataclasses.field(default_factory=time.monotonic)
+
+  @property
+  def log_path(self) -> str:
+    return self.log.path
 
   def poll_output(self) -> float:
-    """Seconds since this task last wrote to its log."""
-    try:
-      size = os.path.getsize(self.log_path)
-    except OSError:
-      size = self.log_size
-    now = time.monotonic()
-    if size != self.log_size:
-      self.log_size, self.last_output = size, now
-    return now - self.last_output
+    """Seconds since this task last wrote output."""
+    return time.monotonic() - self.log.last_output
 
 
-def _pump(src: IO[bytes], log: IO[bytes], terminal: IO[bytes],
-          show: Callable[[bytes], bool]) -> None:
-  """Copies every line to the log, and those `show` lets through to the terminal."""
-  log_error = None
+def _pump(src: IO[bytes], log: _TaskLog, terminal: IO[bytes], show: Callable[[bytes], bool],
+          streamed: bool, prefix: bytes) -> None:
+  """Copies every line to the log, and those `show` lets through to the terminal:
+  all along if the task is `streamed` (the chief), else once its log fails."""
   for line in iter(src.readline, b""):
-    if log_error is None:
+    if not log.write(line) or streamed:
       try:
-        log.write(line)
-        log.flush()
-      except OSError as e:  # A full disk: the terminal still gets the lines, the task goes on.
-        log_error = e
-        terminal.write(f"warning: cannot write {log.name} ({e}); its lines go to this "
-                       "terminal only.\n".encode())
-    try:
-      shown = show(line)
-    except Exception:  # pylint: disable=broad-except
-      shown = True  # A filter's bug must not stop the pipe (the task would block on it).
-    if shown:
-      terminal.write(line)
-      terminal.flush()
+        shown = show(line)
+      except Exception:  # pylint: disable=broad-except
+        shown = True  # A filter's bug must not stop the pipe (the task would block on it).
+      if shown:
+        terminal.write(line if streamed else prefix + line)
+        terminal.flush()
   src.close()
 
 
-def _close_when_done(threads: Sequence[threading.Thread], log: IO[bytes]) -> None:
+def _close_when_done(threads: Sequence[threading.Thread], log: _TaskLog) -> None:
   for t in threads:
     t.join()
-  try:
-    log.close()
-  except OSError:
-    pass  # A full disk: _pump has said so.
+  log.close()
 
 
 def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
@@ -148,50 +178,33 @@ def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
 def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
            stream: bool, header: bytes, verbose: bool, niceness: int = 0,
            network: Optional[netns.PrivateNetwork] = None) -> _Proc:
-  log = open(log_path, "ab")  # pylint: disable=consider-using-with
-  log.write(header)
-  log.flush()
+  log = _TaskLog(log_path, header)
   # A session of its own, so stopping the task stops whatever it started; and
   # the task dies with the launcher.
-  if not stream:
-    popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True,
-                             preexec_fn=_task_preexec(niceness, network))
-    log.close()
-    return _Proc(name, popen, log_path, [])
   popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            stdin=subprocess.DEVNULL, start_new_session=True,
                            preexec_fn=_task_preexec(niceness, network))
   # The terminal gets the run's own lines; the log keeps everything.
+  prefix = f"[{name}] ".encode()
   pumps = [
-      threading.Thread(target=_pump, args=(popen.stdout, log, sys.stdout.buffer, lambda _: True),
-                       daemon=True),
+      threading.Thread(target=_pump, args=(popen.stdout, log, sys.stdout.buffer, lambda _: True,
+                                           stream, prefix), daemon=True),
       threading.Thread(target=_pump, args=(popen.stderr, log, sys.stderr.buffer,
-                                           console.LineFilter(verbose)), daemon=True),
+                                           console.LineFilter(verbose), stream, prefix),
+                       daemon=True),
   ]
   for t in pumps:
     t.start()
   # Both pumps write to the log: it is closed once both have reached EOF.
   closer = threading.Thread(target=_close_when_done, args=(pumps, log), daemon=True)
   closer.start()
-  return _Proc(name, popen, log_path, [*pumps, closer])
+  return _Proc(name, popen, log, [*pumps, closer])
 
 
 def _describe(returncode: int) -> str:
   if returncode < 0:
     return f"was killed by {signal.Signals(-returncode).name}"
   return f"exited with code {returncode}"
-
-
-def _last_error(log_path: str) -> Optional[str]:
-  """The last "error: ..." line a task wrote to its log, if any."""
-  try:
-    with open(log_path, "rb") as f:
-      f.seek(max(0, os.path.getsize(log_path) - 65536))
-      lines = f.read().decode(errors="replace").splitlines()
-  except OSError:
-    return None
-  return next((line for line in reversed(lines) if line.startswith("error: ")), None)
 
 
 def _stop_all(procs: Sequence[_Proc], grace: float) -> None:
@@ -230,13 +243,13 @@ def _dump_stacks(procs: Sequence[_Proc]) -> List[str]:
   live = [p for p in procs if p.popen.poll() is None]
   sizes = {}
   for p in live:
-    sizes[p.name] = os.path.getsize(p.log_path)
+    sizes[p.name] = p.log.received
     try:
       os.kill(p.popen.pid, signal.SIGUSR1)
     except ProcessLookupError:
       pass
   time.sleep(DUMP_WAIT_SECONDS)
-  return [p.name for p in live if os.path.getsize(p.log_path) == sizes[p.name]]
+  return [p.name for p in live if p.log.received == sizes[p.name]]
 
 
 def _hang_report(procs: Sequence[_Proc], log_dir: str) -> str:
@@ -385,7 +398,9 @@ def run_local_cluster(
       rc = failed.popen.returncode
       cause = f"{failed.name} {_describe(rc)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.
-        said = _last_error(failed.log_path)
+        for t in failed.pumps:  # Its last lines, read to the end.
+          t.join(timeout=grace)
+        said = failed.log.last_error
         cause += f" ({said})" if said else ""
       # The evaluator is outside the training collective: it is restarted
       # alone, and goes on running while the training tasks are restarted.

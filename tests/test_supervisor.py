@@ -202,6 +202,24 @@ def test_a_full_disk_is_not_retried_and_a_workers_error_is_quoted(task_script, t
   assert not any(_alive(r["pid"]) for r in records.values())
 
 
+def test_a_task_whose_log_cannot_be_written_says_its_error_on_the_terminal(task_script, tmp_path,
+                                                                          capfd, caplog):
+  # The logs live in model_dir, on the filesystem that filled: a write there
+  # fails with ENOSPC, as every write to /dev/full does.
+  (tmp_path / "logs").mkdir()
+  (tmp_path / "logs" / "worker-0.log").symlink_to("/dev/full")
+  rc, _ = _run(task_script, tmp_path, workers=3, worker_0="disk_full")
+  assert rc == supervisor.EXIT_DISK_FULL
+  out, err = capfd.readouterr()
+  assert "cannot write" in err and "worker-0.log" in err and "No space left on device" in err
+  assert "[worker-0] error: a write failed: No space left on device (/x/ckpt-4)" in err
+  # The chief's lines are streamed; another worker's stay in its log.
+  assert "hello from chief-0" in out and "[worker-0] hello from worker-0" in out
+  assert "worker-1" not in out and "hello from worker-1" in (tmp_path / "logs" /
+                                                              "worker-1.log").read_text()
+  assert "worker-0 exited with code 4 (error: a write failed" in caplog.text
+
+
 def test_a_tasks_own_failure_is_reported_not_its_peers_loss_of_it(task_script, tmp_path,
                                                                   caplog):
   rc, _ = _run(task_script, tmp_path, workers=2, chief_0="lose_peer", worker_0="fail_late")
