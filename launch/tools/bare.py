@@ -247,10 +247,7 @@ def _medians(windows: Sequence[float], steps_per_call: int) -> Dict[str, Any]:
 def _median_ms_per_step(fn: Callable[[], Any], steps_per_call: int, warmup_calls: int
                         ) -> Dict[str, Any]:
   """Median ms per step of `fn` over PROBE_WINDOWS windows, after `warmup_calls`."""
-  for _ in range(warmup_calls):
-    fn()
-  return _medians([_window_ms(fn, steps_per_call) for _ in range(PROBE_WINDOWS)],
-                  steps_per_call)
+  return _interleaved_ms_per_step({"": (fn, steps_per_call, warmup_calls)})[""]
 
 
 def _interleaved_ms_per_step(loops: Dict[str, Tuple[Callable[[], Any], int, int]]
