@@ -24,8 +24,8 @@ import tensorflow_datasets as tfds
 from absl import logging
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
-from data.paths import (DATASET, IDX_DIR_ENV, PREPARE_HINT, MissingDataError, check_prepared,
-                        dataset_path, is_prepared)
+from data.paths import (DATASET, IDX_DIR_ENV, TRAINER_IDX_DIR_FLAG, MissingDataError,
+                        check_prepared, dataset_path, is_prepared, prepare_hint)
 
 TRAIN = "train"  # Same strings as tf.estimator.ModeKeys, without importing it:
 EVAL = "eval"  # the Keras path must work on TensorFlow >= 2.16 too.
@@ -40,6 +40,7 @@ IDX_FILES = {
 }
 _IDX_DTYPES = {0x08: np.uint8}
 _STAGING_PREFIX = ".mnist-prepare-"
+LOCK_NAME = ".mnist-prepare.lock"
 _PROBE_TIMEOUT_S = 10
 
 
@@ -242,31 +243,67 @@ def download(data_dir: Optional[str] = None,
 def prepare_lock(data_dir: Optional[str]) -> Iterator[None]:
   """Holds `<data_dir>/.mnist-prepare.lock`, so one process prepares at a time.
 
-  The lock is an OS file lock: a process that dies releases it. While it is
-  held, staging directories of earlier, killed preparations are removed.
+  The lock is an OS file lock (`flock`): a process that dies releases it.
+  While it is held, staging directories of earlier, killed preparations are
+  removed. The holder deletes the file before it lets go, so none is left
+  behind, failure or success (a killed holder's stays, until the next one).
+
+  Deleting a locked file is safe only with one more check, done here: a
+  process waiting for the lock holds the deleted file open and gets its lock
+  once the holder lets go, while a newcomer creates a new file at the path
+  and locks that one. So a process owns the lock only when the file it locked
+  is still the file at the path; if not, it opens the path again and waits
+  for that file's lock.
   """
   root = _root(data_dir)
   os.makedirs(root, exist_ok=True)
-  lock_path = os.path.join(root, ".mnist-prepare.lock")
-  with open(lock_path, "a") as lock:
+  lock_path = os.path.join(root, LOCK_NAME)
+  waited = False
+  while True:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
-      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      logging.info("Waiting for another process that is preparing MNIST in %s (it holds %s)...",
-                   root, lock_path)
-      fcntl.flock(lock, fcntl.LOCK_EX)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        if not waited:
+          logging.info("Waiting for another process that is preparing MNIST in %s "
+                       "(it holds %s)...", root, lock_path)
+          waited = True
+        fcntl.flock(fd, fcntl.LOCK_EX)
+      if _same_file(fd, lock_path):
+        break
+    except BaseException:
+      os.close(fd)
+      raise
+    os.close(fd)  # The holder deleted it while this process waited: lock the new one.
+  try:
+    for name in os.listdir(root):
+      if name.startswith(_STAGING_PREFIX):
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    yield
+  finally:
     try:
-      for name in os.listdir(root):
-        if name.startswith(_STAGING_PREFIX):
-          shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-      yield
+      # Always ours, unless someone deleted it by hand: then leave the new one be.
+      if _same_file(fd, lock_path):
+        os.unlink(lock_path)
     finally:
-      fcntl.flock(lock, fcntl.LOCK_UN)
+      os.close(fd)  # Releases the lock, after the unlink: a waiter finds it gone.
+
+
+def _same_file(fd: int, path: str) -> bool:
+  """Whether the open file `fd` is the file now at `path`."""
+  try:
+    at_path = os.stat(path)
+  except FileNotFoundError:
+    return False
+  mine = os.fstat(fd)
+  return (mine.st_dev, mine.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def ensure_prepared(data_dir: Optional[str], idx_dir: Optional[str] = None, *,
                     overwrite: bool = False,
-                    builder_cls: Type[tfds.core.DatasetBuilder] = tfds_mnist.MNIST
+                    builder_cls: Type[tfds.core.DatasetBuilder] = tfds_mnist.MNIST,
+                    idx_dir_flag: str = TRAINER_IDX_DIR_FLAG
                     ) -> Optional[Dict[str, int]]:
   """Prepares MNIST unless it is there: from local IDX files, else by TFDS's download.
 
@@ -279,6 +316,9 @@ def ensure_prepared(data_dir: Optional[str], idx_dir: Optional[str] = None, *,
       and when that is unset too, download.
     overwrite: rebuild the dataset even if it is prepared.
     builder_cls: the download's builder (see `download`).
+    idx_dir_flag: the flag that gave `idx_dir` to the calling command, named
+      in the error message: `--mnist_idx_dir` (the trainers and tools, the
+      default) or `--idx_dir` (`python -m data.prepare`).
 
   Returns:
     The number of examples in each split it prepared; None if it was there.
@@ -306,13 +346,12 @@ def ensure_prepared(data_dir: Optional[str], idx_dir: Optional[str] = None, *,
     try:
       return download(data_dir, builder_cls)
     except DownloadError as e:
-      flag = f" --data_dir={data_dir}" if data_dir else ""
       raise MissingDataError(
           f"MNIST is not prepared at {dataset_path(data_dir)}, and preparing it failed.\n"
           f"  Tried: {e}\n"
-          f"  Not tried: local IDX files (no --mnist_idx_dir given, ${IDX_DIR_ENV} not set).\n"
+          f"  Not tried: local IDX files (no {idx_dir_flag} given, ${IDX_DIR_ENV} not set).\n"
           f"Fix it either way: run where TFDS can download ({builder_cls.URL} reachable), "
-          f"or " + PREPARE_HINT.format(data_dir_flag=flag) + "."
+          f"or {prepare_hint(data_dir, idx_dir_flag)}."
       ) from e
 
 

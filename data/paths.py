@@ -11,11 +11,31 @@ from typing import Optional
 DATASET = "mnist"
 VERSION = "3.0.1"  # TFDS's MNIST builder, which data.prepare fills.
 IDX_DIR_ENV = "MNIST_IDX_DIR"  # Local IDX files to prepare from, when no flag names them.
-PREPARE_HINT = (
-    "give local copies of the four MNIST IDX files (DIR holds train-images-idx3-ubyte.gz "
-    "and the other three) with --mnist_idx_dir=DIR or ${env}=DIR, or prepare them ahead "
-    "of time with `python -m data.prepare --idx_dir=DIR{data_dir_flag}`"
-).replace("{env}", IDX_DIR_ENV)
+# The flag naming those IDX files: the trainers' and tools' binaries take one,
+# `python -m data.prepare` the other. A message names the one its command takes.
+TRAINER_IDX_DIR_FLAG = "--mnist_idx_dir"
+PREPARE_IDX_DIR_FLAG = "--idx_dir"
+
+
+def prepare_hint(data_dir: Optional[str], idx_dir_flag: str = TRAINER_IDX_DIR_FLAG) -> str:
+  """How to give MNIST from local files, for an error message.
+
+  Args:
+    data_dir: the data directory the command was given; None means TFDS's default.
+    idx_dir_flag: the IDX directory flag of the command that prints the message:
+      TRAINER_IDX_DIR_FLAG for the trainers and tools, PREPARE_IDX_DIR_FLAG for
+      `python -m data.prepare` (then the hint does not send it to itself).
+
+  Returns:
+    A clause to follow "Fix it: " or "or ", with no final period.
+  """
+  hint = ("give local copies of the four MNIST IDX files (DIR holds train-images-idx3-ubyte.gz "
+          f"and the other three) with {idx_dir_flag}=DIR or ${IDX_DIR_ENV}=DIR")
+  if idx_dir_flag == PREPARE_IDX_DIR_FLAG:
+    return hint
+  data_dir_flag = f" --data_dir={data_dir}" if data_dir else ""
+  return (f"{hint}, or prepare them ahead of time with "
+          f"`python -m data.prepare {PREPARE_IDX_DIR_FLAG}=DIR{data_dir_flag}`")
 
 
 class MissingDataError(RuntimeError):
@@ -39,9 +59,10 @@ def is_prepared(data_dir: Optional[str]) -> bool:
 def check_prepared(data_dir: Optional[str]) -> None:
   """Raises MissingDataError, naming the fix, unless the dataset is prepared."""
   if not is_prepared(data_dir):
-    flag = f" --data_dir={data_dir}" if data_dir else ""
+    # Raised inside the trainers and tools (all take --mnist_idx_dir), after
+    # they prepared the data, or in a program that calls the input_fn itself.
     raise MissingDataError(
         f"MNIST is not prepared at {dataset_path(data_dir)}. The binaries prepare it "
         f"before they train (a TFDS download, or local IDX files); here, "
-        + PREPARE_HINT.format(data_dir_flag=flag) + "."
+        f"{prepare_hint(data_dir)}."
     )

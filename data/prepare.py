@@ -19,9 +19,11 @@ from absl import flags
 from data import mnist
 from data import paths
 
+# --idx_dir, named from the constant that this binary's error messages name.
 _IDX_DIR = flags.DEFINE_string(
-    "idx_dir", None, "Directory holding the four gzip'd MNIST IDX files (default: "
-    f"${paths.IDX_DIR_ENV}); without either, TFDS downloads MNIST.")
+    paths.PREPARE_IDX_DIR_FLAG.lstrip("-"), None,
+    f"Directory holding the four gzip'd MNIST IDX files (default: ${paths.IDX_DIR_ENV}); "
+    "without either, TFDS downloads MNIST.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory to write to.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Rebuild the dataset if it exists.")
 
@@ -31,7 +33,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   path = paths.dataset_path(_DATA_DIR.value)
   try:
-    counts = mnist.ensure_prepared(_DATA_DIR.value, _IDX_DIR.value, overwrite=_OVERWRITE.value)
+    counts = mnist.ensure_prepared(_DATA_DIR.value, _IDX_DIR.value, overwrite=_OVERWRITE.value,
+                                   idx_dir_flag=paths.PREPARE_IDX_DIR_FLAG)
   except paths.MissingDataError as e:
     sys.exit(f"error: {e}")
   if counts is None:  # Already there: nothing to do, and nothing was touched.

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import socket
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -114,8 +114,18 @@ def make_tf_configs(
           for t, i in tasks]
 
 
+_EXAMPLE = ('{"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222"]}, '
+            '"task": {"type": "worker", "index": 0}}')
+
+
 def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Task]:
   """Reads this process's task from TF_CONFIG.
+
+  TF_CONFIG is a JSON object: "cluster" maps each job ("chief", "worker",
+  "evaluator") to a list of "host:port" strings, every address different, and
+  "task" names this process's job and its index in that job's list, e.g.
+  {"cluster": {"chief": ["h0:2222"], "worker": ["h1:2222"]},
+   "task": {"type": "worker", "index": 0}}. Anything else in it is ignored.
 
   Args:
     environ: the environment; defaults to os.environ.
@@ -125,65 +135,168 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
     process).
 
   Raises:
-    TFConfigError: naming what is wrong, if TF_CONFIG cannot be run.
+    TFConfigError: naming the field that is wrong and the fix, if TF_CONFIG
+      cannot be run; never a KeyError or TypeError for a malformed shape.
   """
   environ = os.environ if environ is None else environ
   raw = environ.get("TF_CONFIG", "").strip()
   if not raw:
     return None
+  tf_config = _load_json(raw)
+  if not isinstance(tf_config, dict):
+    raise TFConfigError(
+        f"TF_CONFIG must be a JSON object, got {_json_type(tf_config)}; set it like {_EXAMPLE}."
+    )
+  cluster = tf_config.get("cluster")
+  if cluster is None or cluster == {}:
+    return None
+  _check_cluster(cluster)
+  task_type, index = _check_task(tf_config.get("task"), cluster)
+  return Task(type=task_type, index=index,
+              num_workers=len(cluster.get(CHIEF, [])) + len(cluster.get(WORKER, [])),
+              has_chief_job=CHIEF in cluster,
+              address=None if task_type == EVALUATOR else cluster[task_type][index],
+              cluster=cluster)
+
+
+def _json_type(value: Any) -> str:
+  """`value`'s JSON type, for messages: 'a string ("worker")', 'a number (2222)'..."""
+  if value is None:
+    return "null"
+  kinds = ((bool, "a boolean"), (str, "a string"), ((int, float), "a number"),
+           (list, "a list"), (dict, "an object"))
+  kind = next(name for types, name in kinds if isinstance(value, types))
+  return f"{kind} ({json.dumps(value)[:60]})"
+
+
+def _load_json(raw: str) -> Any:
+  """TF_CONFIG's JSON; a key given twice in one object is an error, not the last one silently."""
+
+  def no_duplicate_keys(pairs):
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+      raise TFConfigError(
+          f"TF_CONFIG has key(s) {repeated} twice in one object, and JSON keeps only the "
+          "last one: list every address of a job in one list, and give each key once."
+      )
+    return dict(pairs)
+
   try:
-    tf_config = json.loads(raw)
+    return json.loads(raw, object_pairs_hook=no_duplicate_keys)
   except json.JSONDecodeError as e:
     raise TFConfigError(
         f"TF_CONFIG is not valid JSON ({e}). Unset it to run one local process, "
-        'or set it like {"cluster": {"worker": ["host:port", ...]}, '
-        '"task": {"type": "worker", "index": 0}}.'
+        f"or set it like {_EXAMPLE}."
     ) from e
-  if not isinstance(tf_config, dict):
-    raise TFConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'.")
-  cluster = tf_config.get("cluster") or {}
-  if not cluster:
-    return None
+
+
+def _check_cluster(cluster: Any) -> None:
+  """Raises TFConfigError unless `cluster` maps known jobs to lists of distinct 'host:port'."""
   if not isinstance(cluster, dict):
-    raise TFConfigError("TF_CONFIG cluster must map job names to lists of 'host:port'.")
+    raise TFConfigError(
+        f"TF_CONFIG cluster must be an object mapping job names to lists of 'host:port', "
+        f"got {_json_type(cluster)}; e.g. \"cluster\": {{\"worker\": [\"host0:2222\", "
+        "\"host1:2222\"]}. Leave it out to run one local process."
+    )
   extra_jobs = sorted(set(cluster) - set(TASK_TYPES))
   if extra_jobs:
     raise TFConfigError(
         f"TF_CONFIG cluster has job(s) {extra_jobs}; this project runs 'chief' and "
         "'worker' jobs (MultiWorkerMirroredStrategy) plus an optional 'evaluator' task."
     )
+  seen: Dict[str, str] = {}
   for job, addresses in cluster.items():
     if not isinstance(addresses, list) or not addresses:
-      raise TFConfigError(f"TF_CONFIG cluster.{job} must be a non-empty list of 'host:port'.")
+      raise TFConfigError(
+          f"TF_CONFIG cluster.{job} must be a non-empty list of 'host:port', got "
+          f"{_json_type(addresses)}; e.g. \"{job}\": [\"host0:2222\"]."
+      )
+    for i, address in enumerate(addresses):
+      field = f"cluster.{job}[{i}]"
+      _check_address(field, address)
+      if address.lower() in seen:
+        raise TFConfigError(
+            f"TF_CONFIG {field} and {seen[address.lower()]} are both {address!r}: "
+            "every task needs its own 'host:port'; give one of them another port."
+        )
+      seen[address.lower()] = field
   for job in (CHIEF, EVALUATOR):
     if len(cluster.get(job, [])) > 1:
-      raise TFConfigError(f"TF_CONFIG cluster.{job} must list exactly one task.")
+      raise TFConfigError(
+          f"TF_CONFIG cluster.{job} must list exactly one task, got {len(cluster[job])}; "
+          + ("list the others under 'worker'." if job == CHIEF else "remove the others.")
+      )
   if not set(cluster) - {EVALUATOR}:
     raise TFConfigError("TF_CONFIG cluster has no 'chief' or 'worker' job: nothing trains.")
-  task = tf_config.get("task") or {}
-  task_type, index = task.get("type"), task.get("index", 0)
-  if task_type not in TASK_TYPES:
+
+
+def _check_address(field: str, address: Any) -> None:
+  """Raises TFConfigError unless `address` is a 'host:port' string with a port in 1..65535."""
+  if not isinstance(address, str):
     raise TFConfigError(
-        f"TF_CONFIG task type {task_type!r} is not run here; use one of {list(TASK_TYPES)}."
+        f"TF_CONFIG {field} must be a 'host:port' string, got {_json_type(address)}; "
+        "write each address as one string, e.g. \"localhost:2222\", not \"localhost\", 2222."
     )
-  if not isinstance(index, int) or index < 0:
-    raise TFConfigError(f"TF_CONFIG task index must be a non-negative integer, got {index!r}.")
-  if task_type == EVALUATOR:
-    if index != 0:
-      raise TFConfigError(f"There is one evaluator, index 0; got index {index}.")
-  elif task_type not in cluster:
-    raise TFConfigError(f"TF_CONFIG task type {task_type!r} has no job in the cluster.")
-  elif index >= len(cluster[task_type]):
-    count = len(cluster[task_type])
+  host, colon, port = address.rpartition(":")
+  if (not colon or not host or any(c.isspace() for c in address)
+      or not (port.isascii() and port.isdigit())):
     raise TFConfigError(
-        f"TF_CONFIG task index {index} is out of range: the cluster has {count} "
+        f"TF_CONFIG {field} is {address!r}, not 'host:port'; write it like \"localhost:2222\"."
+    )
+  if not 1 <= int(port) <= 65535:
+    raise TFConfigError(
+        f"TF_CONFIG {field} {address!r} has port {int(port)}; a port is 1 to 65535."
+    )
+
+
+def _check_task(task: Any, cluster: Dict[str, List[str]]) -> Tuple[str, int]:
+  """This task's (type, index), or TFConfigError naming the field and the fix."""
+  example = '"task": {"type": "worker", "index": 0}'
+  if task is None:
+    raise TFConfigError(
+        f"TF_CONFIG has a cluster but no task; name this process's, e.g. {example}."
+    )
+  if not isinstance(task, dict):
+    raise TFConfigError(
+        f"TF_CONFIG task must be an object with 'type' and 'index', got {_json_type(task)}; "
+        f"e.g. {example}."
+    )
+  task_type = task.get("type")
+  if task_type is None:
+    raise TFConfigError(
+        f"TF_CONFIG task has no 'type'; use one of {list(TASK_TYPES)}, e.g. {example}."
+    )
+  if not isinstance(task_type, str) or task_type not in TASK_TYPES:
+    got = repr(task_type) if isinstance(task_type, str) else _json_type(task_type)
+    raise TFConfigError(
+        f"TF_CONFIG task.type {got} is not run here; use one of {list(TASK_TYPES)}."
+    )
+  if task_type != EVALUATOR and task_type not in cluster:
+    raise TFConfigError(
+        f"TF_CONFIG task.type {task_type!r} has no job in the cluster, which has "
+        f"{sorted(cluster)}; use one of those, or add the job to every task's cluster."
+    )
+  if "index" not in task:
+    raise TFConfigError(
+        f"TF_CONFIG task has no 'index'; give this task's position in cluster.{task_type}, "
+        f'e.g. "task": {{"type": "{task_type}", "index": 0}}.'
+    )
+  index = task["index"]
+  if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+    raise TFConfigError(
+        f"TF_CONFIG task.index must be a non-negative integer, got {_json_type(index)}; "
+        "write it as a number: 0, 1, ..."
+    )
+  count = 1 if task_type == EVALUATOR else len(cluster[task_type])
+  if index >= count:
+    if task_type == EVALUATOR:
+      raise TFConfigError(f"There is one evaluator, index 0; got task.index {index}.")
+    raise TFConfigError(
+        f"TF_CONFIG task.index {index} is out of range: the cluster has {count} "
         f"{task_type} task(s), indices 0 to {count - 1}."
     )
-  return Task(type=task_type, index=index,
-              num_workers=len(cluster.get(CHIEF, [])) + len(cluster.get(WORKER, [])),
-              has_chief_job=CHIEF in cluster,
-              address=None if task_type == EVALUATOR else cluster[task_type][index],
-              cluster=cluster)
+  return task_type, index
 
 
 def evaluator_tf_config_with_chief(task: Task) -> Dict[str, Any]:

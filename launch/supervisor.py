@@ -31,27 +31,16 @@ from absl import logging
 
 from launch import cluster
 from launch import console
+from launch import exit_codes
 from launch import netns
 
 GRACE_SECONDS = 10.0
 DUMP_WAIT_SECONDS = 3.0
-EXIT_USAGE = 2  # Bad flags or TF_CONFIG: starting again cannot help.
-EXIT_DIVERGED = 3  # The loss or the weights became NaN or Inf: a restart would diverge again.
-EXIT_DISK_FULL = 4  # A write found no space left: a restart would fail the same way.
-# A task lost a training peer (dead, frozen, cut off): restarting the whole
-# cluster resumes it. At or above 128, so Kubeflow's ExitCode restart policy
-# retries it, and above every 128 + signal number, so it is told apart.
-EXIT_PEER_LOST = 200
-NOT_RETRIED = {EXIT_USAGE: "a usage error is not retried",
-               EXIT_DIVERGED: "a diverged run is not retried (it would diverge again)",
-               EXIT_DISK_FULL: "a full disk is not retried (free space, then run the same "
-                               "command again)"}
 # After a task fails, how long to let its peers fail too, so the failure that
 # decides (a task's own, not a peer's lost collective) is the one reported.
 SETTLE_SECONDS = 1.0
 EVALUATOR_NICENESS = 10  # os.nice increment of a local evaluator task, and its session's.
 AUTOGROUP = "/proc/self/autogroup"  # This session's scheduling group, where the kernel has them.
-EXIT_TIMEOUT = 124  # As coreutils' timeout(1).
 TASKS_FILE = "tasks.json"
 PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
 LOG_SUBDIR = "logs"  # A trainer's local cluster keeps its task logs in model_dir/logs.
@@ -290,8 +279,8 @@ def _watch(procs: Sequence[_Proc], deadline: Optional[float],
       time.sleep(SETTLE_SECONDS)
       failed = [p for p in procs if p.popen.poll() not in (None, 0)]
       # A task's own failure decides, not its peers' loss of it.
-      return "failed", min(failed, key=lambda p: (p.popen.returncode not in NOT_RETRIED,
-                                                  p.popen.returncode == EXIT_PEER_LOST))
+      return "failed", min(failed, key=lambda p: (p.popen.returncode not in exit_codes.NOT_RETRIED,
+                                                  p.popen.returncode == exit_codes.PEER_LOST))
     if all(p.popen.poll() == 0 for p in procs):
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
@@ -390,11 +379,11 @@ def run_local_cluster(
       if outcome == "timeout":
         logging.error("Timed out after %.0f s (--timeout); %s Stopping every task.", timeout,
                       _hang_report(procs, log_dir))
-        return EXIT_TIMEOUT
+        return exit_codes.TIMEOUT
       if outcome == "stalled":
         logging.error("No task wrote any output for %.0f s (--stall_timeout); %s Stopping every "
                       "task.", stall_timeout, _hang_report(procs, log_dir))
-        return EXIT_TIMEOUT
+        return exit_codes.TIMEOUT
       rc = failed.popen.returncode
       cause = f"{failed.name} {_describe(rc)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.
@@ -406,8 +395,8 @@ def run_local_cluster(
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)
       used = evaluator_restarts if is_evaluator else restarts
-      if rc in NOT_RETRIED or used >= max_restarts:
-        why = (NOT_RETRIED[rc] if rc in NOT_RETRIED else
+      if not exit_codes.retried(rc) or used >= max_restarts:
+        why = (exit_codes.NOT_RETRIED[rc] if rc in exit_codes.NOT_RETRIED else
                f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
         logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
                       f" ({why})" if why else "", failed.log_path)

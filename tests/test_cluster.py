@@ -90,6 +90,111 @@ def test_bad_tf_config_is_rejected_with_the_reason(tf_config, message):
     cluster.parse_tf_config(_env(tf_config))
 
 
+_W = {"worker": ["a:1", "b:2"]}  # A good cluster, for the bad tasks below.
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    # TF_CONFIG itself.
+    ('"worker"', "must be a JSON object, got a string"),
+    ("3", "must be a JSON object, got a number"),
+    ("null", "must be a JSON object, got null"),
+    ('{"cluster": {"worker": ["a:1"]}, "cluster": {"worker": ["b:1"]}}', r"\['cluster'\] twice"),
+    # The cluster.
+    ({"cluster": ["a:1"], "task": {"type": "worker", "index": 0}}, "cluster must be an object"),
+    ({"cluster": "a:1", "task": {"type": "worker", "index": 0}}, "cluster must be an object"),
+    ({"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker must be a non-empty list"),
+    ({"cluster": {"worker": {"0": "a:1"}}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker must be a non-empty list of 'host:port', got an object"),
+    ({"cluster": {"worker": None}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker must be a non-empty list"),
+    # Its addresses.
+    ({"cluster": {"worker": ["localhost", 2222]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is 'localhost', not 'host:port'"),
+    ({"cluster": {"worker": ["a:1", 2222]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[1\] must be a 'host:port' string, got a number \(2222\)"),
+    ({"cluster": {"chief": [["a", 1]]}, "task": {"type": "chief", "index": 0}},
+     r"cluster\.chief\[0\] must be a 'host:port' string, got a list"),
+    ({"cluster": {"worker": [None]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] must be a 'host:port' string, got null"),
+    ({"cluster": {"worker": ["a:http"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is 'a:http', not 'host:port'"),
+    ({"cluster": {"worker": [":2222"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is ':2222', not 'host:port'"),
+    ({"cluster": {"worker": ["a:"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is 'a:', not 'host:port'"),
+    ({"cluster": {"worker": ["a: 1"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is 'a: 1', not 'host:port'"),
+    ({"cluster": {"worker": ["a:\u00b2"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is 'a:\u00b2', not 'host:port'"),  # "²" is a digit to isdigit().
+    ({"cluster": {"worker": ["a:-1"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] is 'a:-1', not 'host:port'"),
+    ({"cluster": {"worker": ["a:0"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] 'a:0' has port 0; a port is 1 to 65535"),
+    ({"cluster": {"worker": ["a:65536"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[0\] 'a:65536' has port 65536; a port is 1 to 65535"),
+    # Duplicate addresses, within a job and across jobs (the evaluator's too).
+    ({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}},
+     r"cluster\.worker\[1\] and cluster\.worker\[0\] are both 'a:1'"),
+    ({"cluster": {"chief": ["a:1"], "worker": ["A:1"]}, "task": {"type": "chief", "index": 0}},
+     r"cluster\.worker\[0\] and cluster\.chief\[0\] are both 'A:1'"),
+    ({"cluster": {"chief": ["a:1"], "evaluator": ["a:1"]}, "task": {"type": "chief", "index": 0}},
+     r"cluster\.evaluator\[0\] and cluster\.chief\[0\] are both 'a:1'"),
+    # The task.
+    ({"cluster": _W}, "has a cluster but no task"),
+    ({"cluster": _W, "task": None}, "has a cluster but no task"),
+    ({"cluster": _W, "task": "worker"}, "task must be an object .* got a string \\(\"worker\"\\)"),
+    ({"cluster": _W, "task": ["worker", 0]}, "task must be an object .* got a list"),
+    ({"cluster": _W, "task": {"index": 0}}, "task has no 'type'"),
+    ({"cluster": _W, "task": {"type": 1, "index": 0}}, r"task\.type a number \(1\) is not run"),
+    ({"cluster": _W, "task": {"type": ["worker"], "index": 0}}, r"task\.type a list .* not run"),
+    ({"cluster": _W, "task": {"type": "Worker", "index": 0}}, r"task\.type 'Worker' is not run"),
+    ({"cluster": _W, "task": {"type": "chief", "index": 0}}, r"task\.type 'chief' has no job"),
+    # Its index.
+    ({"cluster": _W, "task": {"type": "worker"}}, "task has no 'index'"),
+    ({"cluster": _W, "task": {"type": "evaluator"}}, "task has no 'index'"),
+    ({"cluster": _W, "task": {"type": "worker", "index": None}},
+     r"task\.index must be a non-negative integer, got null"),
+    ({"cluster": _W, "task": {"type": "worker", "index": "1"}},
+     r"task\.index must be a non-negative integer, got a string"),
+    ({"cluster": _W, "task": {"type": "worker", "index": 1.0}},
+     r"task\.index must be a non-negative integer, got a number \(1.0\)"),
+    ({"cluster": _W, "task": {"type": "worker", "index": True}},
+     r"task\.index must be a non-negative integer, got a boolean"),
+    ({"cluster": _W, "task": {"type": "worker", "index": False}},
+     r"task\.index must be a non-negative integer, got a boolean"),
+    ({"cluster": _W, "task": {"type": "worker", "index": -1}}, r"task\.index .* a number \(-1\)"),
+    ({"cluster": _W, "task": {"type": "worker", "index": 2}},
+     r"task\.index 2 is out of range: the cluster has 2 worker task\(s\), indices 0 to 1"),
+    ({"cluster": _W, "task": {"type": "evaluator", "index": 1}}, r"one evaluator.*task\.index 1"),
+    # The evaluator job: one task.
+    ({"cluster": {"worker": ["a:1"], "evaluator": ["b:1", "c:1"]},
+      "task": {"type": "evaluator", "index": 1}}, r"cluster\.evaluator must list exactly one task"),
+])
+def test_every_malformed_tf_config_names_the_field(tf_config, message):
+  # A TFConfigError (a ValueError: "error: ..." and exit 2), never an AttributeError,
+  # TypeError or KeyError, and its message names the field that is wrong.
+  with pytest.raises(cluster.TFConfigError, match=message):
+    cluster.parse_tf_config(_env(tf_config))
+
+
+@pytest.mark.parametrize("tf_config", [
+    {"cluster": None, "task": {"type": "worker", "index": 0}},
+    {"cluster": {}, "task": "anything"},
+    {"environment": "cloud"},
+])
+def test_an_empty_cluster_is_one_local_process(tf_config):
+  assert cluster.parse_tf_config(_env(tf_config)) is None
+
+
+@pytest.mark.parametrize("address", [
+    "localhost:1", "10.0.0.1:65535", "[::1]:2222", "mnist-worker-0.team-a.svc:2222"])
+def test_good_addresses_are_accepted(address):
+  env = _env({"cluster": {"worker": [address]}, "task": {"type": "worker", "index": 0},
+              "environment": "cloud", "rpc_layer": "grpc"})
+  assert cluster.parse_tf_config(env).address == address
+
+
 def test_free_ports_are_distinct():
   ports = cluster.pick_free_ports(5)
   assert len(set(ports)) == 5 and all(p > 0 for p in ports)
@@ -97,11 +202,12 @@ def test_free_ports_are_distinct():
 
 def test_the_estimator_evaluator_gets_worker_zero_as_its_chief_job():
   spec = {"worker": ["w0:1", "w1:1"], "evaluator": ["e:1"]}
-  task = cluster.parse_tf_config(_env({"cluster": spec, "task": {"type": "evaluator"}}))
+  task = cluster.parse_tf_config(_env({"cluster": spec,
+                                       "task": {"type": "evaluator", "index": 0}}))
   rewritten = cluster.evaluator_tf_config_with_chief(task)
   assert rewritten["cluster"] == {"chief": ["w0:1"], "worker": ["w1:1"], "evaluator": ["e:1"]}
   again = cluster.parse_tf_config(_env(rewritten))
   assert (again.type, again.num_workers, again.has_evaluator) == ("evaluator", 2, True)
-  worker = cluster.parse_tf_config(_env({"cluster": spec, "task": {"type": "worker"}}))
+  worker = cluster.parse_tf_config(_env({"cluster": spec, "task": {"type": "worker", "index": 0}}))
   with pytest.raises(ValueError, match="only the evaluator"):
     cluster.evaluator_tf_config_with_chief(worker)

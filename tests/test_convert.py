@@ -12,7 +12,9 @@ import tensorflow as tf
 from launch.tools import convert
 from launch.tools import runs
 from tests.conftest import ESTIMATOR_MISSING, run_module
-from trainers import common
+from trainers import checkpoints
+from trainers import loop
+from trainers import model_dir as layout
 from trainers.config import Config
 
 if ESTIMATOR_MISSING:
@@ -78,11 +80,11 @@ def keras_dir(estimator_dir, tmp_path_factory) -> str:
 def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, keras_dir,
                                                               tiny_data_dir, tmp_path):
   original = _read_checkpoint(estimator_dir)
-  assert common.checkpoint_problem("keras", keras_dir) is None
+  assert checkpoints.resume_problem("keras", keras_dir) is None
   back = str(tmp_path / "estimator")
   conversion = convert.keras_to_estimator(keras_dir, back)
 
-  assert common.checkpoint_problem("estimator", back) is None
+  assert checkpoints.resume_problem("estimator", back) is None
   # Every Estimator variable was carried: weights, their Momentum slots, the step.
   entries = convert.estimator_accounting(tf.train.latest_checkpoint(estimator_dir))
   assert sorted(e.kind for e in entries) == ["slot"] * 6 + ["step"] + ["weight"] * 6
@@ -95,8 +97,8 @@ def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, ke
     assert np.array_equal(restored[name], value), name
 
   # The Estimator goes on from the converted checkpoint: step 3 to 6.
-  summary = estimator_trainer.train_and_evaluate(
-      _config(tiny_data_dir, train_steps=2 * STEPS), back,
+  summary = loop.train_and_evaluate(
+      estimator_trainer.Backend, _config(tiny_data_dir, train_steps=2 * STEPS), back,
       strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
   assert summary["global_step"] == 2 * STEPS
   starts = [r for r in runs.read_progress(back) if r["event"] == "start"]
@@ -105,7 +107,7 @@ def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, ke
 
 def test_estimator_export_and_converted_keras_predict_the_same(estimator_dir, keras_dir,
                                                                tiny_data_dir, tmp_path):
-  with open(os.path.join(estimator_dir, common.SUMMARY_FILE)) as f:
+  with open(os.path.join(estimator_dir, layout.SUMMARY_FILE)) as f:
     export_dir = json.load(f)["export_dir"]
   same, diff, images = convert.prediction_identity(export_dir, keras_dir, _config(tiny_data_dir))
   assert (same, images) == (True, 200) and diff <= 1e-5
@@ -129,7 +131,7 @@ def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tm
           if " -> " in line}
   assert rows["conv/kernel/Momentum"] == [
       "model/optimizer/_variables/1/.ATTRIBUTES/VARIABLE_VALUE", "(slot)"]
-  assert rows["global_step"] == [common.KERAS_STEP_KEY, "(step)"]
+  assert rows["global_step"] == [checkpoints.KERAS_STEP_KEY, "(step)"]
   assert len(rows) == 1 + 13  # The header and every variable.
   assert f"Step: {STEPS}" in result.stdout and f"Output directory: {target}" in result.stdout
   assert "Ignored (not carried):\n  none" in result.stdout

@@ -43,7 +43,7 @@ def test_the_chief_rule_follows_the_cluster_layout():
 
 
 def test_a_lost_peer_is_found_in_an_errors_chain_and_nothing_else_is():
-  """runner.run maps these to EXIT_PEER_LOST (200), which the launcher and TFJob retry."""
+  """runner.run maps these to exit_codes.PEER_LOST (200), which the launcher and TFJob retry."""
   aborted = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: Socket closed")
   try:
     try:

@@ -8,12 +8,14 @@ import tensorflow as tf
 
 from launch.tools import runs
 from tests.conftest import ESTIMATOR_MISSING, memory_input_fn
-from trainers import common
+from trainers import evaluation
+from trainers import failures
 from trainers.config import Config
 
 if ESTIMATOR_MISSING:
   pytest.skip(ESTIMATOR_MISSING, allow_module_level=True)
 from trainers import estimator_trainer  # pylint: disable=wrong-import-position
+from trainers import loop
 
 CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
                 checkpoint_every_steps=3)
@@ -22,17 +24,17 @@ CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_eve
 def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  summary = estimator_trainer.train_and_evaluate(CONFIG, str(tmp_path), strategy=strategy,
+  summary = loop.train_and_evaluate(estimator_trainer.Backend, CONFIG, str(tmp_path), strategy=strategy,
                                                  input_fn=input_fn)
   assert summary["global_step"] == 6 and summary["workers"] == 1
   assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))
   # One process evaluates every checkpoint itself, under the evaluator's tags.
-  assert common.read_eval_result(str(tmp_path / "eval"), 3) is not None
+  assert evaluation.read_result(str(tmp_path / "eval"), 3) is not None
   records = runs.read_progress(str(tmp_path))
   assert [r.get("step") for r in records] == [None, 2, 4, 6]
   assert all(r["loss"] > 0 for r in records[1:])
-  longer = estimator_trainer.train_and_evaluate(
-      Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
+  longer = loop.train_and_evaluate(
+      estimator_trainer.Backend, Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
       input_fn=input_fn)
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
@@ -45,7 +47,7 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
   config = Config(**{**CONFIG.__dict__, "train_steps": 3, "decay_steps": 6})
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(config.global_batch_size)
-  estimator_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy,
+  loop.train_and_evaluate(estimator_trainer.Backend, config, str(tmp_path), strategy=strategy,
                                        input_fn=input_fn)
   path = tf.train.latest_checkpoint(str(tmp_path))
   reader = tf.train.load_checkpoint(path)
@@ -55,6 +57,6 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
   tensors[slot] = np.full_like(tensors[slot], np.nan)
   tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
                     tensors=tensors)
-  with pytest.raises(common.DivergedError, match="weights became NaN or Inf by step 4:"):
-    estimator_trainer.train_and_evaluate(Config(**{**config.__dict__, "train_steps": 6}),
+  with pytest.raises(failures.DivergedError, match="weights became NaN or Inf by step 4:"):
+    loop.train_and_evaluate(estimator_trainer.Backend, Config(**{**config.__dict__, "train_steps": 6}),
                                          str(tmp_path), strategy=strategy, input_fn=input_fn)

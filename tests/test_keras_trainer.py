@@ -14,8 +14,11 @@ import tf_keras
 
 from launch.tools import runs
 from tests.conftest import memory_input_fn, run_in_local_cluster, tamper_keras_checkpoint
-from trainers import common
+from trainers import evaluation
+from trainers import failures
 from trainers import keras_trainer
+from trainers import loop
+from trainers import model_dir as layout
 from trainers.config import Config
 
 CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
@@ -25,7 +28,7 @@ CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_eve
 def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  summary = keras_trainer.train_and_evaluate(CONFIG, str(tmp_path), strategy=strategy,
+  summary = loop.train_and_evaluate(keras_trainer.Backend, CONFIG, str(tmp_path), strategy=strategy,
                                              input_fn=input_fn)
   assert summary["global_step"] == 6 and summary["workers"] == 1
   assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))
@@ -34,8 +37,8 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert [r.get("step") for r in records] == [None, 2, 4, 6]
   assert not os.path.exists(tmp_path / "backup")
   # A larger --train_steps goes on from the final checkpoint, not from 0.
-  longer = keras_trainer.train_and_evaluate(
-      Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
+  longer = loop.train_and_evaluate(
+      keras_trainer.Backend, Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
       input_fn=input_fn)
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
@@ -69,13 +72,13 @@ def test_an_interrupted_run_resumes_from_its_backup_past_a_newer_checkpoint(tmp_
 
   monkeypatch.setattr(tf_keras.Model, "fit", crashing_fit)
   try:
-    keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy, input_fn=input_fn)
+    loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy, input_fn=input_fn)
   except KeyboardInterrupt:
     pass
   monkeypatch.setattr(tf_keras.Model, "fit", real_fit)
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
   assert keras_trainer.backup_origin(str(tmp_path / "backup")) == 0
-  summary = keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy,
+  summary = loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy,
                                              input_fn=input_fn)
   assert summary["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
@@ -86,12 +89,12 @@ def test_an_interrupted_run_resumes_from_its_backup_past_a_newer_checkpoint(tmp_
 def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path):
   # A NaN momentum slot: step 4's forward pass (finite weights) gives a finite
   # loss, and its update makes the weights NaN. The loss shows it a step
-  # later at best (on some CPUs never: see common.weights_finite).
+  # later at best (on some CPUs never: see failures.weights_finite).
   config = Config(**{**CONFIG.__dict__, "steps_per_execution": 1, "train_steps": 3,
                      "decay_steps": 6})
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(config.global_batch_size)
-  keras_trainer.train_and_evaluate(config, str(tmp_path), strategy=strategy, input_fn=input_fn)
+  loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy, input_fn=input_fn)
 
   def nan_slot(model, config):
     del config
@@ -99,8 +102,8 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
     slot.assign(tf.fill(slot.shape, float("nan")))
 
   tamper_keras_checkpoint(str(tmp_path), config, nan_slot)
-  with pytest.raises(common.DivergedError, match="weights became NaN or Inf by step 4:"):
-    keras_trainer.train_and_evaluate(Config(**{**config.__dict__, "train_steps": 6}),
+  with pytest.raises(failures.DivergedError, match="weights became NaN or Inf by step 4:"):
+    loop.train_and_evaluate(keras_trainer.Backend, Config(**{**config.__dict__, "train_steps": 6}),
                                      str(tmp_path), strategy=strategy, input_fn=input_fn)
 
 
@@ -169,7 +172,7 @@ def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
   # the checkpoint state and restoring it must be skipped, not end the evaluator.
   src, model_dir = tmp_path / "src", tmp_path / "model"
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  keras_trainer.train_and_evaluate(CONFIG, str(src), strategy=tf.distribute.MirroredStrategy(
+  loop.train_and_evaluate(keras_trainer.Backend, CONFIG, str(src), strategy=tf.distribute.MirroredStrategy(
       ["/cpu:0"]), input_fn=input_fn)
   model_dir.mkdir()
   # The state names ckpt-3, whose data the chief deleted after its index was seen.
@@ -189,6 +192,6 @@ def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
   writer.join()
   assert any("error when loading the checkpoint at " + str(model_dir / "ckpt-3") in r.getMessage()
              for r in caplog.records)
-  results = common.read_eval_results(str(model_dir / common.EVAL_SUBDIR))
+  results = evaluation.read_results(str(model_dir / layout.EVAL_SUBDIR))
   assert sorted(results) == [6]
-  assert results[6] == common.read_eval_results(str(src / common.EVAL_SUBDIR))[6]
+  assert results[6] == evaluation.read_results(str(src / layout.EVAL_SUBDIR))[6]

@@ -11,6 +11,7 @@ from tests.conftest import REPO
 
 # Lowest first. A module's layer is the first pattern its path matches.
 LAYERS = (
+    ("contracts", ("launch/exit_codes.py",)),
     ("data", ("data/",)),
     ("launcher core", ("launch/cluster.py", "launch/supervisor.py", "launch/console.py",
                        "launch/netns.py", "launch/local.py")),
@@ -20,7 +21,7 @@ LAYERS = (
 )
 # The launcher core starts tasks at once: it must not import TensorFlow (2 to 3 s);
 # nor must launch.tfjob, which only writes YAML.
-TF_FREE = ("data/paths.py", "launch/cluster.py", "launch/supervisor.py", "launch/console.py",
+TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py", "launch/console.py",
            "launch/netns.py", "launch/local.py", "launch/tools/tfjob.py")
 
 
@@ -87,8 +88,8 @@ def test_every_library_module_has_its_test_file():
   data/prepare.py) are tested through theirs, by running them as users do."""
   binaries = {"data/prepare.py", "trainers/keras_main.py", "trainers/estimator_main.py"}
   binaries |= {str(p.relative_to(REPO)) for p in (REPO / "launch").glob("*.py")
-               if p.name not in ("cluster.py", "supervisor.py", "console.py", "netns.py",
-                                 "__init__.py")}
+               if p.name not in ("exit_codes.py", "cluster.py", "supervisor.py", "console.py",
+                                 "netns.py", "__init__.py")}
   missing = [s for s in SOURCES
              if not s.startswith("tests/") and not s.endswith("__init__.py")
              and s not in binaries

@@ -1,5 +1,6 @@
 """data.mnist: IDX reading, offline preparation, and the shared input_fn."""
 
+import fcntl
 import functools
 import gzip
 import hashlib
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -83,6 +85,7 @@ def test_prepare_cli_refuses_to_clobber_and_rejects_corrupt_files(tiny_idx_dir, 
   assert corrupt.returncode != 0
   assert "t10k-images-idx3-ubyte.gz" in corrupt.stderr and "Nothing was written" in corrupt.stderr
   assert sorted(os.listdir(paths.dataset_path(tiny_data_dir))) == before
+  assert not os.path.exists(os.path.join(tiny_data_dir, mnist.LOCK_NAME))  # Failed: none left.
   assert mnist.num_examples("train", tiny_data_dir) == 600
 
 
@@ -142,8 +145,8 @@ def _mirror_builder(url, subset_checksums):
 
 
 def _leftovers(data_dir):
-  """What a failed preparation left in data_dir, but for the lock file."""
-  return sorted(set(os.listdir(data_dir)) - {".mnist-prepare.lock"})
+  """What a preparation left in data_dir: the dataset, if it succeeded, and no lock file."""
+  return sorted(os.listdir(data_dir))
 
 
 def test_download_runs_tfds_with_its_checksum_checks(mirror, tmp_path, monkeypatch):
@@ -184,10 +187,124 @@ def test_no_network_and_no_idx_files_fail_fast_naming_both_fixes(tmp_path, monke
   assert time.monotonic() - start < 20  # TFDS's own retries take minutes.
   message = str(e.value)
   for part in ("Tried: cannot reach", "Connection refused", "Not tried: local IDX files",
-               "--mnist_idx_dir=DIR", "$MNIST_IDX_DIR=DIR", "python -m data.prepare",
-               f"--data_dir={tmp_path}", url):
+               "no --mnist_idx_dir given", "--mnist_idx_dir=DIR", "$MNIST_IDX_DIR=DIR",
+               "python -m data.prepare --idx_dir=DIR", f"--data_dir={tmp_path}", url):
     assert part in message, message
   assert _leftovers(tmp_path) == []
+
+
+def _offline_env():
+  """Every request goes to a proxy that refuses connections: TFDS's real download fails fast."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    proxy = f"http://127.0.0.1:{s.getsockname()[1]}"
+  return {paths.IDX_DIR_ENV: None, "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy,
+          "https_proxy": proxy, "http_proxy": proxy, "NO_PROXY": None, "no_proxy": None}
+
+
+def test_the_prepare_cli_names_its_own_idx_dir_flag(tmp_path):
+  # data.prepare takes --idx_dir, not the trainers' --mnist_idx_dir: its message
+  # names the flag it takes, and does not send the user to itself.
+  result = run_module("data.prepare", [f"--data_dir={tmp_path}"], timeout=120,
+                      env=_offline_env())
+  assert result.returncode == 1, result.stderr[-3000:]
+  for part in ("error: MNIST is not prepared", "Tried: cannot reach", "no --idx_dir given",
+               "with --idx_dir=DIR or $MNIST_IDX_DIR=DIR."):
+    assert part in result.stderr, result.stderr[-3000:]
+  assert "mnist_idx_dir" not in result.stderr and "python -m data.prepare" not in result.stderr
+  assert _leftovers(tmp_path) == []  # Nor its lock file.
+  # The flag it names is one it takes: the same command with it prepares.
+  idx_dir = write_idx_dir(tmp_path / "idx", {"train": 30, "test": 10})
+  ok = run_module("data.prepare", [f"--idx_dir={idx_dir}", f"--data_dir={tmp_path / 'tfds'}"],
+                  timeout=120, env=_offline_env())
+  assert ok.returncode == 0 and "Prepared MNIST" in ok.stdout, ok.stderr[-3000:]
+  assert _leftovers(tmp_path / "tfds") == ["mnist"]
+
+
+def test_bad_idx_files_leave_no_lock_file(tmp_path):
+  with pytest.raises(paths.MissingDataError, match="is missing from"):
+    mnist.ensure_prepared(str(tmp_path / "tfds"), idx_dir=str(tmp_path))
+  assert _leftovers(tmp_path / "tfds") == []
+
+
+def _hold_lock_file(path):
+  """Opens (creating) and locks `path` as another preparer's prepare_lock does: the fd."""
+  fd = os.open(path, os.O_RDWR | os.O_CREAT)
+  fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  return fd
+
+
+def test_a_waiter_whose_lock_file_was_deleted_locks_the_new_one(tmp_path):
+  # The race that deleting a lock file opens: a waiter blocks on the old file;
+  # its holder deletes it and lets go, and meanwhile a newcomer has created a
+  # new file at the path and locked it. The waiter then holds the old file's
+  # lock, which locks out no one: it must wait for the new file's instead.
+  lock_path = os.path.join(tmp_path, mnist.LOCK_NAME)
+  old = _hold_lock_file(lock_path)
+  waiting, inside = threading.Event(), threading.Event()
+  real_logging = mnist.logging
+
+  class SignalOnWait:
+    def info(self, message, *args):
+      if message.startswith("Waiting"):
+        waiting.set()
+      real_logging.info(message, *args)
+
+  def waiter():
+    with mnist.prepare_lock(str(tmp_path)):
+      inside.set()
+
+  with mock.patch.object(mnist, "logging", SignalOnWait()):
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    assert waiting.wait(30), "the waiter did not wait for the held lock"
+    os.unlink(lock_path)  # The holder deletes the file...
+    new = _hold_lock_file(lock_path)  # ... a newcomer locks a new one ...
+    os.close(old)  # ... and the holder lets go of the old one.
+    assert not inside.wait(1), "the waiter took the deleted file's lock as its own"
+    os.close(new)  # The newcomer lets go (its file stays: the waiter must take it).
+    assert inside.wait(30), "the waiter did not take the new file's lock"
+    thread.join(30)
+  assert os.listdir(tmp_path) == []  # The waiter deleted the new file when done.
+
+
+def test_the_lock_excludes_under_contention_and_is_gone_after(tmp_path):
+  # Threads hold separate open files, so flock excludes them as it does processes.
+  data_dir, holders, overlaps = str(tmp_path), [], []
+  guard = threading.Lock()
+
+  def contend():
+    for _ in range(40):
+      with mnist.prepare_lock(data_dir):
+        with guard:
+          holders.append(1)
+          if len(holders) > 1:
+            overlaps.append(len(holders))
+        time.sleep(0.0005)
+        with guard:
+          holders.pop()
+
+  threads = [threading.Thread(target=contend) for _ in range(6)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(120)
+  assert not any(t.is_alive() for t in threads)
+  assert overlaps == [], f"{len(overlaps)} times two threads held the lock at once"
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_failure_under_the_lock_deletes_the_lock_file(tmp_path):
+  with pytest.raises(RuntimeError, match="boom"):
+    with mnist.prepare_lock(str(tmp_path)):
+      assert os.path.exists(os.path.join(tmp_path, mnist.LOCK_NAME))
+      raise RuntimeError("boom")
+  assert os.listdir(tmp_path) == []
+  # A killed holder's file (left behind, unlocked) is taken over and deleted too.
+  os.close(os.open(os.path.join(tmp_path, mnist.LOCK_NAME), os.O_CREAT | os.O_RDWR))
+  with mnist.prepare_lock(str(tmp_path)):
+    pass
+  assert os.listdir(tmp_path) == []
 
 
 def test_idx_files_from_the_environment(tiny_idx_dir, tmp_path, monkeypatch):
@@ -220,6 +337,7 @@ def test_a_prepare_waits_for_the_one_in_progress_and_finds_it_done(tiny_idx_dir,
   assert "already prepared" in out and "by another process" in err
   assert os.stat(os.path.join(paths.dataset_path(data_dir),
                               "dataset_info.json")).st_mtime_ns == built  # Not rebuilt.
+  assert _leftovers(tmp_path) == ["mnist"]  # Both let go of the lock and deleted its file.
 
 
 def test_two_prepares_at_once_build_one_dataset(tiny_idx_dir, tmp_path):

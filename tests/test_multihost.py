@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from launch import supervisor
+from launch import exit_codes
 from launch.tools import parity
 from launch.tools import runs
 from tests.conftest import REPO
@@ -191,7 +191,7 @@ def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tin
 def test_a_partitioned_worker_is_detected_and_a_restart_resumes_to_the_final_step(
     backend, tiny_data_dir, tmp_path):
   """The worker's link goes down mid-run: chief and worker each find the other gone within
-  DETECT_SECONDS and exit EXIT_PEER_LOST (retried by an orchestrator); the harness, as the
+  DETECT_SECONDS and exit exit_codes.PEER_LOST (retried by an orchestrator); the harness, as the
   orchestrator would, mends the link and starts both again, and the run ends at its final
   step from the last checkpoint."""
   config = dataclasses.replace(_init_config(tmp_path, tiny_data_dir), train_steps=400,
@@ -208,9 +208,9 @@ def test_a_partitioned_worker_is_detected_and_a_restart_resumes_to_the_final_ste
     cut_at = time.monotonic()
     codes = _wait({i: procs[i] for i in (0, 1)}, DETECT_SECONDS + 30, log_dir)
     detected = time.monotonic() - cut_at
-    assert codes == {0: supervisor.EXIT_PEER_LOST, 1: supervisor.EXIT_PEER_LOST}, _tail(log_dir)
+    assert codes == {0: exit_codes.PEER_LOST, 1: exit_codes.PEER_LOST}, _tail(log_dir)
     assert detected <= DETECT_SECONDS, (detected, _tail(log_dir))
-    print(f"partition, {backend}: both training tasks exited {supervisor.EXIT_PEER_LOST} "
+    print(f"partition, {backend}: both training tasks exited {exit_codes.PEER_LOST} "
           f"{detected:.0f} s after the link went down")
     stopped_at = max(r.get("step", 0) for r in runs.read_progress(model_dir))
     hosts.cut(1, up=True)

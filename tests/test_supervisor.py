@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from launch import exit_codes
 from launch import supervisor
 from tests.conftest import REPO, run_module
 
@@ -184,7 +185,7 @@ def test_a_diverged_run_is_not_retried_even_when_a_peer_failed_first(task_script
                                                                     caplog):
   rc, records = _run(task_script, tmp_path, workers=2, max_restarts=3, chief_0="diverge",
                      worker_0="lose_peer")
-  assert rc == supervisor.EXIT_DIVERGED == 3
+  assert rc == exit_codes.DIVERGED == 3
   assert _tasks_file(tmp_path)["restarts"] == 0
   assert "a diverged run is not retried" in caplog.text and "chief-0 exited with code 3" in caplog.text
   assert not any(_alive(r["pid"]) for r in records.values())
@@ -193,7 +194,7 @@ def test_a_diverged_run_is_not_retried_even_when_a_peer_failed_first(task_script
 def test_a_full_disk_is_not_retried_and_a_workers_error_is_quoted(task_script, tmp_path,
                                                                   caplog):
   rc, records = _run(task_script, tmp_path, workers=2, max_restarts=3, worker_0="disk_full")
-  assert rc == supervisor.EXIT_DISK_FULL == 4
+  assert rc == exit_codes.DISK_FULL == 4
   assert _tasks_file(tmp_path)["restarts"] == 0
   assert "a full disk is not retried" in caplog.text
   # The worker's output is not streamed: the launcher quotes its error.
@@ -209,7 +210,7 @@ def test_a_task_whose_log_cannot_be_written_says_its_error_on_the_terminal(task_
   (tmp_path / "logs").mkdir()
   (tmp_path / "logs" / "worker-0.log").symlink_to("/dev/full")
   rc, _ = _run(task_script, tmp_path, workers=3, worker_0="disk_full")
-  assert rc == supervisor.EXIT_DISK_FULL
+  assert rc == exit_codes.DISK_FULL
   out, err = capfd.readouterr()
   assert "cannot write" in err and "worker-0.log" in err and "No space left on device" in err
   assert "[worker-0] error: a write failed: No space left on device (/x/ckpt-4)" in err
@@ -228,7 +229,7 @@ def test_a_tasks_own_failure_is_reported_not_its_peers_loss_of_it(task_script, t
 
 def test_a_lost_peer_is_retried(task_script, tmp_path, caplog):
   rc, _ = _run(task_script, tmp_path, workers=2, max_restarts=1, worker_0="lose_peer")
-  assert rc == supervisor.EXIT_PEER_LOST == 200  # Retried once, lost again.
+  assert rc == exit_codes.PEER_LOST == 200  # Retried once, lost again.
   assert _tasks_file(tmp_path)["restarts"] == 1 and "Restart 1 of 1" in caplog.text
 
 
@@ -262,7 +263,7 @@ def test_no_other_host_can_reach_the_tasks(task_script, tmp_path):
 
 def test_timeout_stops_a_hung_cluster(task_script, tmp_path, caplog):
   rc, records = _run(task_script, tmp_path, workers=2, timeout=3, worker_0="hang")
-  assert rc == supervisor.EXIT_TIMEOUT
+  assert rc == exit_codes.TIMEOUT
   assert not any(_alive(r["pid"]) for r in records.values())
   assert "Timed out after 3 s" in caplog.text and "worker-0" in caplog.text
   # Asked for its stacks before it was killed.
@@ -273,7 +274,7 @@ def test_stall_watchdog_names_the_task_that_gives_no_stack_dump(task_script, tmp
   start = time.monotonic()
   rc, records = _run(task_script, tmp_path, workers=3, timeout=60, stall_timeout=2,
                      chief_0="hang", worker_0="hang", worker_1="stop")
-  assert rc == supervisor.EXIT_TIMEOUT
+  assert rc == exit_codes.TIMEOUT
   assert time.monotonic() - start < 30
   assert "No task wrote any output for 2 s (--stall_timeout)" in caplog.text
   assert "hung: worker-1 (silent" in caplog.text and "no stack dump" in caplog.text

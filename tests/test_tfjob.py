@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from launch import cluster
-from launch import supervisor
+from launch import exit_codes
 from launch.tools import runs
 from launch.tools import tfjob
 from tests.conftest import REPO, kubeflow_tf_configs, run_module
@@ -217,8 +217,8 @@ def test_the_upstream_example_passes(validator):
 def test_restarts_retry_exactly_the_retryable_exit_codes():
   """TFJob's ExitCode policy retries 128-255 and never 1-127 (common_types.go)."""
   assert tfjob.RESTART_POLICY == "ExitCode"
-  assert supervisor.EXIT_PEER_LOST >= 128
-  assert all(1 <= code < 128 for code in supervisor.NOT_RETRIED)
+  assert exit_codes.PEER_LOST >= 128
+  assert all(1 <= code < 128 for code in exit_codes.NOT_RETRIED)
 
 
 @pytest.mark.parametrize("changes, error", [

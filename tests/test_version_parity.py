@@ -83,7 +83,7 @@ def _untrained_export(tmp_path) -> str:
   from trainers import model as model_lib  # pylint: disable=import-outside-toplevel
   model_dir = tmp_path / "untrained"
   model_dir.mkdir()
-  return keras_trainer._export(model_lib.build_model(seed=7), str(model_dir))  # pylint: disable=protected-access
+  return keras_trainer.export_model(model_lib.build_model(seed=7), str(model_dir))
 
 
 def test_a_keras_python_that_is_not_a_tf_install_is_a_usage_error(tmp_path):

@@ -23,8 +23,9 @@ from tensorflow.python.eager import context
 
 from launch import cluster
 from launch import console
-from launch import supervisor
-from trainers import common
+from launch import exit_codes
+from trainers import failures
+from trainers import progress
 
 # TF waits an hour for every task to register by default: a peer that never
 # comes up must be reported well within a minute.
@@ -70,7 +71,7 @@ def setup_process(task: Optional[cluster.Task]) -> None:
   faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
   skip_autograph_for_tf_keras()
   no_autotune_on_device_datasets()
-  common.mark_startup("imported")
+  progress.mark_startup("imported")
   if task is None:
     return
   logging.get_absl_handler().setFormatter(_TaskFormatter(task.name))
@@ -148,7 +149,7 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   task = cluster.parse_tf_config()
   if task is None or task.type == cluster.EVALUATOR:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    common.mark_startup("strategy")
+    progress.mark_startup("strategy")
     return strategy
   # The training tasks only: the evaluator (listed in every task's cluster
   # when Kubeflow writes TF_CONFIG) serves nothing and joins no collective.
@@ -174,7 +175,7 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   finally:
     watchdog.kill()
     watchdog.wait()
-  common.mark_startup("strategy")
+  progress.mark_startup("strategy")
   return strategy
 
 
@@ -251,7 +252,7 @@ _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
 
 def lost_peer(error: BaseException) -> Optional[BaseException]:
   """The error in `error`'s chain that says a training peer was lost, or None."""
-  return common.in_chain(error, lambda e: isinstance(e, _PEER_ERRORS))
+  return failures.in_chain(error, lambda e: isinstance(e, _PEER_ERRORS))
 
 
 @contextlib.contextmanager
@@ -264,7 +265,7 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
   Estimator's) are not aborted and wait forever: seen with an Estimator
   worker beside a SIGSTOPped chief. So a daemon thread asks each peer every
   PEER_CHECK_SECONDS, and once one has not answered for
-  HEARTBEAT_TIMEOUT_SECONDS it names it and exits with EXIT_PEER_LOST, which
+  HEARTBEAT_TIMEOUT_SECONDS it names it and exits with exit_codes.PEER_LOST, which
   the launcher (or an orchestrator) restarts. A no-op without peers.
   """
   resolver = getattr(strategy, "cluster_resolver", None)
@@ -290,7 +291,7 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
             print(f"error: {peer} has not answered for {silent:.0f} s "
                   f"({str(e).strip().splitlines()[0]}): ending this task, so that the cluster "
                   "is restarted from its last checkpoint.", file=sys.stderr, flush=True)
-            os._exit(supervisor.EXIT_PEER_LOST)  # pylint: disable=protected-access
+            os._exit(exit_codes.PEER_LOST)  # pylint: disable=protected-access
 
   if peers:
     threading.Thread(target=watch, name="peer-watch", daemon=True).start()

@@ -8,16 +8,20 @@ import json
 import math
 import os
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
 from data import mnist
 from launch import cluster
-from trainers import common
+from trainers import checkpoints
 from trainers import distribute
+from trainers import failures
+from trainers import loop
 from trainers import model as model_lib
+from trainers import model_dir as layout
+from trainers import progress as progress_lib
 from trainers.config import Config
 
 if not hasattr(tf, "estimator"):
@@ -35,24 +39,28 @@ _WEIGHTS_FINITE = "weights_finite_after_step"
 
 
 class _LossRecorder(tf.estimator.SessionRunHook):
-  """Records the global-batch loss of every step and writes it at the end (chief only)."""
+  """Records the global-batch loss of every step (chief only)."""
 
-  def __init__(self, loss: tf.Tensor, config: Config):
-    self._loss, self._config, self._losses = loss, config, []
+  def __init__(self, loss: tf.Tensor, losses: List[float]):
+    self._loss, self._losses = loss, losses
 
   def before_run(self, run_context):
     return tf.estimator.SessionRunArgs(self._loss)
 
   def after_run(self, run_context, run_values):
-    self._losses.append(run_values.results)
-
-  def end(self, session):
-    common.record_losses(self._config, "estimator", self._losses)
+    self._losses.append(float(run_values.results))
 
 
-def make_model_fn(config: Config):
-  """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics."""
-  initial_weights = common.initial_weights(config)
+def make_model_fn(config: Config, losses: Optional[List[float]] = None):
+  """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics.
+
+  Args:
+    config: hyperparameters.
+    losses: with config.record_dir, the chief appends every step's global-batch
+      loss here.
+  """
+  initial_weights = model_lib.initial_weights(config.init_weights)
+  losses = [] if losses is None else losses
 
   def model_fn(features, labels, mode):
     model = model_lib.build_model(config.seed, initial_weights)
@@ -82,16 +90,16 @@ def make_model_fn(config: Config):
       global_loss = tf.distribute.get_replica_context().all_reduce(
           tf.distribute.ReduceOp.MEAN, loss)
       train_op = tf.group(train_op, global_loss)
-      chief_hooks.append(_LossRecorder(global_loss, config))
+      chief_hooks.append(_LossRecorder(global_loss, losses))
     # Read after the update, in the same run: _Progress stops on NaN or Inf weights
-    # before the checkpoint hook saves them (see common.weights_finite). Checked
+    # before the checkpoint hook saves them (see failures.weights_finite). Checked
     # where Keras checks them, every K steps (its steps per execution), on which
     # every save falls: a check between two saves would protect no checkpoint.
     every = config.keras_steps_per_execution()
     with tf.control_dependencies([train_op]):
       tf.compat.v1.add_to_collection(_WEIGHTS_FINITE, tf.cond(
           tf.equal(global_step.read_value() % every, 0),
-          lambda: common.weights_finite(model.trainable_variables),
+          lambda: failures.weights_finite(model.trainable_variables),
           lambda: tf.constant(True)))
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
                                       training_chief_hooks=chief_hooks)
@@ -106,7 +114,7 @@ def serving_input_fn() -> tf.estimator.export.TensorServingInputReceiver:
 
 
 class _Progress(tf.estimator.SessionRunHook):
-  """Progress every `every` steps (common.Progress), as Keras reports it.
+  """Progress every `every` steps (progress.Progress), as Keras reports it.
 
   Synchronous training: every run of the train op is one global step. The
   loss is the one the Estimator reports (its `loss` summary): the
@@ -120,7 +128,7 @@ class _Progress(tf.estimator.SessionRunHook):
 
   def __init__(self, every: int, total: int, model_dir: Optional[str]):
     self._every, self._total = every, total
-    self.report = common.Progress(total, model_dir)
+    self.report = progress_lib.Progress(total, model_dir)
     self._loss: Optional[tf.Tensor] = None
     self._weights_finite: List[tf.Tensor] = []
     self._window: List[float] = []
@@ -148,7 +156,7 @@ class _Progress(tf.estimator.SessionRunHook):
     self._window.append(float(loss))
     step = self.step
     if not (math.isfinite(self._window[-1]) and all(weights_finite)):
-      raise common.diverged(step)
+      raise failures.diverged(step)
     if step % self._every and step != self._total:
       return
     self.report.log(step, sum(self._window) / len(self._window))
@@ -158,127 +166,109 @@ class _Progress(tf.estimator.SessionRunHook):
     self.report.end()
 
 
-def train_and_evaluate(
-    config: Config,
-    model_dir: str,
-    *,
-    strategy: Optional[tf.distribute.Strategy] = None,
-    input_fn: Optional[common.InputFn] = None,
-) -> Optional[Dict[str, Any]]:
-  """Runs tf.estimator.train_and_evaluate as this process's TF_CONFIG task.
+class Backend(loop.Backend):
+  """`tf.estimator.train_and_evaluate` with `RunConfig(train_distribute=strategy)`.
 
   One local process trains and evaluates each checkpoint itself. In a
-  cluster, workers train under MultiWorkerMirroredStrategy and the
-  "evaluator" task evaluates the newest checkpoint each time it looks; the
-  chief then reads the evaluator's result for the final step. The steps, in
-  the Keras trainer's order and names: strategy, set-up, input, model,
-  train, evaluate, export, summary.
-
-  Args:
-    config: hyperparameters.
-    model_dir: checkpoints, events, export and summary.json.
-    strategy: the train_distribute strategy; defaults to
-      MultiWorkerMirroredStrategy from TF_CONFIG (none for the evaluator).
-    input_fn: defaults to the shared MNIST input_fn.
-
-  Returns:
-    The summary on the chief; None on other tasks.
+  cluster, workers train under the strategy and the evaluator task evaluates
+  the newest checkpoint each time it looks.
   """
-  # Strategy. The evaluator task is outside the training cluster: it has none.
-  task = cluster.parse_tf_config()
-  evaluator = task is not None and task.type == cluster.EVALUATOR
-  if strategy is None and not evaluator:
-    strategy = distribute.create_strategy()
-  chief = strategy is not None and distribute.is_chief(strategy)
 
-  # Set-up. RunConfig(tf_random_seed) below sets the global seed in the
-  # Estimator's graph, as tf.random.set_seed does for Keras.
-  config.validate(strategy.num_replicas_in_sync if strategy else 1)
-  common.setup_determinism(config)
+  name = "estimator"
 
-  # Input. train_and_evaluate calls it once per worker with its InputContext.
-  input_fn = input_fn or common.default_input_fn(config)
+  def __init__(self, run: loop.Run):
+    super().__init__(run)
+    self._losses: List[float] = []
+    self._estimator = self._make_estimator()
+    self._result: Optional[Tuple[Optional[Dict[str, float]], object]] = None
 
-  # Model. RunConfig reads TF_CONFIG; it wants a "chief" job in an evaluator's
-  # cluster, which a TFJob without a Chief replica does not have.
-  if evaluator and not task.has_chief_job:
-    os.environ["TF_CONFIG"] = json.dumps(cluster.evaluator_tf_config_with_chief(task))
-  run_config = tf.estimator.RunConfig(
-      model_dir=model_dir,
-      tf_random_seed=config.seed,
-      train_distribute=strategy,
-      save_checkpoints_steps=config.checkpoint_every_steps,
-      save_summary_steps=config.log_every_steps,
-      log_step_count_steps=config.log_every_steps,
-      keep_checkpoint_max=common.KEEP_CHECKPOINTS,
-  )
-  estimator = tf.estimator.Estimator(make_model_fn(config), config=run_config)
+  def _make_estimator(self) -> tf.estimator.Estimator:
+    run, config = self.run, self.run.config
+    # RunConfig reads TF_CONFIG; it wants a "chief" job in an evaluator's
+    # cluster, which a TFJob without a Chief replica does not have.
+    if run.task is not None and run.task.type == cluster.EVALUATOR and not run.task.has_chief_job:
+      os.environ["TF_CONFIG"] = json.dumps(cluster.evaluator_tf_config_with_chief(run.task))
+    run_config = tf.estimator.RunConfig(
+        model_dir=run.model_dir,
+        # The global seed in the Estimator's graph, as tf.random.set_seed for Keras.
+        tf_random_seed=config.seed,
+        train_distribute=run.strategy,
+        save_checkpoints_steps=config.checkpoint_every_steps,
+        save_summary_steps=config.log_every_steps,
+        log_step_count_steps=config.log_every_steps,
+        keep_checkpoint_max=checkpoints.KEEP,
+    )
+    return tf.estimator.Estimator(make_model_fn(config, self._losses), config=run_config)
 
-  # Train, and evaluate as it goes (in the evaluator task, or here in one process).
-  progress = _Progress(config.log_every_steps, config.train_steps, model_dir if chief else None)
-  train_spec = tf.estimator.TrainSpec(
-      lambda input_context=None: input_fn(mnist.TRAIN, input_context),
-      max_steps=config.train_steps, hooks=[progress])
-  eval_spec = tf.estimator.EvalSpec(
-      lambda: input_fn(mnist.EVAL, None),
-      steps=None,  # The whole test split.
-      start_delay_secs=0,
-      # In one process, evaluate every checkpoint. The evaluator task polls
-      # for the next one: with 0 it spun, taking a third of a 2-core machine
-      # from training and logging a warning per poll (35 MB a minute).
-      throttle_secs=EVALUATOR_POLL_SECONDS if evaluator else 0,
-  )
-  with distribute.lost_peers_end_the_process(strategy):
-    try:
-      while True:
-        try:
-          result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-          break
-        except (common.DivergedError, tf.compat.v1.train.NanLossDuringTrainingError) as e:
-          # Ours (NaN or Inf), or the Estimator's default NanTensorHook (NaN only).
-          error = e if isinstance(e, common.DivergedError) else common.diverged(progress.step)
-          raise common.set_aside_diverged(model_dir, error) if chief else error from e
-        except (ValueError, tf.errors.NotFoundError) as e:
-          # The evaluator lags the chief, which keeps only the newest checkpoints:
-          # the one being evaluated can be deleted under it. Go on with a newer one.
-          newest = tf.train.latest_checkpoint(model_dir)
-          if not evaluator or not newest or newest in str(e):
-            raise
-          logging.warning("A checkpoint was removed while being evaluated (%s); evaluating %s.",
-                          str(e).splitlines()[0], newest)
-    finally:
-      if task is not None and not chief and not evaluator:
-        # MonitoredTrainingSession makes every non-chief worker save its
-        # (collective) checkpoints and summaries under model_dir/tmp_<type>_<i>,
-        # and leaves them there, even when training fails; they are copies of
-        # the chief's, so remove them on every way out.
-        shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
-    if strategy is not None:
+  def _train_and_evaluate(self, hooks: List[tf.estimator.SessionRunHook]):
+    """tf.estimator.train_and_evaluate on the shared input_fn (called once per worker with
+    its InputContext), evaluating the whole test split."""
+    run = self.run
+    evaluator = run.strategy is None
+    train_spec = tf.estimator.TrainSpec(
+        lambda input_context=None: run.input_fn(mnist.TRAIN, input_context),
+        max_steps=run.config.train_steps, hooks=hooks)
+    eval_spec = tf.estimator.EvalSpec(
+        lambda: run.input_fn(mnist.EVAL, None),
+        steps=None,  # The whole test split.
+        start_delay_secs=0,
+        # In one process, evaluate every checkpoint. The evaluator task polls
+        # for the next one: with 0 it spun, taking a third of a 2-core machine
+        # from training and logging a warning per poll (35 MB a minute).
+        throttle_secs=EVALUATOR_POLL_SECONDS if evaluator else 0,
+    )
+    return tf.estimator.train_and_evaluate(self._estimator, train_spec, eval_spec)
+
+  def evaluate_checkpoints(self) -> None:
+    while True:
+      try:
+        self._train_and_evaluate([])
+        return
+      except (ValueError, tf.errors.NotFoundError) as e:
+        # The evaluator lags the chief, which keeps only the newest checkpoints:
+        # the one being evaluated can be deleted under it. Go on with a newer one.
+        newest = tf.train.latest_checkpoint(self.run.model_dir)
+        if not newest or newest in str(e):
+          raise
+        logging.warning("A checkpoint was removed while being evaluated (%s); evaluating %s.",
+                        str(e).splitlines()[0], newest)
+
+  def train(self) -> loop.Trained:
+    run, config = self.run, self.run.config
+    progress = _Progress(config.log_every_steps, config.train_steps,
+                         run.model_dir if run.chief else None)
+    worker = run.task is not None and not run.chief
+    with distribute.lost_peers_end_the_process(run.strategy):
+      try:
+        self._result = self._train_and_evaluate([progress])
+      except tf.compat.v1.train.NanLossDuringTrainingError as e:
+        # The Estimator's default NanTensorHook (NaN only); _Progress raises
+        # DivergedError itself, for NaN and Inf.
+        raise failures.diverged(progress.step) from e
+      finally:
+        if worker:
+          # MonitoredTrainingSession makes every non-chief worker save its
+          # (collective) checkpoints and summaries under model_dir/tmp_<type>_<i>,
+          # and leaves them there, even when training fails; they are copies of
+          # the chief's, so remove them on every way out.
+          shutil.rmtree(os.path.join(run.model_dir, f"tmp_{run.task.type}_{run.task.index}"),
+                        ignore_errors=True)
       # A worker that exits while the chief is still closing its gRPC session
-      # stalls that close until the worker's heartbeat times out (seen 2026-11: 55 s).
-      distribute.barrier(strategy, "estimator_training_done")
-  if not chief:
-    return None
-  global_step = estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+      # stalls that close until the worker's heartbeat times out (seen: 55 s).
+      distribute.barrier(run.strategy, "estimator_training_done")
+    # Read from the chief's newest checkpoint; only the chief's is used.
+    step = (self._estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+            if run.chief else progress.step)
+    return loop.Trained(int(step), progress.report, self._losses)
 
-  # Evaluate: one local process evaluated the final checkpoint itself; in a
-  # cluster train_and_evaluate returns None and the evaluator has the numbers.
-  metrics = result[0] if result is not None else common.wait_for_eval(model_dir, global_step)
-  logging.info("Test metrics at step %d: %s", global_step, metrics)
+  def evaluate(self, step: int) -> Dict[str, float]:
+    if self._result is not None and self._result[0] is not None:
+      # One process: train_and_evaluate evaluated every checkpoint, the final one last.
+      return self._result[0]
+    # Nothing was trained (so nothing evaluated), or a cluster without an
+    # evaluator task: the chief evaluates, outside the strategy (no eval_distribute).
+    return self._estimator.evaluate(lambda: self.run.input_fn(mnist.EVAL, None), steps=None)
 
-  # Export.
-  export_dir = estimator.export_saved_model(
-      os.path.join(model_dir, common.EXPORT_SUBDIR), serving_input_fn).decode()
-
-  # Summary.
-  report = progress.report
-  return common.finish(
-      "estimator", config, model_dir,
-      workers=distribute.num_workers(strategy),
-      global_step=global_step,
-      metrics=metrics,
-      train_seconds=report.end_time - report.start_time,
-      trained_steps=report.last_step - report.first_step,
-      export_dir=export_dir,
-      first_step_time=report.first_step_time,
-  )
+  def export(self) -> str:
+    return self._estimator.export_saved_model(
+        os.path.join(self.run.model_dir, layout.EXPORT_SUBDIR), serving_input_fn).decode()

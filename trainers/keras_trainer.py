@@ -3,18 +3,22 @@
 import math
 import os
 import shutil
-import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 import tf_keras
 from absl import logging
 
 from data import mnist
-from launch import cluster
-from trainers import common
-from trainers import distribute
+from trainers import checkpoints
+from trainers import evaluation
+from trainers import export
+from trainers import failures
+from trainers import inputs
+from trainers import loop
 from trainers import model as model_lib
+from trainers import model_dir as layout
+from trainers import progress as progress_lib
 from trainers.config import Config
 
 
@@ -101,7 +105,7 @@ class _OneCollectiveModel(tf_keras.Model):
 
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
-  model = _OneCollectiveModel(model_lib.build_model(config.seed, common.initial_weights(config)))
+  model = _OneCollectiveModel(model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights)))
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
   # training either), and _OneCollectiveModel's step would not update it.
@@ -115,21 +119,17 @@ def compile_model(config: Config) -> tf_keras.Model:
 
 
 def evaluate_weights(config: Config, weights: model_lib.Weights,
-                     input_fn: Optional[common.InputFn] = None
-                     ) -> Tuple[tf_keras.Model, Dict[str, float]]:
-  """Keras `evaluate` of the given weights on the whole test split, in this process.
-
-  Returns:
-    The model holding `weights`, and its test "accuracy" and "loss".
-  """
+                     input_fn: Optional[inputs.InputFn] = None) -> Dict[str, float]:
+  """Keras `evaluate` of the given weights on the whole test split, in this process: its
+  "accuracy" and "loss"."""
   model = model_lib.build_model(config.seed, weights)
   model.compile(**_loss_and_metrics())
-  input_fn = input_fn or common.default_input_fn(config)
-  return model, model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
+  input_fn = input_fn or inputs.default_input_fn(config)
+  return model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
 
 
 class ProgressCallback(tf_keras.callbacks.Callback):
-  """Progress every `every` steps (common.Progress), and the loss under Estimator's tag.
+  """Progress every `every` steps (progress.Progress), and the loss under Estimator's tag.
 
   Keras reports the mean loss since this `fit` began; the difference of two
   running sums gives the mean over the last window, or over one execution.
@@ -139,7 +139,7 @@ class ProgressCallback(tf_keras.callbacks.Callback):
   def __init__(self, every: int, total: int, model_dir: Optional[str]):
     super().__init__()
     self._every, self._total = every, total
-    self.report = common.Progress(total, model_dir)
+    self.report = progress_lib.Progress(total, model_dir)
     self._writer = tf.summary.create_file_writer(model_dir) if model_dir else None
     self._first_batch: Optional[int] = None
     self._last_sum = self._previous_sum = 0.0
@@ -185,11 +185,11 @@ class _StopOnDivergence(tf_keras.callbacks.Callback):
 
   def on_train_begin(self, logs=None):
     variables = self.model.trainable_variables
-    self._weights_finite = tf.function(lambda: common.weights_finite(variables))
+    self._weights_finite = tf.function(lambda: failures.weights_finite(variables))
 
   def on_train_batch_end(self, batch, logs=None):
     if not (math.isfinite(float(logs["loss"])) and self._weights_finite()):
-      raise common.diverged(int(self.model.optimizer.iterations.numpy()))
+      raise failures.diverged(int(self.model.optimizer.iterations.numpy()))
 
 
 class _Backup(tf_keras.callbacks.BackupAndRestore):
@@ -221,8 +221,8 @@ def backup_origin(backup_dir: str) -> Optional[int]:
   if path is None:
     return None
   reader = tf.train.load_checkpoint(path)
-  return (int(reader.get_tensor(common.KERAS_STEP_KEY)) -
-          int(reader.get_tensor("ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE")) - 1)
+  return (int(reader.get_tensor(checkpoints.KERAS_STEP_KEY)) -
+          int(reader.get_tensor(checkpoints.keras_key("ckpt_saved_batch"))) - 1)
 
 
 def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
@@ -232,13 +232,13 @@ def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
   """
   manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
                                        max_to_keep=1,
-                                       checkpoint_name=common.KERAS_CHECKPOINT_PREFIX)
+                                       checkpoint_name=checkpoints.KERAS_PREFIX)
   return manager.save(checkpoint_number=step)
 
 
 class _Checkpoints(tf_keras.callbacks.Callback):
   """Saves model and optimizer as `model_dir/ckpt-<step>` every `every` steps and when
-  `fit` ends, keeping the newest KEEP_CHECKPOINTS, as the Estimator does.
+  `fit` ends, keeping the newest checkpoints.KEEP, as the Estimator does.
 
   The evaluator task evaluates them; a finished run resumes from the last.
   The final save runs before BackupAndRestore deletes its backup, so a run
@@ -261,7 +261,7 @@ class _Checkpoints(tf_keras.callbacks.Callback):
     if self._manager is None:
       self._manager = tf.train.CheckpointManager(
           tf.train.Checkpoint(model=self.model), self._directory,
-          max_to_keep=common.KEEP_CHECKPOINTS, checkpoint_name=common.KERAS_CHECKPOINT_PREFIX)
+          max_to_keep=checkpoints.KEEP, checkpoint_name=checkpoints.KERAS_PREFIX)
     path = self._manager.save(checkpoint_number=step)
     self._saved_step = step
     if self._chief:
@@ -299,24 +299,16 @@ class _EvalSummaries(tf_keras.callbacks.Callback):
   """The evaluator task's results, as the Estimator's evaluator writes them:
   `accuracy` and `loss` in `model_dir/eval`, at the checkpoint's step."""
 
-  def __init__(self, logdir: str):
+  def __init__(self, model_dir: str):
     super().__init__()
-    self._logdir = logdir
+    self._model_dir = model_dir
 
   def on_test_end(self, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Restored from the checkpoint.
-    metrics = {"accuracy": float(logs["accuracy"]), "loss": float(logs["loss"])}
-    logging.info("Test metrics at step %d: %s", step, metrics)
-    # A writer per result, closed at once: the chief waits for the final one,
-    # and a writer kept open did not flush it before this process exited.
-    writer = tf.summary.create_file_writer(self._logdir)
-    with writer.as_default(step=step):
-      for name, value in metrics.items():
-        tf.summary.scalar(name, value)
-    writer.close()
+    evaluation.write_result(self._model_dir, step, logs)
 
 
-def run_evaluator(config: Config, model_dir: str, input_fn: Optional[common.InputFn] = None
+def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.InputFn] = None
                   ) -> None:
   """The evaluator task: evaluates each new checkpoint in model_dir until the final step.
 
@@ -329,14 +321,14 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[common.Inpu
   model = model_lib.build_model(config.seed)
   # The optimizer gives SidecarEvaluator the checkpoint's step (its iterations).
   model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
-  input_fn = input_fn or common.default_input_fn(config)
+  input_fn = input_fn or inputs.default_input_fn(config)
   logging.info("Evaluating each new checkpoint in %s up to step %d.", model_dir,
                config.train_steps)
   tf_keras.utils.SidecarEvaluator(
       model, input_fn(mnist.EVAL, None), model_dir, steps=None,
       # It stops after evaluating a checkpoint named ckpt-<N> with N >= this.
       max_evaluations=config.train_steps,
-      callbacks=[_EvalSummaries(os.path.join(model_dir, common.EVAL_SUBDIR))]).start()
+      callbacks=[_EvalSummaries(model_dir)]).start()
 
 
 class _PeriodicEval(tf_keras.callbacks.Callback):
@@ -351,11 +343,10 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
   """
 
   def __init__(self, eval_model: tf_keras.Model, dataset: tf.data.Dataset, every: int,
-               total: int, logdir: str):
+               total: int, model_dir: str):
     super().__init__()
     self._eval_model, self._dataset = eval_model, dataset
-    self._every, self._total = every, total
-    self._writer = tf.summary.create_file_writer(logdir)
+    self._every, self._total, self._model_dir = every, total, model_dir
     self._sums = tf.function(lambda x, y: model_lib.eval_sums(eval_model, x, y))
 
   def on_train_batch_end(self, batch, logs=None):
@@ -364,146 +355,92 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
       return
     self._eval_model.set_weights(self.model.get_weights())
     loss, correct, count = sum(self._sums(x, y).numpy().astype(float) for x, y in self._dataset)
-    metrics = {"loss": loss / count, "accuracy": correct / count}
-    logging.info("Test metrics at step %d: %s", step, metrics)
-    with self._writer.as_default(step=step):
-      for name, value in metrics.items():
-        tf.summary.scalar(name, value)
-    self._writer.flush()
-
-  def on_train_end(self, logs=None):
-    self._writer.close()
+    evaluation.write_result(self._model_dir, step, {"loss": loss / count,
+                                                    "accuracy": correct / count})
 
 
-def _export(model: tf_keras.Model, model_dir: str) -> str:
-  """Writes the SavedModel with the serving signature the Estimator exports."""
+def export_model(model: tf_keras.Model, model_dir: str) -> str:
+  """Writes `model` as a SavedModel with the serving signature the Estimator exports."""
 
   @tf.function(input_signature=[tf.TensorSpec((None,) + mnist.IMAGE_SHAPE, tf.float32, "image")])
   def serve(image):
     return model_lib.serving_outputs(model(image, training=False))
 
-  export_dir = common.export_path(model_dir)
-  # Written beside its final name and renamed, so a crash leaves no half export.
-  staging = tempfile.mkdtemp(prefix=".tmp-export-", dir=os.path.dirname(export_dir))
-  model.save(staging, save_format="tf", signatures={"serving_default": serve})
-  os.rename(staging, export_dir)
-  return export_dir
+  return export.write_staged(model_dir, lambda directory: model.save(
+      directory, save_format="tf", signatures={"serving_default": serve}))
 
 
-def train_and_evaluate(
-    config: Config,
-    model_dir: str,
-    *,
-    strategy: Optional[tf.distribute.Strategy] = None,
-    input_fn: Optional[common.InputFn] = None,
-) -> Optional[Dict[str, Any]]:
-  """Trains with Model.fit, then the chief evaluates, exports and writes the summary.
+class Backend(loop.Backend):
+  """Model.fit under the run's strategy; `SidecarEvaluator` as the evaluator task."""
 
-  The steps, in the Estimator trainer's order and names: strategy, set-up,
-  input, model, train, evaluate, export, summary.
+  name = "keras"
+  _model: tf_keras.Model
 
-  Args:
-    config: hyperparameters.
-    model_dir: the chief's output directory (events, export, summary.json).
-    strategy: defaults to MultiWorkerMirroredStrategy from TF_CONFIG.
-    input_fn: defaults to the shared MNIST input_fn.
+  def evaluate_checkpoints(self) -> None:
+    run_evaluator(self.run.config, self.run.model_dir, self.run.input_fn)
 
-  Returns:
-    The summary on the chief; None on other tasks.
-  """
-  # Strategy. The evaluator task is outside the training cluster: it has none.
-  task = cluster.parse_tf_config()
-  if task is not None and task.type == cluster.EVALUATOR:
-    common.setup_determinism(config)
-    run_evaluator(config, model_dir, input_fn)
-    return None
-  strategy = strategy or distribute.create_strategy()
-  chief = distribute.is_chief(strategy)
-  # With an evaluator task in the cluster, it evaluates; else the chief does.
-  chief_evaluates = task is None or not task.has_evaluator
+  def _step(self) -> int:
+    return int(self._model.optimizer.iterations.numpy())
 
-  # Set-up. The global seed takes part in the shuffle order: the Estimator sets
-  # the same one through RunConfig(tf_random_seed), so both read the same batches.
-  config.validate(strategy.num_replicas_in_sync)
-  common.setup_determinism(config)
+  def train(self) -> loop.Trained:
+    run, config = self.run, self.run.config
+    # Each worker builds its own pipeline; the InputContext shards it.
+    dataset = run.strategy.distribute_datasets_from_function(
+        lambda ctx: run.input_fn(mnist.TRAIN, ctx))
+    # A finished (or extended: a larger --train_steps) run goes on from its
+    # newest checkpoint; an interrupted one from its backup, in fit.
+    with run.strategy.scope():
+      self._model = compile_model(config)
+      final = tf.train.latest_checkpoint(run.model_dir)
+      if final:
+        tf.train.Checkpoint(model=self._model).restore(final)
+    backup_dir = os.path.join(run.model_dir, layout.BACKUP_SUBDIR)
+    # A resumed fit must have as many steps as the fit it resumes: the backup
+    # records the batch within that fit, not the step.
+    origin = backup_origin(backup_dir)
+    fit_start = self._step() if origin is None else origin
+    # Only the chief writes: other workers log, but keep no events.
+    progress = ProgressCallback(config.log_every_steps, config.train_steps,
+                                run.model_dir if run.chief else None)
+    if fit_start < config.train_steps:
+      self._fit(dataset, config.train_steps - fit_start, backup_dir, progress)
+    else:
+      logging.info("%s holds a finished run at step %d: nothing to train.", final, self._step())
+    if run.chief:
+      # Left behind only by workers killed while saving: the run is over now.
+      shutil.rmtree(backup_dir, ignore_errors=True)
+    return loop.Trained(self._step(), progress.report, progress.step_losses)
 
-  # Input. Each worker builds its own pipeline; the InputContext shards it.
-  input_fn = input_fn or common.default_input_fn(config)
-  dataset = strategy.distribute_datasets_from_function(lambda ctx: input_fn(mnist.TRAIN, ctx))
-
-  # Model. A finished (or extended: a larger --train_steps) run goes on from its
-  # newest checkpoint; an interrupted one from its backup, in fit.
-  with strategy.scope():
-    model = compile_model(config)
-    final = tf.train.latest_checkpoint(model_dir)
-    if final:
-      tf.train.Checkpoint(model=model).restore(final)
-  start_step = int(model.optimizer.iterations.numpy())
-  backup_dir = os.path.join(model_dir, common.BACKUP_SUBDIR)
-  # A resumed fit must have as many steps as the fit it resumes: the backup
-  # records the batch within that fit, not the step.
-  origin = backup_origin(backup_dir)
-  fit_start = start_step if origin is None else origin
-
-  # Train. Only the chief writes: other workers log, but keep no events.
-  progress = ProgressCallback(config.log_every_steps, config.train_steps,
-                              model_dir if chief else None)
-  if fit_start < config.train_steps:
+  def _fit(self, dataset: tf.distribute.DistributedDataset, steps: int, backup_dir: str,
+           progress: ProgressCallback) -> None:
+    run, config = self.run, self.run.config
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
     # A non-chief worker's checkpoints go to its scratch directory, removed on
     # every way out of fit; one killed before that is cleared by its restart.
-    scratch = model_dir if chief else common.worker_scratch_dir(model_dir, task)
-    callbacks = training_callbacks(config, backup_dir, scratch, chief, progress)
-    if chief and chief_evaluates and config.checkpoint_every_steps < config.train_steps:
-      eval_model = model_lib.build_model(config.seed)  # Outside the strategy's scope.
-      callbacks.append(_PeriodicEval(eval_model, input_fn(mnist.EVAL, None),
-                                     config.checkpoint_every_steps, config.train_steps,
-                                     os.path.join(model_dir, common.EVAL_SUBDIR)))
+    scratch = run.model_dir if run.chief else layout.worker_scratch_dir(run.model_dir, run.task)
+    callbacks = training_callbacks(config, backup_dir, scratch, run.chief, progress)
+    if run.chief and run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
+      callbacks.append(_PeriodicEval(
+          model_lib.build_model(config.seed),  # Outside the strategy's scope.
+          run.input_fn(mnist.EVAL, None), config.checkpoint_every_steps, config.train_steps,
+          run.model_dir))
     try:
-      model.fit(dataset, epochs=1, steps_per_epoch=config.train_steps - fit_start,
-                callbacks=callbacks, verbose=0)
-    except common.DivergedError as e:
-      raise common.set_aside_diverged(model_dir, e) if chief else e
+      self._model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     finally:
-      if not chief:
+      if not run.chief:
         shutil.rmtree(scratch, ignore_errors=True)
-  else:
-    logging.info("%s holds a finished run at step %d: nothing to train.", final, start_step)
-  global_step = int(model.optimizer.iterations.numpy())
-  if not chief:
-    return None
-  # Left behind only by workers killed while saving: the run is over now.
-  shutil.rmtree(backup_dir, ignore_errors=True)
-  if config.record_dir:
-    common.record_losses(config, "keras", progress.step_losses)
 
-  # Evaluate: the evaluator task's result for the final checkpoint, as the
-  # Estimator chief reads it; or, without one, the chief evaluates the whole
-  # test split in this process, outside the strategy: no collective can wait
-  # on a worker that has finished, and uneven shards cannot skew the metric.
-  if chief_evaluates:
-    eval_model, metrics = evaluate_weights(config, model_lib.get_weights(model), input_fn)
-    with tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)).as_default():
-      for name, value in metrics.items():
-        tf.summary.scalar(name, value, step=global_step)
-  else:
-    eval_model = model_lib.build_model(config.seed, model_lib.get_weights(model))
-    metrics = common.wait_for_eval(model_dir, global_step)
-  logging.info("Test metrics at step %d: %s", global_step, metrics)
+  def evaluate(self, step: int) -> Dict[str, float]:
+    # The whole test split in this process, outside the strategy: no collective
+    # can wait on a worker that has finished, and uneven shards cannot skew it.
+    metrics = evaluate_weights(self.run.config, model_lib.get_weights(self._model),
+                                  self.run.input_fn)
+    evaluation.write_result(self.run.model_dir, step, metrics)
+    return metrics
 
-  # Export.
-  export_dir = _export(eval_model, model_dir)
-
-  # Summary.
-  report = progress.report
-  return common.finish(
-      "keras", config, model_dir,
-      workers=distribute.num_workers(strategy),
-      global_step=global_step,
-      metrics=metrics,
-      train_seconds=report.end_time - report.start_time,
-      trained_steps=report.last_step - report.first_step,
-      export_dir=export_dir,
-      first_step_time=report.first_step_time,
-  )
+  def export(self) -> str:
+    # A model outside the strategy's scope, holding the trained weights.
+    return export_model(model_lib.build_model(self.run.config.seed,
+                                              model_lib.get_weights(self._model)),
+                        self.run.model_dir)

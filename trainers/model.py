@@ -93,3 +93,9 @@ def eval_sums(model: tf_keras.Model, images: tf.Tensor, labels: tf.Tensor) -> tf
   correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
   return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(correct),
                    tf.cast(tf.size(labels), tf.float32)])
+
+
+def initial_weights(path: Optional[str]) -> Optional[Weights]:
+  """The weights in the `.npz` file at `path` (--init_weights), or None to initialize
+  from the seed."""
+  return load_weights_npz(path) if path else None

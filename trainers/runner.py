@@ -6,23 +6,23 @@ import importlib.metadata
 import os
 import sys
 import tempfile
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 from absl import logging
 
 from data import paths
 from launch import cluster
 from launch import console
+from launch import exit_codes
 from launch import supervisor
 from trainers.config import Config
 
-# TensorFlow is imported only where needed (trainers.common, trainers.distribute
+# TensorFlow is imported only where needed (trainers.checkpoints, trainers.distribute
 # and the trainers import it): a launcher checks its flags, the data and a new
 # model_dir, and starts the tasks, without it. Only missing data (prepared
 # here, once) and a model_dir holding files (a resumed run) need TensorFlow.
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
-EXIT_USAGE = supervisor.EXIT_USAGE
 
 
 class ModelDirError(ValueError):
@@ -102,13 +102,13 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
     raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
                         "choose another --model_dir.")
   if os.path.isdir(path) and set(os.listdir(path)) - {supervisor.LOG_SUBDIR}:
-    from trainers import common  # pylint: disable=import-outside-toplevel
+    from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
     if writer:  # Before any task reads them: resume from the newest that loads.
       try:
-        common.set_aside_damaged(path)
+        checkpoints.set_aside_damaged(path)
       except ValueError as e:
         raise ModelDirError(str(e)) from e
-    problem = common.checkpoint_problem(backend, path)
+    problem = checkpoints.resume_problem(backend, path)
     if problem:
       raise ModelDirError(problem)
   if not writer:
@@ -134,8 +134,43 @@ def _ensure_data(data_dir: Optional[str], idx_dir: Optional[str]) -> None:
     mnist.ensure_prepared(data_dir, idx_dir)
 
 
+def _check_run(backend: str, config: Config, options: RunOptions
+               ) -> Tuple[Optional[cluster.Task], int]:
+  """Checks everything a run is given before any task starts: this task and its workers.
+
+  Raises:
+    ValueError: naming the bad flag or TF_CONFIG and the fix.
+  """
+  workers = options.workers
+  if backend == "estimator" and estimator_unavailable():
+    raise ValueError(estimator_unavailable())
+  if workers is not None and workers < 1:
+    raise ValueError(f"--workers must be at least 1, got {workers}.")
+  for name in ("timeout", "stall_timeout"):
+    if getattr(options, name) is not None and getattr(options, name) <= 0:
+      raise ValueError(f"--{name} must be positive, got {getattr(options, name)}.")
+  if options.max_restarts < 0:
+    raise ValueError(f"--max_restarts must be at least 0, got {options.max_restarts}.")
+  task = cluster.parse_tf_config()
+  if task and workers is not None and workers != task.num_workers:
+    raise ValueError(
+        f"--workers={workers} but TF_CONFIG describes {task.num_workers} training tasks: "
+        "start every task with the same --workers, or leave it out."
+    )
+  num_workers = task.num_workers if task else (workers or 1)
+  config.validate(num_replicas=num_workers)  # One CPU replica per worker.
+  if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
+    raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
+                     "its evaluator task.")
+  if task and options.model_dir is None:
+    raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
+  if task:
+    cluster.check_port_free(task)
+  return task, num_workers
+
+
 def run(backend: str, config: Config, options: RunOptions) -> int:
-  """Trains `backend` and returns the process exit code.
+  """Trains `backend` and returns the process exit code (launch.exit_codes).
 
   With TF_CONFIG set, this process runs as that task. Otherwise, with more
   than one worker it starts a localhost cluster whose tasks each run
@@ -148,38 +183,12 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     options: workers, directories, timeout.
 
   Returns:
-    0 on success; 2 for bad flags, TF_CONFIG, ports or model_dir; 3 when
-    the training loss or the weights became NaN or Inf; 4 when a write found no space left
-    on its device; 200 (supervisor.EXIT_PEER_LOST) when a training peer was
-    lost, which a restart of the cluster resumes; 1 for data that is missing and
-    could not be prepared; for a local cluster, a failed task's exit code.
+    0 on success; USAGE for bad flags, TF_CONFIG, ports or model_dir; 1 for
+    data that is missing and could not be prepared; else what `_train_here`
+    returns, or for a local cluster the exit code of the task that ended it.
   """
-  workers, model_dir = options.workers, options.model_dir
   try:
-    if backend == "estimator" and estimator_unavailable():
-      raise ValueError(estimator_unavailable())
-    if workers is not None and workers < 1:
-      raise ValueError(f"--workers must be at least 1, got {workers}.")
-    for name in ("timeout", "stall_timeout"):
-      if getattr(options, name) is not None and getattr(options, name) <= 0:
-        raise ValueError(f"--{name} must be positive, got {getattr(options, name)}.")
-    if options.max_restarts < 0:
-      raise ValueError(f"--max_restarts must be at least 0, got {options.max_restarts}.")
-    task = cluster.parse_tf_config()
-    if task and workers is not None and workers != task.num_workers:
-      raise ValueError(
-          f"--workers={workers} but TF_CONFIG describes {task.num_workers} training tasks: "
-          "start every task with the same --workers, or leave it out."
-      )
-    num_workers = task.num_workers if task else (workers or 1)
-    config.validate(num_replicas=num_workers)  # One CPU replica per worker.
-    if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
-      raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
-                       "its evaluator task.")
-    if task and model_dir is None:
-      raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
-    if task:
-      cluster.check_port_free(task)
+    task, num_workers = _check_run(backend, config, options)
     launcher = task is None and num_workers > 1
     # The tasks' environment, before this process quiets its own TensorFlow (a
     # launcher imports it to inspect a non-empty model_dir): their logs keep all.
@@ -188,21 +197,21 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
       console.quiet_lone_process(options.verbosity)  # Before TensorFlow is imported.
     if not launcher:
       # Before any TensorFlow op: the model_dir check below builds the model.
-      from trainers import distribute  # pylint: disable=import-outside-toplevel
+      from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task)
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
     _ensure_data(config.data_dir, options.mnist_idx_dir)
-    if model_dir is not None:
+    if options.model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir.
-      _prepare_model_dir(backend, model_dir, writer=task is None or task.is_chief)
+      _prepare_model_dir(backend, options.model_dir, writer=task is None or task.is_chief)
   except paths.MissingDataError as e:
     return _error(str(e), 1)
   except ValueError as e:  # TFConfigError and ModelDirError are ValueErrors too.
-    return _error(str(e), EXIT_USAGE)
+    return _error(str(e), exit_codes.USAGE)
 
+  model_dir = options.model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
   if launcher:
-    model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
     log_dir = options.log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
                  model_dir, log_dir)
@@ -211,30 +220,41 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
         evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1)
+  return _train_here(backend, config, model_dir, task)
 
-  model_dir = model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
+
+def _train_here(backend: str, config: Config, model_dir: str,
+                task: Optional[cluster.Task]) -> int:
+  """Runs `backend` as this process's task; maps how it ended to an exit code.
+
+  Returns:
+    0 on success; DIVERGED when the training loss or the weights became NaN
+    or Inf; DISK_FULL when a write found no space left on its device;
+    PEER_LOST when a training peer was lost, which a restart of the cluster
+    resumes; USAGE for a cluster that is not the one TF_CONFIG describes.
+    Any other error is raised.
+  """
   # Imported by name, so the Keras path never loads tf.estimator (gone in TF 2.16).
   try:
     trainer = importlib.import_module(BACKENDS[backend])
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
-    return _error(str(e), EXIT_USAGE)
-  from trainers import common  # pylint: disable=import-outside-toplevel
-  from trainers import distribute  # pylint: disable=import-outside-toplevel
+    return _error(str(e), exit_codes.USAGE)
+  from trainers import distribute, failures, loop  # noqa: PLC0415 -- they import TensorFlow.
   try:
-    trainer.train_and_evaluate(config, model_dir)
+    loop.train_and_evaluate(trainer.Backend, config, model_dir)
   except distribute.ClusterMismatchError as e:
-    return _error(str(e), EXIT_USAGE)
-  except common.DivergedError as e:
-    return _error(str(e), supervisor.EXIT_DIVERGED)
-  except Exception as e:  # pylint: disable=broad-except
-    full = common.no_space_left(e)
+    return _error(str(e), exit_codes.USAGE)
+  except failures.DivergedError as e:
+    return _error(str(e), exit_codes.DIVERGED)
+  except Exception as e:
+    full = failures.no_space_left(e)
     if full is not None:
-      return _error(common.disk_full_message(model_dir, full), supervisor.EXIT_DISK_FULL)
+      return _error(failures.disk_full_message(model_dir, full), exit_codes.DISK_FULL)
     lost = distribute.lost_peer(e) if task and task.type != cluster.EVALUATOR else None
     if lost is None:
       raise
     first_line = str(lost).strip().splitlines()[0] if str(lost).strip() else type(lost).__name__
     return _error(f"lost a training peer ({type(lost).__name__}: {first_line}): ending this "
-                  f"task with exit code {supervisor.EXIT_PEER_LOST}, so that the cluster is "
-                  "restarted from its last checkpoint.", supervisor.EXIT_PEER_LOST)
+                  f"task with exit code {exit_codes.PEER_LOST}, so that the cluster is "
+                  "restarted from its last checkpoint.", exit_codes.PEER_LOST)
   return 0

@@ -32,10 +32,11 @@ from absl import logging
 from data import mnist
 from data import paths
 from launch import cluster
-from trainers import common
 from trainers import distribute
+from trainers import inputs
 from trainers import keras_trainer
 from trainers import model as model_lib
+from trainers import model_dir as layout
 from trainers.config import Config
 
 CEILING = "ceiling"
@@ -78,7 +79,7 @@ class _Step:
 
   def __init__(self, config: Config):
     self._config = config
-    self.model = model_lib.build_model(config.seed, common.initial_weights(config))
+    self.model = model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
     self._accumulators = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
     self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -113,7 +114,7 @@ class _Loops:
   """
 
   def __init__(self, config: Config, strategy: tf.distribute.Strategy,
-               input_fn: common.InputFn):
+               input_fn: inputs.InputFn):
     self.strategy = strategy
     self.step = _Step(config)
     self.steps_per_call = config.keras_steps_per_execution()
@@ -175,8 +176,8 @@ def train_ceiling_loop(config: Config, model_dir: str,
   workers = distribute.num_workers(strategy)
   config.validate(strategy.num_replicas_in_sync)
   chief = distribute.is_chief(strategy)
-  common.setup_determinism(config)
-  input_fn = common.default_input_fn(config)
+  inputs.setup_determinism(config)
+  input_fn = inputs.default_input_fn(config)
   loops = _Loops(config, strategy, input_fn)
   k = loops.steps_per_call
   train_call = loops.train(k)
@@ -191,7 +192,7 @@ def train_ceiling_loop(config: Config, model_dir: str,
 
   # Only the chief writes to model_dir.
   writer, eval_writer = ((tf.summary.create_file_writer(model_dir),
-                          tf.summary.create_file_writer(os.path.join(model_dir, common.EVAL_SUBDIR)))
+                          tf.summary.create_file_writer(os.path.join(model_dir, layout.EVAL_SUBDIR)))
                          if chief else (tf.summary.create_noop_writer(),) * 2)
   start = last_time = time.time()
   first_step_time, last_step, metrics = 0.0, 0, {}
@@ -225,7 +226,7 @@ def train_ceiling_loop(config: Config, model_dir: str,
                  trained_steps=config.train_steps, export_dir="", first_step_time=first_step_time)
   if not chief:
     return summary
-  return common.finish(CEILING, config, model_dir, workers=workers, **summary)
+  return layout.write_summary(CEILING, config, model_dir, workers=workers, **summary)
 
 
 def _window_ms(fn: Callable[[], Any], steps_per_call: int) -> float:
@@ -267,7 +268,7 @@ def _interleaved_ms_per_step(loops: Dict[str, Tuple[Callable[[], Any], int, int]
   return {name: _medians(windows[name], loops[name][1]) for name in names}
 
 
-def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
+def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
                      ) -> Dict[str, Any]:
   """ms per step of the Estimator's step without the Estimator: its v1 graph (the v1
   loss, MomentumOptimizer, cosine_decay), one Session.run per step fetching the loss, as
@@ -279,7 +280,7 @@ def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
     tf.compat.v1.set_random_seed(config.seed)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
         input_fn(mnist.TRAIN, None)).get_next()
-    model = model_lib.build_model(config.seed, common.initial_weights(config))
+    model = model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights))
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, model(images, training=True))
     global_step = tf.compat.v1.train.get_or_create_global_step()
     rate = tf.compat.v1.train.cosine_decay(config.learning_rate, global_step,
@@ -292,7 +293,7 @@ def _session_step_ms(config: Config, input_fn: common.InputFn, warmup_calls: int
 
 
 def _keras_model_and_dataset(config: Config, strategy: tf.distribute.Strategy,
-                             input_fn: common.InputFn
+                             input_fn: inputs.InputFn
                              ) -> Tuple[tf_keras.Model, Any]:
   """The trainer's compiled model under `strategy`, and a training pipeline of its own."""
   with strategy.scope():
@@ -301,7 +302,7 @@ def _keras_model_and_dataset(config: Config, strategy: tf.distribute.Strategy,
 
 
 def _keras_train_function(config: Config, strategy: tf.distribute.Strategy,
-                          input_fn: common.InputFn) -> Tuple[Callable[[], Any], int, int]:
+                          input_fn: inputs.InputFn) -> Tuple[Callable[[], Any], int, int]:
   """Keras's train function of the trainer's compiled model, on a pipeline of its own,
   as `_interleaved_ms_per_step` takes a loop: (call, steps per call, warm-up calls). The
   warm-up reads the first epoch, which fills the pipeline's cache."""
@@ -323,7 +324,7 @@ class _ExecutionEnds(tf_keras.callbacks.Callback):
     self.times.append(time.perf_counter())
 
 
-def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: common.InputFn,
+def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: inputs.InputFn,
                   trainer_callbacks: bool) -> Dict[str, Any]:
   """ms per step of Keras Model.fit on the trainer's compiled model (its loss, optimizer,
   schedule and steps per execution) and the same pipeline, with or without the trainer's
@@ -347,7 +348,7 @@ def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: co
       progress = keras_trainer.ProgressCallback(every, total, model_dir if chief else None)
       callbacks = keras_trainer.training_callbacks(
           dataclasses.replace(config, train_steps=total),
-          os.path.join(model_dir, common.BACKUP_SUBDIR), model_dir, chief, progress) + callbacks
+          os.path.join(model_dir, layout.BACKUP_SUBDIR), model_dir, chief, progress) + callbacks
     model.fit(dataset, epochs=1, steps_per_epoch=total, callbacks=callbacks, verbose=0)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
@@ -398,8 +399,8 @@ def probe_step_costs(config: Config, out_path: Optional[str],
   # 1 worker too, made before any op runs, as the trainers make it.
   fit_strategy = strategy if injected or workers > 1 else distribute.create_strategy()
   config.validate(strategy.num_replicas_in_sync)
-  common.setup_determinism(config)
-  loops = _Loops(config, strategy, common.default_input_fn(config))
+  inputs.setup_determinism(config)
+  loops = _Loops(config, strategy, inputs.default_input_fn(config))
   k = loops.steps_per_call
   replica = tf.distribute.get_replica_context
 
@@ -429,15 +430,15 @@ def probe_step_costs(config: Config, out_path: Optional[str],
     timed_in_turn[name] = (loops.train(steps, held=held if memory else None), steps,
                            max(2, 5 // steps))
   timed_in_turn[KERAS_TRAIN_FUNCTION] = _keras_train_function(config, fit_strategy,
-                                                              common.default_input_fn(config))
+                                                              inputs.default_input_fn(config))
   distribute.barrier(strategy, "probe_loops")
   costs.update(_interleaved_ms_per_step(timed_in_turn))
   for part, trainer_callbacks in ((KERAS_FIT, False), (KERAS_FIT_CALLBACKS, True)):
     distribute.barrier(strategy, f"probe_{part}")
-    costs[part] = _keras_fit_ms(config, fit_strategy, common.default_input_fn(config),
+    costs[part] = _keras_fit_ms(config, fit_strategy, inputs.default_input_fn(config),
                                 trainer_callbacks)
   if workers == 1:
-    costs[SESSION_STEP] = _session_step_ms(config, common.default_input_fn(config),
+    costs[SESSION_STEP] = _session_step_ms(config, inputs.default_input_fn(config),
                                            steps_per_epoch(config) + 5)
   logging.info("Step costs (ms per step): %s",
                {part: v["ms"] for part, v in costs.items() if isinstance(v, dict)})

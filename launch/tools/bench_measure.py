@@ -27,7 +27,7 @@ import tensorflow as tf
 from launch import supervisor
 from launch.tools import bare
 from launch.tools import runs
-from trainers import common
+from trainers import model_dir as layout
 from trainers.config import Config
 
 CEILING = bare.CEILING
@@ -157,7 +157,7 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
   first_step = summary.get("first_step_time")
   if first_step:
     result.launch_to_first_step = round(first_step - launched, 2)
-  for step, wall, accuracy in scalar_events(os.path.join(model_dir, common.EVAL_SUBDIR),
+  for step, wall, accuracy in scalar_events(os.path.join(model_dir, layout.EVAL_SUBDIR),
                                             "accuracy"):
     if accuracy >= TARGET_ACCURACY:
       result.time_to_accuracy, result.step_at_accuracy = round(wall - launched, 2), step

@@ -40,9 +40,11 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 import tensorflow as tf
 
-from launch import supervisor
+from launch import exit_codes
 from launch.tools import runs
-from trainers import common
+from trainers import checkpoints
+from trainers import evaluation
+from trainers import model_dir as layout
 from trainers.config import Config
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM)
@@ -50,7 +52,7 @@ FAULTS = ("kill_worker", "kill_evaluator", "stop_chief", "kill_launcher", "trunc
           "nan_loss", "disk_full")
 # What a finished run must not leave in model_dir (Keras backup, Estimator worker
 # copies, staging directories, a save cut short).
-LEFTOVER_PREFIXES = (common.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
+LEFTOVER_PREFIXES = (layout.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
 LEFTOVER_SUFFIXES = ("_temp",)
 # TensorFlow's autograph writes these to the temporary directory and removes them
 # at exit; a killed process cannot. They are TensorFlow's, not the trainers'.
@@ -62,7 +64,7 @@ NAN_STEP_ENV = "CHAOS_NAN_AT_STEP"
 MESSAGES = {
     "kill_worker": r"Restart 1 of \d+: (chief|worker)-\d+ (was killed|exited)",
     "kill_evaluator": r"Restart 1 of \d+ of the evaluator alone",
-    # The frozen chief's peer gives up on it: a lost peer, exit 200 (supervisor.EXIT_PEER_LOST).
+    # The frozen chief's peer gives up on it: a lost peer, exit 200 (exit_codes.PEER_LOST).
     "stop_chief": r"Restart 1 of \d+: worker-\d+ exited with code 200",
     "kill_launcher": r"Training from step [1-9]\d*",
     "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
@@ -211,7 +213,7 @@ def _check_recovered(result: Trial, backend: str, config: Config, model_dir: str
   if result.final_step != config.train_steps:
     result.problems.append(f"final step {result.final_step}, not {config.train_steps}")
   _check_checkpoint(result, backend, model_dir, config.train_steps)
-  if common.read_eval_result(os.path.join(model_dir, common.EVAL_SUBDIR),
+  if evaluation.read_result(os.path.join(model_dir, layout.EVAL_SUBDIR),
                              config.train_steps) is None:
     result.problems.append(f"the final step {config.train_steps} was not evaluated")
 
@@ -225,7 +227,7 @@ def _check_checkpoint(result: Trial, backend: str, model_dir: str, step: Optiona
     result.problems.append(f"no checkpoint in {model_dir}")
     return
   try:
-    owner, at = common.checkpoint_step(path)
+    owner, at = checkpoints.checkpoint_step(path)
     reader = tf.train.load_checkpoint(path)
     finite = all(tf.math.reduce_all(tf.math.is_finite(reader.get_tensor(name))).numpy()
                  for name, dtype in reader.get_variable_to_dtype_map().items()
@@ -268,7 +270,7 @@ def _check_clean(result: Trial, pids: Set[int], model_dir: str, tmp_dir: str,
     result.problems.append(f"processes left running: {alive}")
   leftovers = sorted(n for n in os.listdir(model_dir)
                      if (n.startswith(LEFTOVER_PREFIXES) or n.endswith(LEFTOVER_SUFFIXES))
-                     and (finished or n != common.BACKUP_SUBDIR))
+                     and (finished or n != layout.BACKUP_SUBDIR))
   if leftovers:
     result.problems.append(f"left in model_dir: {leftovers}")
   temp = sorted(n for n in os.listdir(tmp_dir) if not n.startswith(TF_TEMP_PREFIX))
@@ -456,9 +458,9 @@ def _truncate_checkpoint(result, backend, config, rng, launch, pids, model_dir, 
   again = launch()
   result.exit_code = again.wait(result)
   pids.update(again.pids)
-  aside = os.path.join(model_dir, common.CORRUPT_SUBDIR, os.path.basename(data))
+  aside = os.path.join(model_dir, layout.CORRUPT_SUBDIR, os.path.basename(data))
   if not os.path.exists(aside) or os.path.getsize(aside) != keep:
-    result.problems.append(f"the damaged file is not in {common.CORRUPT_SUBDIR}/ as it was")
+    result.problems.append(f"the damaged file is not in {layout.CORRUPT_SUBDIR}/ as it was")
   _check_restarts(result, model_dir, None)
   _steps_redone(result, model_dir, 1)
   _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
@@ -472,8 +474,8 @@ def _nan_loss(result, backend, config, rng, launch, pids, model_dir, log_path):
   run = launch(extra_env=nan_hook_env(os.path.join(os.path.dirname(log_path), "hook"), step))
   result.exit_code = run.wait(result)
   pids.update(run.pids)
-  if result.exit_code != supervisor.EXIT_DIVERGED:
-    result.problems.append(f"exit code {result.exit_code}, not {supervisor.EXIT_DIVERGED}: "
+  if result.exit_code != exit_codes.DIVERGED:
+    result.problems.append(f"exit code {result.exit_code}, not {exit_codes.DIVERGED}: "
                            f"{_tail(log_path, 5)}")
   with open(log_path, errors="replace") as f:
     said = [int(s) for s in re.findall(r"NaN or Inf by step (\d+)", f.read())]
@@ -505,8 +507,8 @@ def _disk_full(result, backend, config, rng, launch, pids, model_dir, log_path):
     result.problems.append(f"the run never reached step {target}")
   result.exit_code = run.wait(result)
   pids.update(run.pids)
-  if result.exit_code != supervisor.EXIT_DISK_FULL:
-    result.problems.append(f"exit code {result.exit_code}, not {supervisor.EXIT_DISK_FULL}: "
+  if result.exit_code != exit_codes.DISK_FULL:
+    result.problems.append(f"exit code {result.exit_code}, not {exit_codes.DISK_FULL}: "
                            f"{_tail(log_path, 5)}")
   _check_restarts(result, model_dir, None)
   _check_checkpoint(result, backend, model_dir, None, before=config.train_steps + 1)

@@ -41,9 +41,10 @@ import tf_keras
 from absl import logging
 
 from data import mnist
-from trainers import common
+from trainers import checkpoints
 from trainers import keras_trainer
 from trainers import model as model_lib
+from trainers import model_dir as layout
 from trainers.config import Config
 
 AssignmentMap = Mapping[str, Optional[str]]  # Old checkpoint name -> model weight, or None.
@@ -257,13 +258,13 @@ def _latest(model_dir: str, backend: str) -> str:
   """model_dir's newest checkpoint, which must be `backend`'s."""
   path = tf.train.latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
   if path is None:
-    backup = os.path.join(model_dir, common.BACKUP_SUBDIR)
+    backup = os.path.join(model_dir, layout.BACKUP_SUBDIR)
     hint = (f" It holds only a Keras backup ({backup}): finish the run with "
             "python -m trainers.keras_main first." if os.path.isdir(backup) else "")
     raise ConversionError(f"No checkpoint in {model_dir} (no `checkpoint` file naming one): "
                           f"give the {backend} model_dir of a finished or stopped run.{hint}")
   try:
-    owner, _ = common.checkpoint_step(path)
+    owner, _ = checkpoints.checkpoint_step(path)
   except (tf.errors.OpError, KeyError) as e:  # Files missing, truncated, or not a training one.
     raise ConversionError(f"Cannot read the checkpoint {path}: {e}") from e
   if owner != backend:
@@ -317,7 +318,7 @@ def _keras_state(model: tf_keras.Model) -> List[Tuple[str, tf.Variable, str, str
   """
   optimizer = model.optimizer
   optimizer.build(model.trainable_variables)  # Creates the slots (no-op once built).
-  state = [(common.KERAS_STEP_KEY, optimizer.iterations, "", STEP)]
+  state = [(checkpoints.KERAS_STEP_KEY, optimizer.iterations, "", STEP)]
   slots = dict(zip((id(v) for v in model.trainable_variables), optimizer.momentums))
   positions = {id(v): j for j, v in enumerate(optimizer.variables)}
   for i, layer in enumerate(layer for layer in model.layers if layer.weights):
@@ -398,7 +399,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
   with _staging(dst_model_dir) as staging:
     saved = keras_trainer.save_checkpoint(model, staging, step)
     _read_back(saved, written)
-    problem = common.checkpoint_problem("keras", staging)
+    problem = checkpoints.resume_problem("keras", staging)
     if problem:
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
   output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
@@ -464,7 +465,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   with _staging(dst_model_dir) as staging:
     saved = _write_name_based(values, staging, step)
     _read_back(saved, values)
-    problem = common.checkpoint_problem("estimator", staging)
+    problem = checkpoints.resume_problem("estimator", staging)
     if problem and not names:  # Renamed weights are not this model's names, by design.
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
   output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))

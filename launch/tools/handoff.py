@@ -28,9 +28,9 @@ from launch.tools import convert
 from launch.tools import parity
 from launch.tools import reference
 from launch.tools import runs
-from trainers import common
 from trainers import keras_trainer
 from trainers import model as model_lib
+from trainers import model_dir as layout
 from trainers.config import Config
 
 Check = parity.Check
@@ -85,10 +85,10 @@ class _Runner:
   def copy(self, source: str, leg: str) -> None:
     """A run's model_dir as it stood at the split, for a leg of its own to resume."""
     shutil.copytree(self.model_dir(source), self.model_dir(leg),
-                    ignore=shutil.ignore_patterns(common.PROGRESS_FILE, common.SUMMARY_FILE))
+                    ignore=shutil.ignore_patterns(layout.PROGRESS_FILE, layout.SUMMARY_FILE))
 
   def losses(self, leg: str) -> List[float]:
-    with open(os.path.join(self.out_dir, leg, common.LOSSES_FILE)) as f:
+    with open(os.path.join(self.out_dir, leg, layout.LOSSES_FILE)) as f:
       return json.load(f)["losses"]
 
 

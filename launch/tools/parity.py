@@ -20,9 +20,10 @@ from data import mnist
 from launch.tools import convert
 from launch.tools import reference
 from launch.tools import runs
-from trainers import common
+from trainers import evaluation
 from trainers import keras_trainer
 from trainers import model as model_lib
+from trainers import model_dir as layout
 from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
@@ -145,7 +146,7 @@ def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional
 
 
 def _read_losses(record_dir: str) -> List[float]:
-  with open(os.path.join(record_dir, common.LOSSES_FILE)) as f:
+  with open(os.path.join(record_dir, layout.LOSSES_FILE)) as f:
     return json.load(f)["losses"]
 
 
@@ -249,7 +250,7 @@ def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Chec
   some: `where` lists the steps each side evaluated. The final step must be
   among the common ones.
   """
-  results = {b: common.read_eval_results(os.path.join(d, common.EVAL_SUBDIR))
+  results = {b: evaluation.read_results(os.path.join(d, layout.EVAL_SUBDIR))
              for b, d in model_dirs.items()}
   (a, ra), (b, rb) = results.items()
   common_steps = sorted((set(ra) & set(rb)) - {0})  # Step 0: the Estimator's initial save.
@@ -274,11 +275,11 @@ def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Chec
 def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]:
   """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's."""
   step = summary["global_step"]
-  estimator_metrics = common.read_eval_result(
-      os.path.join(summary["model_dir"], common.EVAL_SUBDIR), step)
+  estimator_metrics = evaluation.read_result(
+      os.path.join(summary["model_dir"], layout.EVAL_SUBDIR), step)
   if estimator_metrics is None:
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
-  _, keras_metrics = keras_trainer.evaluate_weights(
+  keras_metrics = keras_trainer.evaluate_weights(
       config, backend_weights("estimator", summary))
   acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
   loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 
 from data import mnist
-from trainers import common
+from trainers import inputs
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -23,7 +23,7 @@ def v1_cosine_rate(config: Config, step: int) -> float:
 
 
 def train_reference(config: Config, num_workers: int,
-                    input_fn: Optional[common.InputFn] = None
+                    input_fn: Optional[inputs.InputFn] = None
                     ) -> Tuple[List[float], model_lib.Weights]:
   """Trains `config.train_steps` steps as N workers' data would.
 
@@ -35,12 +35,12 @@ def train_reference(config: Config, num_workers: int,
   Returns:
     Each step's global-batch loss (before its update) and the final weights.
   """
-  common.setup_determinism(config)
-  input_fn = input_fn or common.default_input_fn(config)
+  inputs.setup_determinism(config)
+  input_fn = input_fn or inputs.default_input_fn(config)
   pipelines = [iter(input_fn(mnist.TRAIN, tf.distribute.InputContext(num_workers, i,
                                                                      num_workers)))
                for i in range(num_workers)]
-  model = model_lib.build_model(config.seed, common.initial_weights(config))
+  model = model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights))
   variables = model.trainable_variables
   accumulators = [tf.zeros_like(v) for v in variables]
   losses = []

@@ -16,8 +16,8 @@ from absl import flags
 
 from data import paths
 from launch import supervisor
-from trainers import common
 from trainers import flags as trainer_flags
+from trainers import model_dir as layout
 from trainers import runner
 from trainers.config import Config
 
@@ -87,17 +87,17 @@ def read_tasks(log_dir: str) -> Dict[str, Any]:
 
 def read_summary(model_dir: str) -> Dict[str, Any]:
   """The chief's summary.json."""
-  with open(os.path.join(model_dir, common.SUMMARY_FILE)) as f:
+  with open(os.path.join(model_dir, layout.SUMMARY_FILE)) as f:
     return json.load(f)
 
 
 def read_progress(model_dir: str) -> List[Dict[str, Any]]:
-  """The chief's progress records so far, oldest first (see common.record_progress).
+  """The chief's progress records so far, oldest first (see layout.record_progress).
 
   A line being written (no newline yet) is left for the next read.
   """
   try:
-    with open(os.path.join(model_dir, common.PROGRESS_FILE)) as f:
+    with open(os.path.join(model_dir, layout.PROGRESS_FILE)) as f:
       text = f.read()
   except OSError:
     return []

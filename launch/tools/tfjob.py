@@ -7,7 +7,7 @@ shape `launch.cluster` reads (lower-cased job names, every replica in every
 cluster, `"environment": "cloud"`, none for a one-replica job).
 
 Restarts follow our exit codes (README, "Exit codes"): `restartPolicy:
-ExitCode` retries 128-255 (a lost peer, `supervisor.EXIT_PEER_LOST`, or a
+ExitCode` retries 128-255 (a lost peer, `exit_codes.PEER_LOST`, or a
 pod killed by a signal) and never retries 1-127 (a usage error, a diverged
 run, a full disk, a bug). A NetworkPolicy lets only the job's own pods reach
 its unauthenticated gRPC servers. No TensorFlow import here.

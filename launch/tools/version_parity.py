@@ -17,8 +17,9 @@ import tensorflow as tf
 from data import mnist
 from launch.tools import parity
 from launch.tools import runs
-from trainers import common
+from trainers import inputs
 from trainers import model as model_lib
+from trainers import model_dir as layout
 from trainers.config import Config
 
 # The runs compared, each as (backend, which install).
@@ -94,7 +95,7 @@ def _probe(python: str, export_dir: str, images_path: str, out_path: str) -> Dic
 def save_test_images(config: Config, path: str) -> None:
   """Saves the whole test split to `path`, as the serving signature takes it."""
   np.save(path, np.concatenate([x.numpy() for x, _ in
-                                common.default_input_fn(config)(mnist.EVAL, None)]))
+                                inputs.default_input_fn(config)(mnist.EVAL, None)]))
 
 
 def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
@@ -164,7 +165,7 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
           backend, dataclasses.replace(config, record_dir=run_dir), workers=n,
           model_dir=os.path.join(run_dir, "model"), log_path=os.path.join(run_dir, "run.log"),
           timeout=timeout, python=python)
-      with open(os.path.join(run_dir, common.LOSSES_FILE)) as f:
+      with open(os.path.join(run_dir, layout.LOSSES_FILE)) as f:
         losses[f"x{n}/{run}"] = json.load(f)["losses"]
     # Keras weights from its export, read by the version that wrote it.
     probe = _probe(keras_python, summaries[NEW_KERAS]["export_dir"], images_path,

@@ -1,0 +1,218 @@
+"""Checkpoints on disk, for the trainers and the converter: both backends' key layouts,
+whose a checkpoint is and its step, whether a backend can resume from it, and setting
+aside the ones that must not be resumed from.
+
+Keras writes object-based checkpoints (`tf.train.Checkpoint(model=model)`,
+`ckpt-<step>`): every key is an object path ending in `/.ATTRIBUTES/VARIABLE_VALUE`,
+with the object graph under `_CHECKPOINTABLE_OBJECT_GRAPH`. The Estimator writes
+name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
+`global_step`). Both keep the newest KEEP in model_dir, named in its `checkpoint` file.
+"""
+
+import os
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from trainers import failures
+from trainers import model as model_lib
+from trainers import model_dir as layout
+
+KEEP = 3  # Both backends keep this many checkpoints in model_dir.
+KERAS_PREFIX = "ckpt"  # Keras: ckpt-<step>.
+ESTIMATOR_PREFIX = "model.ckpt"  # The Estimator: model.ckpt-<step>.
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # Only object-based checkpoints have it.
+ESTIMATOR_STEP_KEY = "global_step"
+KERAS = "keras"
+ESTIMATOR = "estimator"
+
+
+def keras_key(object_path: str) -> str:
+  """The key under which an object-based checkpoint keeps the variable at `object_path`."""
+  return f"{object_path}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def keras_weight_key(layer_index: int, attribute: str) -> str:
+  """The key of a weight (`kernel`, `bias`) of the model's `layer_index`-th layer with
+  weights, as `tf.train.Checkpoint(model=model)` writes it (tf-keras 2.15)."""
+  return keras_key(f"model/layer_with_weights-{layer_index}/{attribute}")
+
+
+KERAS_STEP_KEY = keras_key("model/optimizer/_iterations")
+
+
+def owner(shapes: Mapping[str, Sequence[int]]) -> str:
+  """KERAS for object-based checkpoints (tf.train.Checkpoint), ESTIMATOR for name-based."""
+  return KERAS if OBJECT_GRAPH_KEY in shapes else ESTIMATOR
+
+
+def checkpoint_step(path: str) -> Tuple[str, int]:
+  """The backend that wrote a checkpoint and its global step; raises if it cannot be read."""
+  reader = tf.train.load_checkpoint(path)
+  whose = owner(reader.get_variable_to_shape_map())
+  return whose, int(reader.get_tensor(KERAS_STEP_KEY if whose == KERAS else ESTIMATOR_STEP_KEY))
+
+
+def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]]) -> Optional[str]:
+  """How a checkpoint's weights differ from build_model's, or None if they match."""
+  # In a graph of its own: an eager op here would start TensorFlow's runtime
+  # before the strategy can configure it.
+  with tf.Graph().as_default():
+    layers = [layer for layer in model_lib.build_model(seed=0).layers if layer.weights]
+    expected = {}
+    for i, layer in enumerate(layers):
+      for weight in layer.weights:
+        name = model_lib.weight_name(weight)
+        key = name if whose == ESTIMATOR else keras_weight_key(i, name.split("/")[-1])
+        expected[key] = weight.shape.as_list()
+  for key, shape in expected.items():
+    if key not in shapes:
+      return f"it has no variable {key}"
+    if list(shapes[key]) != shape:
+      return f"{key} has shape {list(shapes[key])}, this model's has {shape}"
+  return None
+
+
+def resume_problem(backend: str, model_dir: str) -> Optional[str]:
+  """Why `backend` cannot resume from model_dir's checkpoint, or None if it can (or has none).
+
+  The Estimator resumes from `model_dir`'s checkpoint, Keras from its final
+  checkpoint or its backup. A checkpoint of the other backend, or of another
+  model, is reported (naming it, whose it is, and the fix) and left untouched.
+  """
+  for directory in (model_dir, os.path.join(model_dir, layout.BACKUP_SUBDIR, "chief")):
+    path = tf.train.latest_checkpoint(directory)
+    if path is None:
+      continue
+    shapes = dict(tf.train.list_variables(path))
+    whose = owner(shapes)
+    if whose != backend:
+      return (f"--model_dir={model_dir} holds a checkpoint of the {whose} backend ({path}); "
+              f"the {backend} backend cannot resume from it and will not overwrite it. Choose a "
+              f"new --model_dir, resume it with python -m trainers.{whose}_main, or carry it "
+              f"across with python -m launch.convert --from_{whose}={model_dir} "
+              f"--to_{backend}=NEW_MODEL_DIR.")
+    mismatch = _model_mismatch(whose, shapes)
+    if mismatch:
+      return (f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
+              f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
+  return None
+
+
+def _non_finite(path: str) -> Optional[str]:
+  """Why the checkpoint at `path` is no good to resume from after a divergence, or None."""
+  reader = tf.train.load_checkpoint(path)
+  bad = [name for name, dtype in reader.get_variable_to_dtype_map().items()
+         if dtype.is_floating and not np.isfinite(reader.get_tensor(name)).all()]
+  return f"holds NaN or Inf in {bad[0]}" if bad else None
+
+
+def _damage(path: str) -> Optional[str]:
+  """Why the checkpoint at `path` does not load (a truncated or missing file), or None."""
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except Exception as e:  # noqa: BLE001 -- every way a read fails is damage to report.
+    # A truncated file raises IndexError, OutOfRangeError or DataLossError, by where it ends.
+    return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+  return None
+
+
+def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
+               keep_one: bool = False) -> Tuple[List[str], Optional[str]]:
+  """Moves into `model_dir/subdir/` (never deletes) a Keras backup that `why` faults, and
+  the newest checkpoints it faults, newest first until one passes; the `checkpoint`
+  file then names that one.
+
+  Args:
+    keep_one: if checkpoints exist and none passes, raise instead, moving nothing.
+
+  Returns:
+    "file: why" for each set aside, and the newest checkpoint that passes, or None.
+
+  Raises:
+    ValueError: with `keep_one`, when no checkpoint passes.
+  """
+  backup = os.path.join(model_dir, layout.BACKUP_SUBDIR)
+  newest_backup = tf.train.latest_checkpoint(os.path.join(backup, "chief"))
+  backup_reason = newest_backup and why(newest_backup)
+  state = tf.train.get_checkpoint_state(model_dir)
+  paths = list(state.all_model_checkpoint_paths) if state else []
+  faulted = []
+  while paths:
+    reason = why(paths[-1])
+    if not reason:
+      break
+    faulted.append((paths.pop(), reason))
+  moved = ([f"{layout.BACKUP_SUBDIR}/: {backup_reason}"] if backup_reason else []) + [
+      f"{os.path.basename(path)}: {reason}" for path, reason in faulted]
+  if keep_one and faulted and not paths:
+    raise ValueError(
+        f"no checkpoint in --model_dir={model_dir} loads ({'; '.join(moved)}). Nothing was "
+        "moved or deleted. Restore the files from a copy, move them away to start afresh "
+        "in this directory, or choose a new --model_dir.")
+  aside = os.path.join(model_dir, subdir)
+  if moved:
+    tf.io.gfile.makedirs(aside)
+  if backup_reason:
+    tf.io.gfile.rename(backup, os.path.join(aside, layout.BACKUP_SUBDIR), overwrite=True)
+  for path, _ in faulted:
+    for name in tf.io.gfile.glob(path + ".*"):
+      tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
+  if faulted:
+    if paths:
+      tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
+                                                 all_model_checkpoint_paths=paths)
+    else:
+      tf.io.gfile.remove(os.path.join(model_dir, "checkpoint"))
+  return moved, (paths[-1] if paths else None)
+
+
+def set_aside_diverged(model_dir: str, error: failures.DivergedError
+                       ) -> failures.DivergedError:
+  """Chief only, after a divergence: moves what holds NaN or Inf into `model_dir/diverged/`.
+
+  The weights go non-finite one step before the loss shows it, so the newest
+  checkpoints (and a Keras backup) may already hold NaN: each is moved aside,
+  never deleted, newest first until one is finite, and the `checkpoint` file
+  then names that one, which a run with better settings resumes from.
+
+  Returns:
+    `error`, its message extended with what was moved and what is kept.
+  """
+  moved, kept = _set_aside(model_dir, layout.DIVERGED_SUBDIR, _non_finite)
+  where = (f"Moved to {os.path.join(model_dir, layout.DIVERGED_SUBDIR)}: {'; '.join(moved)}. "
+           if moved else "Nothing saved holds NaN or Inf. ")
+  kept = (f"The newest finite checkpoint, {kept}, is kept." if kept else
+          "No finite checkpoint is left.")
+  return failures.DivergedError(f"{error} {where}{kept}")
+
+
+def set_aside_damaged(model_dir: str) -> List[str]:
+  """Writer only, before a resume: moves checkpoints that do not load into `model_dir/corrupt/`.
+
+  A crash or a full disk mid-save can truncate the newest checkpoint (or Keras
+  backup); the run then resumes from the newest one that loads. A save cut
+  short leaves its staging directory (`<checkpoint>_temp`, which a complete
+  save merges and removes): it is moved there too.
+
+  Returns:
+    "file: why" for each one moved.
+
+  Raises:
+    ValueError: if checkpoints exist and none loads; nothing is moved then.
+  """
+  moved, kept = _set_aside(model_dir, layout.CORRUPT_SUBDIR, _damage, keep_one=True)
+  aside = os.path.join(model_dir, layout.CORRUPT_SUBDIR)
+  for staging in sorted(tf.io.gfile.glob(os.path.join(model_dir, "*ckpt-*_temp"))):
+    tf.io.gfile.makedirs(aside)
+    name = os.path.basename(staging)
+    tf.io.gfile.rename(staging, os.path.join(aside, name), overwrite=True)
+    moved.append(f"{name}/: a save cut short")
+  if moved:
+    logging.warning("Set aside in %s what does not load: %s. Resuming from %s.",
+                    aside, "; ".join(moved), kept or "the start")
+  return moved

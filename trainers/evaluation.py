@@ -1,0 +1,77 @@
+"""Evaluation results in `model_dir/eval`: written as the Estimator's evaluator writes them
+(`accuracy` and `loss` at the checkpoint's step), read back by step, and waited for."""
+
+import glob
+import os
+import time
+from typing import Dict, Mapping, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from trainers import model_dir as layout
+
+RESULT_WAIT_SECONDS = 600.0  # How long a chief waits for the evaluator's final result.
+METRICS = ("accuracy", "loss")
+
+
+def write_result(model_dir: str, step: int, metrics: Mapping[str, float]) -> None:
+  """Writes one evaluation's `accuracy` and `loss` to `model_dir/eval` at `step`, and logs it.
+
+  A writer per result, closed at once: a chief may be waiting for it, and a
+  writer kept open did not flush it before the process exited.
+  """
+  logging.info("Test metrics at step %d: %s", step, dict(metrics))
+  writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.EVAL_SUBDIR))
+  with writer.as_default(step=step):
+    for name in METRICS:
+      tf.summary.scalar(name, float(metrics[name]))
+  writer.close()
+
+
+def _scalar(value) -> float:
+  """A scalar summary's value: TF1 summaries (the Estimator's) or TF2 tensors (Keras's)."""
+  if value.HasField("tensor"):
+    return float(tf.make_ndarray(value.tensor))
+  return float(value.simple_value)
+
+
+def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
+  """Every step the evaluator evaluated, with its accuracy and loss, from its event files.
+
+  The Estimator writes both in one event; Keras's tf.summary writes one event
+  per value: both are read.
+  """
+  values: Dict[int, Dict[str, float]] = {}
+  for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for v in event.summary.value:
+          if v.tag in METRICS:
+            values.setdefault(int(event.step), {})[v.tag] = _scalar(v)
+    except tf.errors.DataLossError:
+      pass  # The evaluator is still writing this file.
+  return {step: metrics for step, metrics in sorted(values.items())
+          if len(metrics) == len(METRICS)}
+
+
+def read_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
+  """The evaluator's accuracy and loss at `step`, or None if it has not evaluated it."""
+  return read_results(eval_dir).get(step)
+
+
+def wait_for_result(model_dir: str, step: int, timeout: float = RESULT_WAIT_SECONDS
+                    ) -> Dict[str, float]:
+  """Waits for the evaluator task's result at `step` (the chief's final step)."""
+  eval_dir = os.path.join(model_dir, layout.EVAL_SUBDIR)
+  deadline = time.monotonic() + timeout
+  logging.info("Waiting for the evaluator's result at step %d in %s", step, eval_dir)
+  while time.monotonic() < deadline:
+    result = read_result(eval_dir, step)
+    if result:
+      return result
+    time.sleep(1.0)
+  raise TimeoutError(
+      f"No evaluation of step {step} appeared in {eval_dir} within {timeout:.0f} s: "
+      "is the evaluator task running? (launch.local --evaluator starts one)."
+  )

@@ -1,0 +1,166 @@
+"""The outer loop, written once for both backends: strategy, set-up, model, train, evaluate,
+export, summary.
+
+A backend supplies only what differs, as a `Backend` subclass built for one run:
+
+  evaluate_checkpoints()  the evaluator task: evaluate each new checkpoint to the end
+  train()                 train from wherever model_dir stands to config.train_steps
+  evaluate(step)          the chief's own evaluation, when no evaluator task exists
+  export()                write the SavedModel; returns its directory
+
+`train_and_evaluate` runs them, decides which task does what (the evaluator
+dispatch, the chief's share), sets aside what a divergence left, waits for
+the evaluator's final result and writes the summary.
+"""
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Dict, List, Optional, Type
+
+import tensorflow as tf
+from absl import logging
+
+from launch import cluster
+from trainers import checkpoints
+from trainers import distribute
+from trainers import evaluation
+from trainers import failures
+from trainers import inputs
+from trainers import model_dir as layout
+from trainers import progress
+from trainers.config import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """What a backend is given: the run's settings, and this task's place in it.
+
+  Attributes:
+    config: hyperparameters and run settings.
+    model_dir: the run's directory (only the chief writes to it).
+    input_fn: the input both backends read (inputs.default_input_fn, or a test's).
+    task: this process's TF_CONFIG task; None for a lone process.
+    strategy: the training strategy; None in the evaluator task.
+    chief: whether this task writes model_dir.
+    chief_evaluates: no evaluator task exists, so the chief evaluates the final step.
+  """
+
+  config: Config
+  model_dir: str
+  input_fn: inputs.InputFn
+  task: Optional[cluster.Task]
+  strategy: Optional[tf.distribute.Strategy]
+  chief: bool
+  chief_evaluates: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+  """What training reports back.
+
+  Attributes:
+    global_step: the step the model is at now.
+    report: the run's progress (times, steps trained in this process).
+    losses: every step's global-batch training loss, when config.record_dir asks.
+  """
+
+  global_step: int
+  report: progress.Progress
+  losses: List[float]
+
+
+class Backend(abc.ABC):
+  """One backend's part of one run (see the module docstring)."""
+
+  name: ClassVar[str]
+
+  def __init__(self, run: Run):
+    self.run = run
+
+  @abc.abstractmethod
+  def evaluate_checkpoints(self) -> None:
+    """As the evaluator task: evaluates each new checkpoint until config.train_steps."""
+
+  @abc.abstractmethod
+  def train(self) -> Trained:
+    """Trains to config.train_steps (every training task); raises DivergedError."""
+
+  @abc.abstractmethod
+  def evaluate(self, step: int) -> Dict[str, float]:
+    """The chief's own evaluation of the trained model on the whole test split, written to
+    model_dir/eval at `step`."""
+
+  @abc.abstractmethod
+  def export(self) -> str:
+    """Writes the SavedModel (chief only); returns its directory."""
+
+
+def train_and_evaluate(
+    backend: Type[Backend],
+    config: Config,
+    model_dir: str,
+    *,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    input_fn: Optional[inputs.InputFn] = None,
+) -> Optional[Dict[str, Any]]:
+  """Runs `backend` as this process's task: trains, and on the chief evaluates, exports and
+  writes the summary.
+
+  Args:
+    backend: keras_trainer.Backend or estimator_trainer.Backend.
+    config: hyperparameters.
+    model_dir: the chief's output directory (checkpoints, events, export, summary.json).
+    strategy: defaults to MultiWorkerMirroredStrategy from TF_CONFIG (none for
+      the evaluator task); tests inject a one-process strategy.
+    input_fn: defaults to the shared MNIST input_fn.
+
+  Returns:
+    The summary on the chief; None on other tasks.
+
+  Raises:
+    failures.DivergedError: the loss or the weights became NaN or Inf; on the
+      chief, what holds them has been set aside first.
+  """
+  task = cluster.parse_tf_config()
+  input_fn = input_fn or inputs.default_input_fn(config)
+  if task is not None and task.type == cluster.EVALUATOR:
+    # Outside the training cluster: no strategy, nothing written but model_dir/eval.
+    config.validate(num_replicas=1)
+    inputs.setup_determinism(config)
+    backend(Run(config, model_dir, input_fn, task, None, chief=False,
+                chief_evaluates=False)).evaluate_checkpoints()
+    return None
+
+  strategy = strategy or distribute.create_strategy()
+  run = Run(config, model_dir, input_fn, task, strategy, chief=distribute.is_chief(strategy),
+            chief_evaluates=task is None or not task.has_evaluator)
+  config.validate(strategy.num_replicas_in_sync)
+  inputs.setup_determinism(config)
+  trainer = backend(run)
+  try:
+    trained = trainer.train()
+  except failures.DivergedError as e:
+    raise checkpoints.set_aside_diverged(model_dir, e) if run.chief else e
+  if not run.chief:
+    return None
+  if config.record_dir:
+    layout.record_losses(config.record_dir, backend.name, trained.losses)
+
+  step = trained.global_step
+  if run.chief_evaluates:
+    metrics = trainer.evaluate(step)
+  else:
+    metrics = evaluation.wait_for_result(model_dir, step)
+    logging.info("The evaluator's result at step %d: %s", step, metrics)
+  export_dir = trainer.export()
+  report = trained.report
+  return layout.write_summary(
+      backend.name, config, model_dir,
+      workers=distribute.num_workers(strategy),
+      global_step=step,
+      metrics=metrics,
+      train_seconds=report.train_seconds,
+      trained_steps=report.trained_steps,
+      export_dir=export_dir,
+      first_step_time=report.first_step_time,
+  )

@@ -1,0 +1,123 @@
+"""What a run keeps in its model_dir, by name, and the run records the chief writes there.
+
+The layout (both backends; only the chief writes, the evaluator task adds `eval/`):
+
+  checkpoint, ckpt-<step>.* (Keras) or model.ckpt-<step>.* (the Estimator)
+  backup/        Keras BackupAndRestore's state while training runs
+  eval/          the evaluator's `accuracy` and `loss` events, by step
+  export/<time>/ SavedModels, as the Estimator names them
+  progress.jsonl one JSON record a line: start, step (trainers.progress)
+  summary.json   the finished run's figures (write_summary)
+  corrupt/, diverged/  checkpoints set aside, never deleted (trainers.checkpoints)
+  logs/          a local cluster's task logs (launch.supervisor.LOG_SUBDIR)
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Dict, Optional, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from launch import cluster
+from trainers.config import Config
+
+SUMMARY_FILE = "summary.json"
+PROGRESS_FILE = "progress.jsonl"
+LOSSES_FILE = "losses.json"  # In --record_dir: the per-step training losses, for the tools.
+EXPORT_SUBDIR = "export"
+EVAL_SUBDIR = "eval"  # The Estimator's own name for its evaluation events.
+BACKUP_SUBDIR = "backup"
+DIVERGED_SUBDIR = "diverged"
+CORRUPT_SUBDIR = "corrupt"
+
+
+def worker_scratch_dir(model_dir: str, task: cluster.Task) -> str:
+  """A non-chief training task's own directory for what it must save but not keep, emptied.
+
+  Named by model_dir and task, in the system's temporary directory: only the
+  chief writes to model_dir, and a restarted or re-run task clears what a
+  killed one left. The caller removes it when done.
+  """
+  digest = hashlib.sha256(os.path.abspath(model_dir).encode()).hexdigest()[:12]
+  path = os.path.join(tempfile.gettempdir(), f"mnist-{task.type}-{task.index}-{digest}")
+  shutil.rmtree(path, ignore_errors=True)
+  os.makedirs(path, mode=0o700)
+  return path
+
+
+def record_progress(model_dir: str, event: str, **fields: Any) -> None:
+  """Appends one record to `model_dir/progress.jsonl` (chief only).
+
+  The tools (chaos, bench, handoff) read these instead of parsing log lines.
+  Each record is written whole, in one write, so a reader sees whole lines.
+  """
+  line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n"
+  with tf.io.gfile.GFile(os.path.join(model_dir, PROGRESS_FILE), "a") as f:
+    f.write(line)
+
+
+def record_losses(record_dir: str, backend: str, losses: Sequence[float]) -> None:
+  """Writes the per-step training losses to `record_dir/losses.json` (chief only)."""
+  tf.io.gfile.makedirs(record_dir)
+  with tf.io.gfile.GFile(os.path.join(record_dir, LOSSES_FILE), "w") as f:
+    json.dump({"backend": backend, "losses": [float(x) for x in losses]}, f)
+
+
+def write_summary(
+    backend: str,
+    config: Config,
+    model_dir: str,
+    *,
+    workers: int,
+    global_step: int,
+    metrics: Dict[str, float],
+    train_seconds: float,
+    trained_steps: int,
+    export_dir: str,
+    first_step_time: Optional[float] = None,
+) -> Dict[str, Any]:
+  """Writes summary.json to model_dir (whole, by a rename) and prints it as the last stdout line.
+
+  Args:
+    backend: "keras" or "estimator".
+    config: the run's hyperparameters.
+    model_dir: the chief's model directory.
+    workers: number of training workers.
+    global_step: the final optimizer step.
+    metrics: test-split "accuracy" and "loss".
+    train_seconds: wall time of this process's training loop.
+    trained_steps: the steps it ran (fewer than global_step after a resume).
+    export_dir: the SavedModel written.
+    first_step_time: unix time when this run's first training step finished
+      (launch.bench measures launch-to-first-step with it).
+
+  Returns:
+    The summary.
+  """
+  summary = {
+      "backend": backend,
+      "workers": workers,
+      "global_step": int(global_step),
+      "test_accuracy": round(float(metrics["accuracy"]), 6),
+      "test_loss": round(float(metrics["loss"]), 6),
+      "train_seconds": round(train_seconds, 3),
+      "examples_per_second": round(
+          trained_steps * config.global_batch_size / train_seconds if train_seconds > 0 else 0,
+          1),
+      "model_dir": model_dir,
+      "export_dir": export_dir,
+  }
+  if first_step_time:
+    summary["first_step_time"] = round(first_step_time, 3)
+  path = os.path.join(model_dir, SUMMARY_FILE)
+  with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+    json.dump(summary, f, indent=2)
+  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+  logging.info("Wrote %s%s", path, f"; SavedModel in {export_dir}" if export_dir else "")
+  print(json.dumps(summary), flush=True)
+  return summary
