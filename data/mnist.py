@@ -133,7 +133,7 @@ class _IdxMnist(tfds_mnist.MNIST, skip_registration=True):
     del dl_manager  # Nothing to download.
     return {split: self._generate_examples(*arrays) for split, arrays in self._arrays.items()}
 
-  def _generate_examples(self, images, labels):  # pylint: disable=arguments-differ
+  def _generate_examples(self, images, labels):
     for index, (image, label) in enumerate(zip(images, labels)):
       yield index, {"image": image[..., None], "label": int(label)}
 
@@ -169,7 +169,8 @@ def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = False) -> Dict[str, int]:
+def prepare(idx_dir: str, data_dir: Optional[str] = None, overwrite: bool = False
+            ) -> Dict[str, int]:
   """Writes the TFDS `mnist` dataset from gzip'd IDX files, with no network.
 
   The dataset is built in a temporary directory beside its destination and
@@ -231,7 +232,7 @@ def download(data_dir: Optional[str] = None,
     # error, not a warning, so every file written was verified.
     _build_into_place(lambda staging: builder_cls(data_dir=staging), data_dir,
                       tfds.download.DownloadConfig(force_checksums_validation=True))
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     # TFDS raises requests', its own and OS errors: all mean "not downloaded".
     raise DownloadError(f"TFDS's download from {url} failed: {type(e).__name__}: {e}") from e
   counts = {split: num_examples(split, data_dir) for split in ("train", "test")}

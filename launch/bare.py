@@ -40,7 +40,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     config.validate(1)
   except ValueError as e:
-    raise app.UsageError(str(e), exitcode=2)
+    raise app.UsageError(str(e), exitcode=2) from e
   sys.exit(bare.run_bare(config, flags.FLAGS.model_dir, _PROBE_OUT.value,
                         flags.FLAGS.mnist_idx_dir))
 

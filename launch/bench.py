@@ -1,6 +1,6 @@
 r"""Benchmarks both backends against the fastest bare loop on this machine.
 
-  python -m launch.bench [--workers=1,2] [--steps=N] [--repeats=R] [--out=DIR] [--data_dir=DIR]
+  python -m launch.bench [--workers=1,2] [--train_steps=N] [--repeats=R] [--out=DIR]
 
 At each worker count it runs the ceiling run (a bare tf.function loop of K
 steps per call, Keras's steps per execution, trained to the end: no strategy
@@ -30,15 +30,17 @@ from launch import console
 from launch.tools import bench_report
 from launch.tools import bench_run
 from launch.tools import runs
+from launch.tools import tool_flags
 from trainers import runner
 from trainers.config import Config
 
-_WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run each backend at.")
-_STEPS = flags.DEFINE_integer("steps", Config.train_steps, "Training steps of every run (the "
-                              "trainers' default, so the accuracy figure is meaningful).")
+_WORKERS = tool_flags.define_workers([1, 2], "Worker counts to run each backend at.")
+_TRAIN_STEPS = tool_flags.define_train_steps(
+    Config.train_steps, "Training steps of every run (the trainers' default, so the accuracy "
+    "figure is meaningful).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
-_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
-_TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_TIMEOUT = tool_flags.define_timeout()
 _BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
                               "estimator (each with its evaluator task in a cluster), and "
                               "keras-noevaluator (at 2+ workers: the Keras chief evaluates).")
@@ -54,9 +56,10 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
-  workers = runs.worker_counts(_WORKERS.value)
-  if _STEPS.value < 1 or _REPEATS.value < 1:
-    raise app.UsageError("--steps and --repeats must be at least 1.", exitcode=2)
+  workers = tool_flags.worker_counts(_WORKERS)
+  train_steps, timeout = tool_flags.train_steps(_TRAIN_STEPS), tool_flags.timeout(_TIMEOUT)
+  if _REPEATS.value < 1:
+    raise app.UsageError("--repeats must be at least 1.", exitcode=2)
   unknown = set(_BACKENDS.value) - set(bench_run.ENTRIES)
   if unknown:
     raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
@@ -66,16 +69,16 @@ def main(argv: Sequence[str]) -> None:
     entries = [e for e in entries if bench_run.ENTRIES[e][0] != "estimator"]
     logging.warning("Leaving the estimator entry out: %s", runner.estimator_unavailable())
   # At least ~10 windows, so the median has something to choose from.
-  log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, _STEPS.value // 10))
-  config = Config(train_steps=_STEPS.value, data_dir=_DATA_DIR.value, log_every_steps=log_every,
-                  checkpoint_every_steps=min(_EVAL_EVERY.value, _STEPS.value))
+  log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, train_steps // 10))
+  config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
+                  checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps))
   backends = [bench_run.ENTRIES[e][0] for e in entries]
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
   started = bench_report.machine()
   results, step_costs = bench_run.run_bench(config, workers, out, backends=entries,
-                                        timeout=_TIMEOUT.value, repeats=_REPEATS.value)
+                                            timeout=timeout, repeats=_REPEATS.value)
   bench_report.write_report(results, step_costs, config, out, started, entries)
   print(bench_report.format_table(results, step_costs))
   print("\nWhere a step's time goes (ms):\n" + bench_report.format_step_costs(results, step_costs,

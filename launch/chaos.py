@@ -22,6 +22,7 @@ stops, its output naming the fault, no process left running and nothing left
 behind in model_dir or the tasks' temporary directory.
 """
 
+import os
 import sys
 import tempfile
 from typing import Sequence
@@ -32,50 +33,59 @@ from absl import flags
 from launch import console
 from launch.tools import chaos
 from launch.tools import runs
+from launch.tools import tool_flags
 from trainers.config import Config
 
 _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Backend to train.",
                              required=True)
-_WORKERS = flags.DEFINE_integer("workers", 2, "Local training workers (at least 2).")
+_WORKERS = tool_flags.define_workers([2], "Local training worker counts (each at least 2); "
+                                     "every fault is made --trials times at each.")
 _TRIALS = flags.DEFINE_integer("trials", 10, "Number of trials.")
 _FAULT = flags.DEFINE_list("fault", ["kill_worker"], f"Faults to make, each --trials times, "
                            f"comma-separated: {', '.join(chaos.FAULTS)}; or all.")
-_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "Steps of each trial's run.")
+_TRAIN_STEPS = tool_flags.define_train_steps(300, "Steps of each trial's run.")
 _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups and Estimator "
                                      "checkpoints, in steps: the most a kill can cost.")
-_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _OUT = flags.DEFINE_string("out", None, "Where each trial's model_dir goes (default: a new "
                            "temporary directory).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and victim.")
-_TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed for each trial's run.")
+_TIMEOUT = tool_flags.define_timeout()
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
-  if _WORKERS.value < 2:
-    raise app.UsageError("--workers must be at least 2: a lone process has no launcher to "
-                         "restart it.", exitcode=2)
-  if _TRIALS.value < 1 or _TRAIN_STEPS.value < 2 or _TIMEOUT.value <= 0:
-    raise app.UsageError("--trials must be >= 1, --train_steps >= 2 and --timeout > 0.",
-                         exitcode=2)
+  try:
+    workers = tool_flags.worker_counts(_WORKERS, minimum=2)
+  except app.UsageError as e:
+    raise app.UsageError(f"{e} A lone process has no launcher to restart it.",
+                         exitcode=2) from e
+  train_steps, timeout = tool_flags.train_steps(_TRAIN_STEPS), tool_flags.timeout(_TIMEOUT)
+  if _TRIALS.value < 1 or train_steps < 2:
+    raise app.UsageError("--trials must be >= 1 and --train_steps >= 2.", exitcode=2)
   unknown = sorted(set(_FAULT.value) - {*chaos.FAULTS, "all"})
   if unknown or not _FAULT.value:
     raise app.UsageError(f"--fault: unknown {', '.join(unknown) or 'empty list'}; choose from "
                          f"{', '.join(chaos.FAULTS)}, or all.", exitcode=2)
   every = _BACKUP_EVERY.value
-  config = Config(train_steps=_TRAIN_STEPS.value, data_dir=_DATA_DIR.value,
+  config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
                   log_every_steps=max(1, min(5, every)))
-  runs.check_or_exit(config, _WORKERS.value, _MNIST_IDX_DIR.value, [_BACKEND.value])
+  for n in workers:
+    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   faults = chaos.FAULTS if "all" in _FAULT.value else tuple(dict.fromkeys(_FAULT.value))
-  results = chaos.run_chaos(_BACKEND.value, config, _WORKERS.value, _TRIALS.value, out,
-                            seed=_SEED.value, timeout=_TIMEOUT.value, faults=faults)
-  print(chaos.format_table(results))
-  print(f"Runs: {out}")
-  sys.exit(0 if chaos.overall_passed(results) else 1)
+  passed = True
+  for n in workers:
+    where = out if len(workers) == 1 else os.path.join(out, f"workers-{n}")
+    results = chaos.run_chaos(_BACKEND.value, config, n, _TRIALS.value, where,
+                              seed=_SEED.value, timeout=timeout, faults=faults)
+    print(chaos.format_table(results))
+    print(f"Runs: {where}")
+    passed = passed and chaos.overall_passed(results)
+  sys.exit(0 if passed else 1)
 
 
 if __name__ == "__main__":

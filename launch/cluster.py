@@ -336,7 +336,8 @@ def check_port_free(task: Task) -> None:
       s.bind(("", int(port)))  # TF's server listens on every interface.
     except OSError as e:
       raise TFConfigError(
-          f"Port {port} of {task.name} ({task.address} in TF_CONFIG) cannot be bound: {e.strerror}. "
+          f"Port {port} of {task.name} ({task.address} in TF_CONFIG) cannot be bound: "
+          f"{e.strerror}. "
           "Stop the program using it, or give this task a free port in every task's TF_CONFIG "
           "(python -m launch.local picks free ports)."
       ) from e

@@ -16,6 +16,9 @@ import re
 import sys
 from typing import List
 
+from absl import flags
+from absl import logging as absl_logging
+
 PACKAGES = ("data", "launch", "trainers")  # This project's code, by path.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Warnings and errors that TensorFlow prints on every start or about its own
@@ -103,7 +106,6 @@ def quiet_lone_process(verbosity: int) -> None:
 def quiet_records(verbosity: int) -> None:
   """At verbosity < 1, this process's Python log records pass through RecordFilter."""
   if verbosity < 1:
-    from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
     absl_logging.get_absl_handler().addFilter(RecordFilter())
     # TF adds a stderr handler of its own when imported before absl's is set up:
     # without it, TF's records reach absl's handler, and the filter, through the root.
@@ -115,7 +117,6 @@ def quiet_records(verbosity: int) -> None:
 def parse_flags(argv: List[str]) -> List[str]:
   """The binaries' flag parser (`app.run(main, flags_parser=...)`): a bad flag is a usage
   error, exit 2, as every other usage error; absl's own parser exits 1."""
-  from absl import flags  # pylint: disable=import-outside-toplevel
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

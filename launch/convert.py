@@ -45,7 +45,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("Give exactly one direction: --from_estimator and --to_keras, or "
                          "--from_keras and --to_estimator.", exitcode=2)
   console.quiet_lone_process(flags.FLAGS.verbosity)  # Before TensorFlow is imported.
-  from launch.tools import convert  # pylint: disable=import-outside-toplevel
+  from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
   source, target = to_keras if any(to_keras) else to_estimator
   run = convert.estimator_to_keras if any(to_keras) else convert.keras_to_estimator
   try:

@@ -1,17 +1,23 @@
 r"""Proves that carrying a run across backends mid-training changes nothing.
 
-  python -m launch.handoff --workers=2 [--split_at=500] [--train_steps=1000] \
-      [--resume_steps=10] [--out=DIR] [--data_dir=DIR]
+  python -m launch.handoff --workers=2 [--split_at=500] [--train_steps=510] \
+      [--decay_steps=1000] [--out=DIR] [--data_dir=DIR]
 
-From one initial-weights file, with op determinism, at each worker count:
-A: the Estimator trains 0 -> split and resumes; B: its checkpoint at the split
-converted (launch.convert), Keras resumes; C: Keras trains 0 -> split and
-resumes; D: its checkpoint converted, the Estimator resumes. Checks that every
-Estimator variable is mapped, that the converted model predicts as the
-Estimator's export, that A = B and C = D (weights, per-step losses) and that
-the learning rate goes on from the split; measures how far a resumed run is
-from an uninterrupted one. Prints the table, writes handoff_report.{md,json}
-and loss_curves.png to --out, and exits 0 only if every check passes.
+From one initial-weights file, with op determinism, at each worker count each
+backend trains 0 -> split and stops; then each resumes its own checkpoint
+(estimator-then-estimator, keras-then-keras) and the other backend resumes it,
+converted by launch.convert (estimator-then-keras, keras-then-estimator), all
+to --train_steps. Checks that every Estimator variable is mapped, that the
+converted model predicts as the Estimator's export, that each own resume equals
+its handed-over twin (weights, per-step losses) and that the learning rate goes
+on from the split; measures how far a resumed run is from an uninterrupted one.
+Prints the table, writes handoff_report.{md,json} and loss_curves.png to --out,
+and exits 0 only if every check passes.
+
+--train_steps is the step every resumed run trains to, as in every tool; the
+learning-rate schedule's length is --decay_steps. (Before, --train_steps was the
+schedule's length and --resume_steps the steps past the split: a run that gives
+--train_steps without --decay_steps says which meaning it took.)
 """
 
 import dataclasses
@@ -26,18 +32,21 @@ from launch import console
 from launch.tools import convert
 from launch.tools import handoff
 from launch.tools import runs
+from launch.tools import tool_flags
 from trainers.config import Config
 
-_WORKERS = flags.DEFINE_list("workers", ["2"], "Worker counts to run at, e.g. 1,2.")
+_WORKERS = tool_flags.define_workers([2], "Worker counts to run at, e.g. 1,2.")
 _SPLIT_AT = flags.DEFINE_integer("split_at", 500, "The step at which each run is handed over.")
-_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 1000, "The learning-rate schedule's length "
+_TRAIN_STEPS = flags.DEFINE_integer("train_steps", None, "The step every resumed run trains to "
+                                    "(default: --split_at + 10).")
+_DECAY_STEPS = flags.DEFINE_integer("decay_steps", 1000, "The learning-rate schedule's length "
                                     "(every run decays over it).")
-_RESUME_STEPS = flags.DEFINE_integer("resume_steps", 10, "Steps each resumed run trains past "
-                                     "the split.")
+_RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --train_steps "
+                                     "(--split_at + this) instead.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
-_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
-_TIMEOUT = flags.DEFINE_float("timeout", 1800, "Seconds allowed for each run.")
+_TIMEOUT = tool_flags.define_timeout()
 _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
     "measure_uninterrupted", True, "Also train each backend without a stop (two more runs per "
     "worker count) and report how far the resumed runs are from them.")
@@ -45,24 +54,44 @@ _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}."
                for f in dataclasses.fields(handoff.Tolerances)}
 
 
+def _steps() -> Sequence[int]:
+  """(split_at, train_steps, decay_steps), saying how old spellings were read."""
+  split_at, train_steps = _SPLIT_AT.value, _TRAIN_STEPS.value
+  if _RESUME_STEPS.present:
+    if _TRAIN_STEPS.present:
+      raise app.UsageError("Give --train_steps or the deprecated --resume_steps, not both.",
+                           exitcode=2)
+    train_steps = split_at + _RESUME_STEPS.value
+    print(f"warning: --resume_steps is deprecated; use --train_steps={train_steps} (the step "
+          "every resumed run trains to).", file=sys.stderr)
+  elif _TRAIN_STEPS.present and not _DECAY_STEPS.present:
+    print(f"note: --train_steps={train_steps} is taken as the step every resumed run trains "
+          f"to, with the schedule's length --decay_steps={_DECAY_STEPS.value} (its default). "
+          "Before, --train_steps was the schedule's length: to mean that, give "
+          f"--decay_steps={train_steps} instead.", file=sys.stderr)
+  if train_steps is None:
+    train_steps = split_at + 10
+  if not 0 < split_at < train_steps <= _DECAY_STEPS.value:
+    raise app.UsageError(f"Need 0 < --split_at ({split_at}) < --train_steps ({train_steps}) <= "
+                         f"--decay_steps ({_DECAY_STEPS.value}).", exitcode=2)
+  return split_at, train_steps, _DECAY_STEPS.value
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
-  workers = runs.worker_counts(_WORKERS.value)
-  if not 0 < _SPLIT_AT.value < _TRAIN_STEPS.value or _RESUME_STEPS.value < 1:
-    raise app.UsageError("Need 0 < --split_at < --train_steps and --resume_steps >= 1.",
-                         exitcode=2)
-  if _SPLIT_AT.value + _RESUME_STEPS.value > _TRAIN_STEPS.value:
-    raise app.UsageError("--split_at + --resume_steps must not pass --train_steps.", exitcode=2)
+  workers = tool_flags.worker_counts(_WORKERS)
+  split_at, train_steps, decay_steps = _steps()
+  timeout = tool_flags.timeout(_TIMEOUT)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")
   try:
     report = handoff.run_handoff(
-        config, workers, out, split_at=_SPLIT_AT.value, train_steps=_TRAIN_STEPS.value,
-        resume_steps=_RESUME_STEPS.value, timeout=_TIMEOUT.value,
+        config, workers, out, split_at=split_at, train_steps=train_steps,
+        decay_steps=decay_steps, timeout=timeout,
         measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
         tolerances=handoff.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}))
   except (runs.RunError, convert.ConversionError) as e:  # Names the run's log, or the variable.

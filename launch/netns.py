@@ -54,7 +54,7 @@ class PrivateNetwork:
   def __init__(self, preexec=None):
     if not sys.platform.startswith("linux"):
       raise UnavailableError("network namespaces are Linux-only")
-    self._holder = subprocess.Popen(  # pylint: disable=consider-using-with
+    self._holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, preexec_fn=preexec, start_new_session=True)
     status = self._holder.stdout.readline().decode().split()
@@ -77,7 +77,7 @@ class PrivateNetwork:
       if self._libc.setns(fd, kind) != 0:
         os.write(2, f"error: cannot join the private network namespace: "
                     f"{os.strerror(ctypes.get_errno())}\n".encode())
-        os._exit(1)  # pylint: disable=protected-access
+        os._exit(1)
 
   def close(self) -> None:
     for fd in getattr(self, "_fds", []):

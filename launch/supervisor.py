@@ -62,7 +62,7 @@ class _TaskLog:
     self.failed: Optional[OSError] = None
     self.last_error: Optional[str] = None  # The last "error: ..." line the task wrote.
     self._lock = threading.Lock()
-    self._file = open(path, "ab")  # pylint: disable=consider-using-with
+    self._file = open(path, "ab")  # noqa: SIM115 -- open for the task's life; close() closes it.
     self.write(header)
 
   def write(self, line: bytes) -> bool:
@@ -114,7 +114,7 @@ def _pump(src: IO[bytes], log: _TaskLog, terminal: IO[bytes], show: Callable[[by
     if not log.write(line) or streamed:
       try:
         shown = show(line)
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         shown = True  # A filter's bug must not stop the pipe (the task would block on it).
       if shown:
         terminal.write(line if streamed else prefix + line)
@@ -159,7 +159,7 @@ def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
     if libc is not None:
       libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
       if os.getppid() != launcher:  # The launcher died before prctl took effect.
-        os._exit(128 + signal.SIGKILL)  # pylint: disable=protected-access
+        os._exit(128 + signal.SIGKILL)
 
   return preexec
 
@@ -396,8 +396,8 @@ def run_local_cluster(
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)
       used = evaluator_restarts if is_evaluator else restarts
       if not exit_codes.retried(rc) or used >= max_restarts:
-        why = (exit_codes.NOT_RETRIED[rc] if rc in exit_codes.NOT_RETRIED else
-               f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
+        why = exit_codes.NOT_RETRIED.get(
+            rc, f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
         logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
                       f" ({why})" if why else "", failed.log_path)
         return 128 - rc if rc < 0 else rc

@@ -51,7 +51,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     objects = tfjob.manifests(spec, with_network_policy=_NETWORK_POLICY.value)
   except ValueError as e:
-    raise app.UsageError(str(e), exitcode=2)
+    raise app.UsageError(str(e), exitcode=2) from e
   sys.stdout.write(tfjob.to_yaml(objects))
 
 

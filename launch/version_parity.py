@@ -1,7 +1,7 @@
 r"""Proves that Keras on the newest TensorFlow trains what the Estimator trained on TF 2.15.1.
 
   python -m launch.version_parity --keras_python=.venv-tf221/bin/python \
-      [--workers=1,2] [--steps=10] [--out=DIR]
+      [--workers=1,2] [--train_steps=10] [--out=DIR]
 
 Run it with the TF 2.15.1 install (README: "Install"); --keras_python is the
 interpreter of the newest-TF install. From one initial-weights file, with op
@@ -22,17 +22,18 @@ from absl import flags
 
 from launch import console
 from launch.tools import runs
+from launch.tools import tool_flags
 from launch.tools import version_parity
 from trainers.config import Config
 
 _KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "Python of the newest-TF install, "
                                     "e.g. .venv-tf221/bin/python.", required=True)
-_WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Local worker counts to compare at.")
-_STEPS = flags.DEFINE_integer("steps", 10, "Training steps of each run.")
+_WORKERS = tool_flags.define_workers([1, 2], "Local worker counts to compare at.")
+_TRAIN_STEPS = tool_flags.define_train_steps(10, "Training steps of each run.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
-_DATA_DIR, _MNIST_IDX_DIR = runs.define_data_flags()
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
-_TIMEOUT = flags.DEFINE_float("timeout", 900, "Seconds allowed for each run.")
+_TIMEOUT = tool_flags.define_timeout()
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
                for f in dataclasses.fields(version_parity.Tolerances)}
 
@@ -41,22 +42,21 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
-  workers = runs.worker_counts(_WORKERS.value)
-  if _STEPS.value < 1:
-    raise app.UsageError("--steps must be at least 1.", exitcode=2)
+  workers = tool_flags.worker_counts(_WORKERS)
+  train_steps, timeout = tool_flags.train_steps(_TRAIN_STEPS), tool_flags.timeout(_TIMEOUT)
   try:
     version_parity.stack_versions(_KERAS_PYTHON.value)
   except runs.RunError as e:
-    raise app.UsageError(f"--keras_python: {e}", exitcode=2)
+    raise app.UsageError(f"--keras_python: {e}", exitcode=2) from e
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="version-parity-")
   try:
     report = version_parity.run_version_parity(
-        config, workers, out, keras_python=_KERAS_PYTHON.value, steps=_STEPS.value,
+        config, workers, out, keras_python=_KERAS_PYTHON.value, steps=train_steps,
         tolerances=version_parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
-        timeout=_TIMEOUT.value)
+        timeout=timeout)
   except runs.RunError as e:  # A run failed: its log is named in the message.
     sys.exit(f"error: {e}")
   version_parity.write_report(report, out)

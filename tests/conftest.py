@@ -18,7 +18,8 @@ from launch import supervisor
 from trainers import runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR", REPO.parent / "shared/datasets/mnist"))
+SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR",
+                                            REPO.parent / "shared/datasets/mnist"))
 
 
 def write_idx(path: pathlib.Path, array: np.ndarray) -> None:
@@ -57,7 +58,7 @@ ESTIMATOR_MISSING = runner.estimator_unavailable()
 LONG_FIRST = ("real_data", "slow", "chaos", "multihost")
 
 
-def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+def pytest_collection_modifyitems(config, items):
   """Orders the long tests first; without tf.estimator, skips (with the reason) what
   runs it: tests marked `estimator`, and the estimator cases of parametrized tests
   and fixtures."""
@@ -154,7 +155,7 @@ def kubeflow_tf_configs(job: str, namespace: str, replicas: Dict[str, int],
 
 def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 256):
   """A tiny in-memory input_fn with the shared one's contract, for in-process trainer tests."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
 
   splits = {mnist.TRAIN: synthetic_split(n, seed=0), mnist.EVAL: synthetic_split(100, seed=1)}
 
@@ -176,8 +177,8 @@ def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 
 def tamper_keras_checkpoint(model_dir: str, config, change: Callable) -> None:
   """Rewrites a Keras model_dir's newest checkpoint with `change(model, config)` applied,
   at the same step (the state a negative control or a fault starts from)."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from trainers import keras_trainer  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
+  from trainers import keras_trainer
 
   model = keras_trainer.compile_model(config)
   model.optimizer.build(model.trainable_variables)

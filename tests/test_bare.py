@@ -59,7 +59,7 @@ def test_the_ceiling_loops_take_their_windows_in_turn(monkeypatch):
   calls = []
   monkeypatch.setattr(bare, "PROBE_STEPS_PER_WINDOW", 1)
   loops = {name: (lambda name=name: calls.append(name), 1, 1) for name in "abc"}
-  costs = bare._interleaved_ms_per_step(loops)  # pylint: disable=protected-access
+  costs = bare._interleaved_ms_per_step(loops)
   assert "".join(calls) == "abc" + "abc" + "bca" + "cab" + "abc" + "bca"  # Warm-up, then rounds.
   assert all(len(costs[name]["windows"]) == bare.PROBE_WINDOWS for name in "abc")
 

@@ -52,15 +52,18 @@ def test_rounds_combine_to_medians_with_ratios_taken_within_each_round():
   assert combined.peak_rss_mb == {"main": 900} and combined.cpu_seconds == {"main": 60}
   assert combined.breakdown == {"training": 25} and combined.step_at_accuracy == 1000
   assert combined.window_ms_per_step == [10, 12, 11]
-  failed = bench_measure.combine_rounds([rounds[0], dataclasses.replace(rounds[1], error="exit code 1")])
+  failed = bench_measure.combine_rounds(
+      [rounds[0], dataclasses.replace(rounds[1], error="exit code 1")])
   assert failed.error == "round 2: exit code 1" and failed.rounds == 2
   assert failed.ms_per_step is None  # No round's numbers stand for a failed entry.
   costs = [{"workers": 2, **{part: {"ms": ms + i, "windows": [ms + i], "steps_per_call": 1}
-                             for i, part in enumerate(bench_measure.STEP_PARTS)}} for ms in (3, 1, 2)]
+                             for i, part in enumerate(bench_measure.STEP_PARTS)}}
+           for ms in (3, 1, 2)]
   combined_costs = bench_measure.combine_step_costs(costs)
   assert combined_costs["workers"] == 2 and combined_costs["step"]["ms"] == 5
   assert combined_costs["input"] == {"ms": 2, "windows": [3, 1, 2], "steps_per_call": 1}
-  assert "round 2" in bench_measure.combine_step_costs([costs[0], {"error": "exit code 1"}])["error"]
+  combined = bench_measure.combine_step_costs([costs[0], {"error": "exit code 1"}])
+  assert "round 2" in combined["error"]
 
 
 def test_startup_milestones_come_from_the_first_start_record(tmp_path):
@@ -93,4 +96,5 @@ def test_the_ceiling_is_the_fastest_loop_and_every_ratio_is_taken_to_it():
   assert (ceiling_2.ratio_to_ceiling, keras_2.ratio_to_ceiling) == (1.0, 1.02)
   assert failed.ratio_to_ceiling is None
   # Without the probe (it failed), the ceiling run alone is the ceiling.
-  assert bench_measure.ceilings(results, {1: {"error": "exit code 1"}}) == {1: ("ceiling run", 10.5)}
+  assert bench_measure.ceilings(results, {1: {"error": "exit code 1"}}) == {
+      1: ("ceiling run", 10.5)}

@@ -14,7 +14,8 @@ STEPS = 12
 def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   # Keras only, for CI's time: the bench runs every entry the same way, and
   # the Estimator binary's runs are tested on their own.
-  result = run_module("launch.bench", [f"--steps={STEPS}", "--workers=1,2", "--backends=keras",
+  result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=1,2",
+                                       "--backends=keras",
                                        "--log_every_steps=2", "--checkpoint_every_steps=6",
                                        f"--data_dir={tiny_data_dir}", f"--out={tmp_path}",
                                        "--timeout=240"], timeout=600)

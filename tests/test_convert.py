@@ -19,8 +19,8 @@ from trainers.config import Config
 
 if ESTIMATOR_MISSING:
   pytest.skip(ESTIMATOR_MISSING, allow_module_level=True)
-from tests import legacy_model  # pylint: disable=wrong-import-position
-from trainers import estimator_trainer  # pylint: disable=wrong-import-position
+from tests import legacy_model
+from trainers import estimator_trainer
 
 # One pytest-xdist worker runs this module (--dist loadgroup): its fixtures train once.
 pytestmark = pytest.mark.xdist_group("test_convert")

@@ -17,7 +17,7 @@ def test_a_strategy_without_a_cluster_is_one_chief():
 
 
 def test_task_logs_are_tagged_and_own_lines_carry_their_path():
-  formatter = distribute._TaskFormatter("worker:1")  # pylint: disable=protected-access
+  formatter = distribute._TaskFormatter("worker:1")
   own = logging.LogRecord("absl", logging.INFO, f"{console.REPO}/trainers/common.py", 3,
                           "hello", None, None)
   theirs = logging.LogRecord("absl", logging.INFO, "/venv/tensorflow/saver.py", 3, "hi",

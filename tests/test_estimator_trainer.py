@@ -14,7 +14,7 @@ from trainers.config import Config
 
 if ESTIMATOR_MISSING:
   pytest.skip(ESTIMATOR_MISSING, allow_module_level=True)
-from trainers import estimator_trainer  # pylint: disable=wrong-import-position
+from trainers import estimator_trainer
 from trainers import loop
 
 CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
@@ -24,8 +24,8 @@ CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_eve
 def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  summary = loop.train_and_evaluate(estimator_trainer.Backend, CONFIG, str(tmp_path), strategy=strategy,
-                                                 input_fn=input_fn)
+  summary = loop.train_and_evaluate(estimator_trainer.Backend, CONFIG, str(tmp_path),
+                                    strategy=strategy, input_fn=input_fn)
   assert summary["global_step"] == 6 and summary["workers"] == 1
   assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))
   # One process evaluates every checkpoint itself, under the evaluator's tags.
@@ -34,8 +34,8 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert [r.get("step") for r in records] == [None, 2, 4, 6]
   assert all(r["loss"] > 0 for r in records[1:])
   longer = loop.train_and_evaluate(
-      estimator_trainer.Backend, Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
-      input_fn=input_fn)
+      estimator_trainer.Backend, Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path),
+      strategy=strategy, input_fn=input_fn)
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 6]
@@ -48,7 +48,7 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(config.global_batch_size)
   loop.train_and_evaluate(estimator_trainer.Backend, config, str(tmp_path), strategy=strategy,
-                                       input_fn=input_fn)
+                          input_fn=input_fn)
   path = tf.train.latest_checkpoint(str(tmp_path))
   reader = tf.train.load_checkpoint(path)
   names = sorted(reader.get_variable_to_dtype_map())
@@ -58,5 +58,6 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
   tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
                     tensors=tensors)
   with pytest.raises(failures.DivergedError, match="weights became NaN or Inf by step 4:"):
-    loop.train_and_evaluate(estimator_trainer.Backend, Config(**{**config.__dict__, "train_steps": 6}),
-                                         str(tmp_path), strategy=strategy, input_fn=input_fn)
+    loop.train_and_evaluate(estimator_trainer.Backend,
+                            Config(**{**config.__dict__, "train_steps": 6}),
+                            str(tmp_path), strategy=strategy, input_fn=input_fn)

@@ -1,4 +1,5 @@
-"""launch.handoff: A = B and C = D after the split, on real data; tampered conversions fail."""
+"""launch.handoff: each backend's own resume equals the other backend's resume of the same
+checkpoint, on real data; tampered conversions fail."""
 
 import dataclasses
 import json
@@ -34,7 +35,8 @@ def _reset_step(model, config):
 def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir, tmp_path):
   out = tmp_path / "handoff"
   result = run_module("launch.handoff", ["--workers=2", f"--split_at={SPLIT}",
-                                         f"--train_steps={STEPS}", f"--resume_steps={RESUME}",
+                                         f"--train_steps={SPLIT + RESUME}",
+                                         f"--decay_steps={STEPS}",
                                          f"--data_dir={real_data_dir}", f"--out={out}",
                                          "--nomeasure_uninterrupted"],  # Two runs fewer.
                       timeout=1500)
@@ -42,19 +44,24 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
   assert "Overall: PASS" in result.stdout
   report = json.loads((out / "handoff_report.json").read_text())
   names = [c["name"] for c in report["checks"]]
+  own, handed = "estimator-then-estimator", "estimator-then-keras"
+  pair = f"{own} vs {handed}"
   for expected in ("2w: every Estimator variable mapped or ignored",
                    "2w: max |logit diff|, Estimator export vs converted Keras",
-                   "2w A vs B: max |weight diff| A vs B", "2w C vs D: max |weight diff| C vs D",
-                   "2w A vs B: per-step loss rel diff after the split A vs B",
-                   "2w B: learning rate at step 21", "2w B: resumed from the split"):
+                   f"2w {pair}: max |weight diff| {pair}",
+                   "2w keras-then-keras vs keras-then-estimator: max |weight diff| "
+                   "keras-then-keras vs keras-then-estimator",
+                   f"2w {pair}: per-step loss rel diff after the split {pair}",
+                   f"2w {handed}: learning rate at step 21",
+                   f"2w {handed}: resumed from the split"):
     assert expected in names, names
   assert {len(v) for k, v in report["losses"].items() if " 0-" not in k} == {RESUME}
   assert report["measured"] == {} and os.path.getsize(out / "loss_curves.png") > 10_000
 
-  # Negative controls: B's converted checkpoint with its step reset or its
-  # momentum zeroed. A reset step already fails the rate check, before any
-  # step is taken; zeroed momentum keeps the rate, so B is trained again from
-  # it: the resume checks against A must fail.
+  # Negative controls: the Estimator's checkpoint at the split converted, with
+  # its step reset or its momentum zeroed. A reset step already fails the rate
+  # check, before any step is taken; zeroed momentum keeps the rate, so Keras
+  # trains again from it: the resume checks against the Estimator's own must fail.
   run_dir = out / "2w"
   config = Config(data_dir=real_data_dir, init_weights=str(out / "init_weights.npz"),
                   deterministic=True, decay_steps=STEPS)
@@ -73,19 +80,27 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
                                    checkpoint_every_steps=SPLIT + RESUME),
       workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"),
       extra_flags=["--noevaluator"])
-  losses = {"A": json.loads((run_dir / "A" / "losses.json").read_text())["losses"],
+  losses = {own: json.loads((run_dir / own / "losses.json").read_text())["losses"],
             name: json.loads((leg / "losses.json").read_text())["losses"]}
-  checks = handoff.resume_checks(name, {"A": runs.read_summary(str(run_dir / "A" / "model")),
+  checks = handoff.resume_checks(name, {own: runs.read_summary(str(run_dir / own / "model")),
                                         name: summary}, losses,
-                                 {"A": "estimator", name: "keras"}, tolerances)
+                                 {own: "estimator", name: "keras"}, tolerances)
   weights = next(c for c in checks if "max |weight diff|" in c.name)
   assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
-      handoff.Report([2], SPLIT, STEPS, RESUME, checks, {}, {}))
+      handoff.Report([2], SPLIT, SPLIT + RESUME, STEPS, checks, {}, {}))
   # Same steps, same rates: only the momentum differs.
   assert len(losses[name]) == RESUME
   assert not next(c for c in checks if "per-step loss" in c.name).passed
 
 
-def test_cli_rejects_a_split_past_the_schedule():
-  result = run_module("launch.handoff", ["--split_at=50", "--train_steps=50"])
-  assert result.returncode == 2 and "--split_at < --train_steps" in result.stderr
+@pytest.mark.parametrize("args, said", [
+    (["--split_at=50", "--train_steps=50", "--decay_steps=100"], None),
+    # The old meaning of --train_steps (the schedule's length): the run says which it took.
+    (["--split_at=500", "--train_steps=1200"], "note: --train_steps=1200 is taken as the step"),
+    (["--split_at=50", "--resume_steps=60", "--decay_steps=100"],
+     "warning: --resume_steps is deprecated; use --train_steps=110"),
+])
+def test_cli_rejects_a_split_or_an_end_past_the_schedule_saying_how_it_read_them(args, said):
+  result = run_module("launch.handoff", args)
+  assert result.returncode == 2 and "Need 0 < --split_at" in result.stderr, result.stderr
+  assert said is None or said in result.stderr, result.stderr

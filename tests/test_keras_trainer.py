@@ -28,8 +28,8 @@ CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_eve
 def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  summary = loop.train_and_evaluate(keras_trainer.Backend, CONFIG, str(tmp_path), strategy=strategy,
-                                             input_fn=input_fn)
+  summary = loop.train_and_evaluate(keras_trainer.Backend, CONFIG, str(tmp_path),
+                                    strategy=strategy, input_fn=input_fn)
   assert summary["global_step"] == 6 and summary["workers"] == 1
   assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-6")
@@ -38,8 +38,8 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert not os.path.exists(tmp_path / "backup")
   # A larger --train_steps goes on from the final checkpoint, not from 0.
   longer = loop.train_and_evaluate(
-      keras_trainer.Backend, Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path), strategy=strategy,
-      input_fn=input_fn)
+      keras_trainer.Backend, Config(**{**CONFIG.__dict__, "train_steps": 8}), str(tmp_path),
+      strategy=strategy, input_fn=input_fn)
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 6]
@@ -72,14 +72,15 @@ def test_an_interrupted_run_resumes_from_its_backup_past_a_newer_checkpoint(tmp_
 
   monkeypatch.setattr(tf_keras.Model, "fit", crashing_fit)
   try:
-    loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy, input_fn=input_fn)
+    loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy,
+                          input_fn=input_fn)
   except KeyboardInterrupt:
     pass
   monkeypatch.setattr(tf_keras.Model, "fit", real_fit)
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
   assert keras_trainer.backup_origin(str(tmp_path / "backup")) == 0
-  summary = loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy,
-                                             input_fn=input_fn)
+  summary = loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path),
+                                    strategy=strategy, input_fn=input_fn)
   assert summary["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 4]  # Resumed at the backup's step.
@@ -94,7 +95,8 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
                      "decay_steps": 6})
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   input_fn = memory_input_fn(config.global_batch_size)
-  loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy, input_fn=input_fn)
+  loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy,
+                          input_fn=input_fn)
 
   def nan_slot(model, config):
     del config
@@ -103,8 +105,9 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
 
   tamper_keras_checkpoint(str(tmp_path), config, nan_slot)
   with pytest.raises(failures.DivergedError, match="weights became NaN or Inf by step 4:"):
-    loop.train_and_evaluate(keras_trainer.Backend, Config(**{**config.__dict__, "train_steps": 6}),
-                                     str(tmp_path), strategy=strategy, input_fn=input_fn)
+    loop.train_and_evaluate(keras_trainer.Backend,
+                            Config(**{**config.__dict__, "train_steps": 6}),
+                            str(tmp_path), strategy=strategy, input_fn=input_fn)
 
 
 # In each task of a 2-worker cluster: the trainer's model and Keras's own
@@ -172,8 +175,8 @@ def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
   # the checkpoint state and restoring it must be skipped, not end the evaluator.
   src, model_dir = tmp_path / "src", tmp_path / "model"
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  loop.train_and_evaluate(keras_trainer.Backend, CONFIG, str(src), strategy=tf.distribute.MirroredStrategy(
-      ["/cpu:0"]), input_fn=input_fn)
+  loop.train_and_evaluate(keras_trainer.Backend, CONFIG, str(src),
+                          strategy=tf.distribute.MirroredStrategy(["/cpu:0"]), input_fn=input_fn)
   model_dir.mkdir()
   # The state names ckpt-3, whose data the chief deleted after its index was seen.
   shutil.copy(src / "ckpt-3.index", model_dir)

@@ -67,7 +67,7 @@ def test_prepare_writes_tfds_mnist_with_official_features_and_splits(tiny_data_d
   ds = tfds.load("mnist", split="test", data_dir=tiny_data_dir, download=False)
   got = sorted(int(ex["label"]) * 10**6 + int(ex["image"].numpy().sum()) for ex in ds)
   images, labels = synthetic_split(200, seed=1)
-  want = sorted(int(l) * 10**6 + int(im.sum()) for im, l in zip(images, labels))
+  want = sorted(int(label) * 10**6 + int(im.sum()) for im, label in zip(images, labels))
   assert got == want
 
 
@@ -112,7 +112,7 @@ def mirror():
     pytest.skip(f"real MNIST IDX files not found in {SHARED_IDX_DIR}")
 
   class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # pylint: disable=arguments-differ
+    def log_message(self, *args):
       pass
 
   server = http.server.ThreadingHTTPServer(
@@ -295,10 +295,9 @@ def test_the_lock_excludes_under_contention_and_is_gone_after(tmp_path):
 
 
 def test_a_failure_under_the_lock_deletes_the_lock_file(tmp_path):
-  with pytest.raises(RuntimeError, match="boom"):
-    with mnist.prepare_lock(str(tmp_path)):
-      assert os.path.exists(os.path.join(tmp_path, mnist.LOCK_NAME))
-      raise RuntimeError("boom")
+  with pytest.raises(RuntimeError, match="boom"), mnist.prepare_lock(str(tmp_path)):
+    assert os.path.exists(os.path.join(tmp_path, mnist.LOCK_NAME))
+    raise RuntimeError("boom")
   assert os.listdir(tmp_path) == []
   # A killed holder's file (left behind, unlocked) is taken over and deleted too.
   os.close(os.open(os.path.join(tmp_path, mnist.LOCK_NAME), os.O_CREAT | os.O_RDWR))
@@ -354,8 +353,8 @@ def test_two_prepares_at_once_build_one_dataset(tiny_idx_dir, tmp_path):
 
 
 def _labels_and_sums(ds):
-  return [(int(l), float(tf.reduce_sum(im))) for images, labels in ds
-          for im, l in zip(images, labels)]
+  return [(int(label), float(tf.reduce_sum(im))) for images, labels in ds
+          for im, label in zip(images, labels)]
 
 
 @pytest.mark.parametrize("num_pipelines", [2, 3])
@@ -382,7 +381,7 @@ def test_per_replica_batches(tiny_data_dir):
   images, labels = next(iter(ds))
   assert images.shape == (8, 28, 28, 1) and images.dtype == tf.float32
   assert labels.shape == (8,)
-  assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
+  assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
   # Training repeats forever with full batches: more batches than one epoch holds.
   assert sum(1 for _ in ds.take(100)) == 100
 
@@ -400,18 +399,18 @@ def test_training_order_is_seeded(tiny_data_dir):
 def test_no_autotuning_in_the_pipeline_or_the_per_device_buffers(tiny_data_dir):
   # TF 2.15 made deleting a distributed iterator wait out the autotuning
   # thread's sleep (10 to 20 s at the end of training): both places turn it off.
-  from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-import-not-at-top
-  from trainers import distribute  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.data.ops import multi_device_iterator_ops
+  from trainers import distribute
 
   for mode in (mnist.TRAIN, mnist.EVAL):
     ds = mnist.input_fn(mode, global_batch_size=10, data_dir=tiny_data_dir)
     assert ds.options().autotune.enabled is False
   distribute.no_autotune_on_device_datasets()
-  wrapped = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
+  wrapped = multi_device_iterator_ops._create_device_dataset
   distribute.no_autotune_on_device_datasets()  # Idempotent: wraps once.
-  assert multi_device_iterator_ops._create_device_dataset is wrapped  # pylint: disable=protected-access
+  assert multi_device_iterator_ops._create_device_dataset is wrapped
   iterator = multi_device_iterator_ops.OwnedMultiDeviceIterator(tf.data.Dataset.range(3),
                                                                 ["/cpu:0"])
-  per_device = iterator._device_iterators[0]._dataset  # pylint: disable=protected-access
+  per_device = iterator._device_iterators[0]._dataset
   assert per_device.options().autotune.enabled is False
   assert [int(x[0]) for x in iterator] == [0, 1, 2]

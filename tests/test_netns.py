@@ -30,7 +30,7 @@ def test_a_process_that_joins_sees_only_loopback_and_cannot_be_reached_from_outs
       with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", int(port)), timeout=5).close()
       server.stdin.close()
-  assert not os.path.exists(f"/proc/{network._holder.pid}")  # pylint: disable=protected-access
+  assert not os.path.exists(f"/proc/{network._holder.pid}")
 
 
 def test_where_none_can_be_made_it_says_why():

@@ -25,7 +25,7 @@ VARIABLES = {"conv/kernel", "conv/bias", "hidden/kernel", "hidden/bias", "logits
 
 @pytest.mark.real_data
 def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
-  result = run_module("launch.parity", ["--workers=2", "--steps=10", "--long_steps=20",
+  result = run_module("launch.parity", ["--workers=2", "--train_steps=10", "--long_steps=20",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   assert "Overall: PASS" in result.stdout

@@ -10,7 +10,7 @@ from data import paths
 
 
 def test_the_tensorflow_free_paths_agree_with_tfds(tiny_data_dir, tmp_path, monkeypatch):
-  assert paths.VERSION == str(tfds_mnist.MNIST.VERSION)
+  assert str(tfds_mnist.MNIST.VERSION) == paths.VERSION
   for data_dir in (str(tiny_data_dir), str(tmp_path)):
     builder = tfds.builder(paths.DATASET, data_dir=data_dir)
     assert paths.dataset_path(data_dir) == os.fspath(builder.data_path)

@@ -233,7 +233,7 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
 
 
 # Both binaries validate through trainers.runner: each case runs on one of them, in turn.
-@pytest.mark.parametrize("backend, args, env, message", [(BACKENDS[i % 2], *case) for i, case in enumerate([
+@pytest.mark.parametrize("backend, args, env, message", [(BACKENDS[i % 2], *case) for i, case in enumerate([  # noqa: E501 -- the table reads better unwrapped.
     (["--workers=0"], {}, "--workers must be at least 1"),
     (["--workers=2", "--global_batch_size=33"], {}, "not divisible by the 2 replicas"),
     (["--train_steps=0"], {}, "--train_steps must be positive"),

@@ -187,7 +187,8 @@ def test_a_diverged_run_is_not_retried_even_when_a_peer_failed_first(task_script
                      worker_0="lose_peer")
   assert rc == exit_codes.DIVERGED == 3
   assert _tasks_file(tmp_path)["restarts"] == 0
-  assert "a diverged run is not retried" in caplog.text and "chief-0 exited with code 3" in caplog.text
+  assert "a diverged run is not retried" in caplog.text
+  assert "chief-0 exited with code 3" in caplog.text
   assert not any(_alive(r["pid"]) for r in records.values())
 
 
@@ -309,10 +310,11 @@ def test_tasks_die_with_a_killed_launcher(task_script, tmp_path):
       [sys.executable, "-c", textwrap.dedent(f"""
           import sys
           from launch import supervisor
-          supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2, {str(tmp_path / 'logs')!r},
-                                       evaluator=True)""")],
-      cwd=REPO, env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO), BEHAVIOUR_chief_0="hang",
-                         BEHAVIOUR_worker_0="hang", BEHAVIOUR_evaluator_0="hang"))
+          supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2,
+                                       {str(tmp_path / 'logs')!r}, evaluator=True)""")],
+      cwd=REPO, env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO),
+                         BEHAVIOUR_chief_0="hang", BEHAVIOUR_worker_0="hang",
+                         BEHAVIOUR_evaluator_0="hang"))
   deadline = time.monotonic() + 30
   while len(list(out.glob("*.json"))) < 3:
     assert time.monotonic() < deadline, "the tasks did not start"

@@ -29,7 +29,7 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
   result = run_module("launch.version_parity", [
       # One worker: CI's time budget. The 2-worker table is in README (and the
       # newest stack's own suite trains 2 workers to 98%).
-      f"--keras_python={NEWEST_TF_PYTHON}", "--workers=1", "--steps=3",
+      f"--keras_python={NEWEST_TF_PYTHON}", "--workers=1", "--train_steps=3",
       f"--data_dir={tiny_data_dir}", f"--out={out}", "--timeout=300"], timeout=900)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   with open(out / "version_parity_report.json") as f:
@@ -47,7 +47,7 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
                version_parity.OLD_ESTIMATOR: runs.read_summary(
                    str(out / "x1" / version_parity.OLD_ESTIMATOR / "model"))}
   summaries[version_parity.OLD_ESTIMATOR]["export_dir"] = _untrained_export(tmp_path)
-  checks = version_parity._cross_load(  # pylint: disable=protected-access
+  checks = version_parity._cross_load(
       NEWEST_TF_PYTHON, runs.PYTHON, summaries, str(out / "test_images.npy"), str(tmp_path),
       version_parity.LOGITS_ATOL)
   assert len(checks) == 2 and not any(c.passed for c in checks)
@@ -79,8 +79,8 @@ def test_an_estimator_model_dir_from_2_15_converts_and_resumes_on_the_newest_tf(
 
 def _untrained_export(tmp_path) -> str:
   """A SavedModel with the serving signature, of the model before training."""
-  from trainers import keras_trainer  # pylint: disable=import-outside-toplevel
-  from trainers import model as model_lib  # pylint: disable=import-outside-toplevel
+  from trainers import keras_trainer
+  from trainers import model as model_lib
   model_dir = tmp_path / "untrained"
   model_dir.mkdir()
   return keras_trainer.export_model(model_lib.build_model(seed=7), str(model_dir))

@@ -115,8 +115,9 @@ def _damage(path: str) -> Optional[str]:
     reader = tf.train.load_checkpoint(path)
     for name in reader.get_variable_to_shape_map():
       reader.get_tensor(name)
-  except Exception as e:  # noqa: BLE001 -- every way a read fails is damage to report.
-    # A truncated file raises IndexError, OutOfRangeError or DataLossError, by where it ends.
+  except Exception as e:
+    # Every way a read fails is damage to report: a truncated file raises
+    # IndexError, OutOfRangeError or DataLossError, by where it ends.
     return f"{type(e).__name__}: {str(e).splitlines()[0]}"
   return None
 

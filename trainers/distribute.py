@@ -121,7 +121,7 @@ def no_autotune_on_device_datasets() -> None:
   instead of waking it: 10 to 20 s at the end of half the runs measured.
   `mnist.input_fn` turns autotuning off in the pipeline itself; both are needed.
   """
-  create = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
+  create = multi_device_iterator_ops._create_device_dataset
   if getattr(create, "_no_autotune", False):
     return
 
@@ -130,8 +130,8 @@ def no_autotune_on_device_datasets() -> None:
     options.autotune.enabled = False
     return create(*args, **kwargs).with_options(options)
 
-  create_without_autotune._no_autotune = True  # pylint: disable=protected-access
-  multi_device_iterator_ops._create_device_dataset = create_without_autotune  # pylint: disable=protected-access
+  create_without_autotune._no_autotune = True
+  multi_device_iterator_ops._create_device_dataset = create_without_autotune
 
 
 def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
@@ -160,7 +160,7 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   # TF 2.15 waits forever, holding the GIL, for a peer that never starts (its
   # registration timeout does not cover the eager context's set-up), so the
   # watchdog is a process of its own; it is stopped once the cluster is up.
-  watchdog = subprocess.Popen(  # pylint: disable=consider-using-with
+  watchdog = subprocess.Popen(
       [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(REGISTER_TIMEOUT_SECONDS),
        task.name, *[f"{job}:{i}={address}" for job, addresses in task.training_cluster.items()
                     for i, address in enumerate(addresses)]],
@@ -291,7 +291,7 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
             print(f"error: {peer} has not answered for {silent:.0f} s "
                   f"({str(e).strip().splitlines()[0]}): ending this task, so that the cluster "
                   "is restarted from its last checkpoint.", file=sys.stderr, flush=True)
-            os._exit(exit_codes.PEER_LOST)  # pylint: disable=protected-access
+            os._exit(exit_codes.PEER_LOST)
 
   if peers:
     threading.Thread(target=watch, name="peer-watch", daemon=True).start()

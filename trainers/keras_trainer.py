@@ -105,7 +105,8 @@ class _OneCollectiveModel(tf_keras.Model):
 
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
-  model = _OneCollectiveModel(model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights)))
+  weights = model_lib.initial_weights(config.init_weights)
+  model = _OneCollectiveModel(model_lib.build_model(config.seed, weights))
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
   # training either), and _OneCollectiveModel's step would not update it.
@@ -207,7 +208,7 @@ class _Backup(tf_keras.callbacks.BackupAndRestore):
     pass  # Recorded at the end of the execution instead.
 
   def on_train_batch_end(self, batch, logs=None):
-    self._training_state._ckpt_saved_batch.assign(batch)  # pylint: disable=protected-access
+    self._training_state._ckpt_saved_batch.assign(batch)
     super().on_train_batch_end(batch, logs)
 
 

@@ -140,7 +140,9 @@ def train_and_evaluate(
   try:
     trained = trainer.train()
   except failures.DivergedError as e:
-    raise checkpoints.set_aside_diverged(model_dir, e) if run.chief else e
+    if not run.chief:
+      raise
+    raise checkpoints.set_aside_diverged(model_dir, e) from e
   if not run.chief:
     return None
   if config.record_dir:

@@ -130,7 +130,7 @@ def _ensure_data(data_dir: Optional[str], idx_dir: Optional[str]) -> None:
     paths.MissingDataError: if it cannot, saying what was tried and the fixes.
   """
   if not paths.is_prepared(data_dir):
-    from data import mnist  # pylint: disable=import-outside-toplevel
+    from data import mnist  # noqa: PLC0415 -- imports TensorFlow: only for missing data.
     mnist.ensure_prepared(data_dir, idx_dir)
 
 

@@ -192,7 +192,8 @@ def train_ceiling_loop(config: Config, model_dir: str,
 
   # Only the chief writes to model_dir.
   writer, eval_writer = ((tf.summary.create_file_writer(model_dir),
-                          tf.summary.create_file_writer(os.path.join(model_dir, layout.EVAL_SUBDIR)))
+                          tf.summary.create_file_writer(
+                              os.path.join(model_dir, layout.EVAL_SUBDIR)))
                          if chief else (tf.summary.create_noop_writer(),) * 2)
   start = last_time = time.time()
   first_step_time, last_step, metrics = 0.0, 0, {}

@@ -163,7 +163,8 @@ def format_step_costs(results: Sequence[Result], step_costs: Mapping[int, Mappin
     cells.append(f"{ceiling[n][1]:.2f} ({ceiling[n][0]})" if n in ceiling else "-")
     for b in backends:
       ms = by[b, n].ms_per_step if (b, n) in by else None
-      cells += [_fmt(ms, ".2f"), _fmt(None if ms is None or k_step is None else ms - k_step, "+.2f")]
+      over = None if ms is None or k_step is None else ms - k_step
+      cells += [_fmt(ms, ".2f"), _fmt(over, "+.2f")]
     rows.append("| " + " | ".join(cells) + " |")
   return "\n".join(rows)
 
@@ -313,7 +314,8 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
               "steps per call on the input pipeline, trained to the end).\n\n"
               + (f"## Faster than the ceiling\n\n{bugs}\n" if bugs else "")
               + f"## Missed targets\n\n{missed}\n"
-              f"## Where a step's time goes (ms)\n\n{format_step_costs(results, step_costs, backends)}\n\n"
+              "## Where a step's time goes (ms)\n\n"
+              f"{format_step_costs(results, step_costs, backends)}\n\n"
               "Measured by `python -m launch.bare --probe_out` in every task of a cluster "
               "of that size (alone and without a strategy at 1 worker), on the same model, "
               "data and batch: fetching a batch alone; the forward, backward and update with no "

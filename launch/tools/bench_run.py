@@ -39,7 +39,8 @@ POLL_SECONDS = 0.25
 
 def _task_pids(model_dir: str) -> Dict[str, int]:
   try:
-    return {t["name"]: int(t["pid"]) for t in runs.read_tasks(runs.task_log_dir(model_dir))["tasks"]}
+    tasks = runs.read_tasks(runs.task_log_dir(model_dir))["tasks"]
+    return {t["name"]: int(t["pid"]) for t in tasks}
   except (OSError, ValueError, KeyError):
     return {}
 
@@ -193,7 +194,8 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
             for k in range(repeats)]
   if repeats == 1:
     return rounds[0]
-  results = [bench_measure.combine_rounds([r[0][i] for r in rounds]) for i in range(len(rounds[0][0]))]
+  results = [bench_measure.combine_rounds([r[0][i] for r in rounds])
+             for i in range(len(rounds[0][0]))]
   step_costs = {n: bench_measure.combine_step_costs([r[1][n] for r in rounds]) for n in workers}
   bench_measure.set_ratios(results, step_costs)
   return results, step_costs

@@ -128,7 +128,7 @@ def poison_training_batch(step: int) -> None:
   `nan_hook_env` puts on their PYTHONPATH: no flag or code path of the
   trainers leads here.
   """
-  from data import mnist  # pylint: disable=import-outside-toplevel
+  from data import mnist  # noqa: PLC0415 -- only in the process the hook poisons.
   original = mnist.input_fn
 
   def input_fn(mode, input_context=None, **kwargs):
@@ -355,7 +355,7 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   pids: Set[int] = set()
   try:
     _FAULTS[fault](result, backend, config, rng, launch, pids, model_dir, log_path)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     result.problems.append(f"the trial itself failed: {type(e).__name__}: {e}")
   finally:
     result.wall_seconds = time.monotonic() - start

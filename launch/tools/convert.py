@@ -355,7 +355,7 @@ def _inverse_map(assignment_map: Optional[AssignmentMap]) -> Dict[str, str]:
 
 def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
                        assignment_map: Optional[AssignmentMap] = None,
-                       config: Config = Config()) -> Conversion:
+                       config: Optional[Config] = None) -> Conversion:
   """Writes the Estimator's newest checkpoint as a Keras model_dir that keras_main resumes.
 
   Args:
@@ -380,7 +380,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
   reader = tf.train.load_checkpoint(path)
   step = int(reader.get_tensor(STEP_VARIABLE))
 
-  model = keras_trainer.compile_model(config)
+  model = keras_trainer.compile_model(config or Config())
   sources = {(e.weight or "", e.kind): e.name for e in entries if e.kind in (WEIGHT, SLOT)}
   sources[("", STEP)] = STEP_VARIABLE
   mapped, written = [], {}
@@ -410,7 +410,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
 
 def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
                        assignment_map: Optional[AssignmentMap] = None,
-                       config: Config = Config()) -> Conversion:
+                       config: Optional[Config] = None) -> Conversion:
   """Writes Keras's newest `ckpt-<step>` as an Estimator model_dir that estimator_main resumes.
 
   Writes `model.ckpt-<step>` (and its `checkpoint` file): the weights, their
@@ -434,7 +434,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   _check_target(dst_model_dir)
   names = _inverse_map(assignment_map)
   path = _latest(src_model_dir, "keras")
-  model = keras_trainer.compile_model(config)
+  model = keras_trainer.compile_model(config or Config())
   status = tf.train.Checkpoint(model=model).restore(path)
   state = _keras_state(model)  # Builds the slots: a deferred restore fills them.
   try:

@@ -1,18 +1,19 @@
 """Handoff: an Estimator run carried across to Keras (and back) changes nothing, number by number.
 
-From one initial-weights file, with op determinism, at each worker count:
+From one initial-weights file, with op determinism, at each worker count, each
+backend trains 0 -> split and stops; then, to `train_steps`:
 
-- A: the Estimator trains 0 -> split, stops, and resumes split -> split+k (its own resume);
-- B: the same Estimator checkpoint at `split`, `launch.convert`, Keras resumes split -> split+k;
-- C: Keras trains 0 -> split, stops, and resumes split -> split+k (Keras's own resume);
-- D: the same Keras checkpoint at `split`, converted, the Estimator resumes split -> split+k.
+- estimator-then-estimator: the Estimator resumes its own checkpoint;
+- estimator-then-keras: the same checkpoint, `launch.convert`ed, Keras resumes it;
+- keras-then-keras: Keras resumes its own checkpoint;
+- keras-then-estimator: the same Keras checkpoint, converted, the Estimator resumes it.
 
 A resumed run builds its input pipeline again, so it reads other batches than
-an uninterrupted run would: A is compared with B and C with D, which read the
-same. Every run's learning rate decays over `train_steps` (`Config.decay_steps`),
-so stopping at `split` leaves the schedule as an uninterrupted run has it. How
-far a resumed run is from an uninterrupted one is measured and reported, not
-checked.
+an uninterrupted run would: each backend's own resume is compared with its
+handed-over one, which read the same. Every run's learning rate decays over
+`decay_steps`, so stopping at `split` leaves the schedule as an uninterrupted
+run has it. How far a resumed run is from an uninterrupted one is measured and
+reported, not checked.
 """
 
 import dataclasses
@@ -49,7 +50,7 @@ class Report:
   workers: List[int]
   split_at: int
   train_steps: int
-  resume_steps: int
+  decay_steps: int
   checks: List[Check]
   losses: Dict[str, List[float]]  # "<n>w/<run>": per-step training losses.
   measured: Dict[str, float]  # Reported, not checked: resumed vs uninterrupted runs.
@@ -138,11 +139,17 @@ def rate_check(name: str, backend: str, model_dir: str, config: Config, split_at
                f"split {want:.6g}")
 
 
+# Each backend's own resume, and the other backend's resume of the same checkpoint.
+PAIRS = (("estimator-then-estimator", "estimator-then-keras"),
+         ("keras-then-keras", "keras-then-estimator"))
+
+
 def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: int,
-                train_steps: int, resume_steps: int = 10,
+                train_steps: int, decay_steps: int,
                 tolerances: Tolerances = Tolerances(), timeout: float = 1800,
                 measure_uninterrupted: bool = True) -> Report:
-  """Runs A, B, C and D (and the uninterrupted runs) at each worker count, and checks them.
+  """Runs the four resumed runs (and the uninterrupted ones) at each worker count, and
+  checks them.
 
   Args:
     config: hyperparameters; train_steps, decay_steps, init_weights, record_dir
@@ -150,8 +157,8 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     workers: worker counts to run at.
     out_dir: runs, records, conversions and the weights file go here.
     split_at: the step at which each first run stops and is handed over.
-    train_steps: the schedule's length: every run's learning rate decays over it.
-    resume_steps: steps each resumed run trains past the split.
+    train_steps: the step every resumed run trains to.
+    decay_steps: the schedule's length: every run's learning rate decays over it.
     tolerances: the limits of the checks.
     timeout: seconds for each run.
     measure_uninterrupted: also train each backend without a stop (two runs per
@@ -164,8 +171,8 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
   init_path = os.path.join(out_dir, "init_weights.npz")
   model_lib.save_weights_npz(init_path, model_lib.get_weights(model_lib.build_model(config.seed)))
   config = dataclasses.replace(config, init_weights=init_path, deterministic=True,
-                               decay_steps=train_steps)
-  end = split_at + resume_steps
+                               decay_steps=decay_steps)
+  end = train_steps
   checks: List[Check] = []
   losses: Dict[str, List[float]] = {}
   measured: Dict[str, float] = {}
@@ -177,42 +184,44 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
       losses[f"{n}w/{backend} 0-{split_at}"] = run.losses(f"{backend}-first")
 
     # The handed-over checkpoints, checked before any step is taken from them.
-    to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"), run.model_dir("B"),
-                                          config=config)
-    convert.keras_to_estimator(run.model_dir("keras-first"), run.model_dir("D"), config=config)
+    to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"),
+                                          run.model_dir("estimator-then-keras"), config=config)
+    convert.keras_to_estimator(run.model_dir("keras-first"),
+                               run.model_dir("keras-then-estimator"), config=config)
     variables = len(convert.estimator_accounting(to_keras.source))
     accounted = len(to_keras.mapped) + len(to_keras.ignored)
     ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
     checks.append(Check(f"{n}w: every Estimator variable mapped or ignored",
                         accounted == variables, float(accounted), float(variables),
                         f"{len(to_keras.mapped)} mapped, ignored: {ignored}"))
-    same, logit_diff, images = convert.prediction_identity(first["estimator"]["export_dir"],
-                                                           run.model_dir("B"), config)
+    same, logit_diff, images = convert.prediction_identity(
+        first["estimator"]["export_dir"], run.model_dir("estimator-then-keras"), config)
     checks.append(Check(f"{n}w: classes, Estimator export vs converted Keras", same,
                         0.0 if same else 1.0, 0.0, f"{images} test images"))
     checks.append(Check(f"{n}w: max |logit diff|, Estimator export vs converted Keras",
                         logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
                         f"{images} test images"))
-    for leg, backend in (("B", "keras"), ("D", "estimator")):
-      checks.append(rate_check(f"{n}w {leg}", backend, run.model_dir(leg), config, split_at,
-                                tolerances.learning_rate_atol))
+    for leg in ("estimator-then-keras", "keras-then-estimator"):
+      checks.append(rate_check(f"{n}w {leg}", _resumer(leg), run.model_dir(leg), config,
+                               split_at, tolerances.learning_rate_atol))
 
-    run.copy("estimator-first", "A")
-    run.copy("keras-first", "C")
-    summaries = {"A": run.train("A", "estimator", end), "B": run.train("B", "keras", end),
-                 "C": run.train("C", "keras", end), "D": run.train("D", "estimator", end)}
-    backends = {"A": "estimator", "B": "keras", "C": "keras", "D": "estimator"}
+    run.copy("estimator-first", "estimator-then-estimator")
+    run.copy("keras-first", "keras-then-keras")
+    legs = [leg for pair in PAIRS for leg in pair]
+    summaries = {leg: run.train(leg, _resumer(leg), end) for leg in legs}
+    backends = {leg: _resumer(leg) for leg in legs}
     for leg, summary in summaries.items():
       losses[f"{n}w/{leg}"] = run.losses(leg)
       checks.append(Check(f"{n}w {leg}: resumed from the split", _resumed_from(summary) == split_at,
                           float(_resumed_from(summary)), float(split_at), "its start record"))
-    for name, pair in (("A vs B", ("A", "B")), ("C vs D", ("C", "D"))):
-      checks += resume_checks(f"{n}w {name}", {leg: summaries[leg] for leg in pair},
+    for pair in PAIRS:
+      checks += resume_checks(f"{n}w {' vs '.join(pair)}", {leg: summaries[leg] for leg in pair},
                                {leg: losses[f"{n}w/{leg}"] for leg in pair},
                                backends, tolerances)
 
     # Reported, not checked: a resumed run against an uninterrupted one.
-    for leg, backend in (("A", "estimator"), ("C", "keras")) if measure_uninterrupted else ():
+    for leg, _ in PAIRS if measure_uninterrupted else ():
+      backend = _resumer(leg)
       whole = run.train(f"{backend}-uninterrupted", backend, end)
       both = {leg: summaries[leg], "whole": whole}
       weights = {k: parity.backend_weights(backend, s) for k, s in both.items()}
@@ -222,13 +231,18 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
       measured[f"{n}w {leg} vs uninterrupted {backend}: max per-step loss rel diff"] = max(
           abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[f"{n}w/{leg}"], whole_losses))
   return Report(workers=list(workers), split_at=split_at, train_steps=train_steps,
-                resume_steps=resume_steps, checks=checks, losses=losses, measured=measured)
+                decay_steps=decay_steps, checks=checks, losses=losses, measured=measured)
+
+
+def _resumer(leg: str) -> str:
+  """The backend that trains a resumed run: the second of its name."""
+  return leg.rsplit("-then-", 1)[1]
 
 
 def format_table(report: Report) -> str:
-  rows = [parity.format_checks(f"Handoff at step {report.split_at} of {report.train_steps}, "
-                               f"{report.resume_steps} steps resumed, workers {report.workers}",
-                               report.checks)]
+  rows = [parity.format_checks(f"Handoff at step {report.split_at}, resumed to step "
+                               f"{report.train_steps} on a {report.decay_steps}-step schedule, "
+                               f"workers {report.workers}", report.checks)]
   if report.measured:
     rows += ["", "Resumed vs uninterrupted (measured, not checked: a resumed run rebuilds its "
              "input pipeline and reads other batches):", "| comparison | value |",
@@ -243,9 +257,9 @@ def write_report(report: Report, out_dir: str) -> None:
 
 
 def _plot(report: Report, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
+  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
 
   fig, ax = plt.subplots(figsize=(9, 5))
   for run, values in report.losses.items():

@@ -323,9 +323,9 @@ def write_report(report: Report, out_dir: str) -> None:
 
 
 def _plot(report: Report, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
+  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
 
   fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
   for run, values in report.losses.items():

@@ -9,10 +9,9 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from absl import app
-from absl import flags
 
 from data import paths
 from launch import supervisor
@@ -110,23 +109,6 @@ def read_progress(model_dir: str) -> List[Dict[str, Any]]:
   return records
 
 
-def worker_counts(values: Sequence[str]) -> List[int]:
-  """A tool's --workers list (e.g. ["1", "2"]) as numbers; a usage error (exit 2) if bad."""
-  try:
-    counts = [int(v) for v in values]
-  except ValueError:
-    raise app.UsageError(f"--workers must be integers, got {','.join(values)}.", exitcode=2)
-  if not counts or min(counts) < 1:
-    raise app.UsageError("--workers must be at least 1.", exitcode=2)
-  return counts
-
-
-def define_data_flags() -> Tuple[flags.FlagHolder, flags.FlagHolder]:
-  """Defines a tool binary's --data_dir and --mnist_idx_dir (called by the binary)."""
-  return (flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/."),
-          flags.DEFINE_string("mnist_idx_dir", None, trainer_flags.help_text("mnist_idx_dir")))
-
-
 def check_or_exit(config: Config, workers: int, idx_dir: Optional[str],
                   backends: Sequence[str] = BACKENDS) -> None:
   """For the tool binaries: exit 2 on a bad config or a backend this install cannot
@@ -140,10 +122,10 @@ def check_or_exit(config: Config, workers: int, idx_dir: Optional[str],
   try:
     config.validate(workers)
   except ValueError as e:
-    raise app.UsageError(str(e), exitcode=2)
+    raise app.UsageError(str(e), exitcode=2) from e
   if paths.is_prepared(config.data_dir):
     return
-  from data import mnist  # pylint: disable=import-outside-toplevel
+  from data import mnist  # noqa: PLC0415 -- imports TensorFlow: only for missing data.
   try:
     mnist.ensure_prepared(config.data_dir, idx_dir)
   except paths.MissingDataError as e:

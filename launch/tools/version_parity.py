@@ -202,9 +202,9 @@ def write_report(report: Report, out_dir: str) -> None:
 
 
 def _plot(report: Report, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
+  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
 
   fig, ax = plt.subplots(figsize=(9, 5))
   for run, values in report.losses.items():
