@@ -7,8 +7,8 @@ from trainers import flags as trainer_flags
 from trainers.config import Config
 
 
-def test_readme_flag_table_is_the_help_text():
-  assert trainer_flags.help_table() in (REPO / "README.md").read_text()
+def test_the_documented_flag_table_is_the_help_text():
+  assert trainer_flags.help_table() in (REPO / "docs" / "training.md").read_text()
 
 
 def test_a_config_round_trips_through_its_flags():

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 import pytest
 
 from launch import exit_codes
-from launch.tools import parity
+from launch.tools import harness
 from launch.tools import runs
 from tests.conftest import REPO
 from trainers import flags as trainer_flags
@@ -177,10 +177,10 @@ def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tin
       assert f"Started server with target: grpc://{hosts.addresses[i]}:{PORT}" in f.read()
   multihost = runs.read_summary(model_dir)
   assert (multihost["workers"], multihost["global_step"]) == (2, CONFIG.train_steps)
-  weights = {"localhost": parity.backend_weights(backend, local),
-             "3 hosts": parity.backend_weights(backend, multihost)}
-  assert parity.check_mapping(weights).passed
-  (check,) = parity.compare_weights(weights, atol=1e-6)
+  weights = {"localhost": harness.backend_weights(backend, local),
+             "3 hosts": harness.backend_weights(backend, multihost)}
+  assert harness.check_mapping(weights).passed
+  (check,) = harness.compare_weights(weights, atol=1e-6)
   print(f"multihost parity, {backend}: {check.name} = {check.measured:.3g} "
         f"(limit {check.limit:g}, {check.where})")
   assert check.passed, check

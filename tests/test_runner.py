@@ -242,8 +242,8 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
     (["--workers=2", "--max_restarts=-1"], {}, "--max_restarts must be at least 0"),
     (["extra"], {}, "Unexpected arguments: extra"),
     ([], {"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),
-    ([], _tf_config("worker", 3), "task index 3 is out of range"),
-    ([], _tf_config("ps", 0), "task type 'ps' is not run here"),
+    ([], _tf_config("worker", 3), "task.index 3 is out of range"),
+    ([], _tf_config("ps", 0), "task.type 'ps' is not run here"),
     ([], _tf_config("chief", ps=["localhost:1"], chief=["localhost:2"]), "job(s) ['ps']"),
     (["--workers=3"], _tf_config("worker", 0), "TF_CONFIG describes 2 training tasks"),
 ])])

@@ -43,9 +43,9 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
   # Negative control: exports of differently trained models are told apart,
   # in both versions (here: the Keras export against the run's initial weights).
   summaries = {version_parity.NEW_KERAS: runs.read_summary(
-                   str(out / "x1" / version_parity.NEW_KERAS / "model")),
+                   str(out / "1w" / version_parity.NEW_KERAS / "model")),
                version_parity.OLD_ESTIMATOR: runs.read_summary(
-                   str(out / "x1" / version_parity.OLD_ESTIMATOR / "model"))}
+                   str(out / "1w" / version_parity.OLD_ESTIMATOR / "model"))}
   summaries[version_parity.OLD_ESTIMATOR]["export_dir"] = _untrained_export(tmp_path)
   checks = version_parity._cross_load(
       NEWEST_TF_PYTHON, runs.PYTHON, summaries, str(out / "test_images.npy"), str(tmp_path),

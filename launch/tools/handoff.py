@@ -17,7 +17,6 @@ reported, not checked.
 """
 
 import dataclasses
-import json
 import os
 import shutil
 from typing import Dict, List, Tuple
@@ -26,15 +25,14 @@ import numpy as np
 import tensorflow as tf
 
 from launch.tools import convert
-from launch.tools import parity
+from launch.tools import harness
 from launch.tools import reference
 from launch.tools import runs
 from trainers import keras_trainer
-from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers.config import Config
 
-Check = parity.Check
+Check = harness.Check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,51 +58,33 @@ class Report:
     return all(c.passed for c in self.checks)
 
 
-class _Runner:
-  """Runs the legs of one worker count under `<out_dir>/<n>w/<leg>/`."""
+class _Legs(harness.Runs):
+  """The runs of one worker count, under `<out_dir>/<n>w/<run>/`."""
 
   def __init__(self, config: Config, workers: int, out_dir: str, timeout: float):
-    self.config, self.workers, self.timeout = config, workers, timeout
-    self.out_dir = os.path.join(out_dir, f"{workers}w")
+    super().__init__(config, os.path.join(out_dir, f"{workers}w"), timeout)
+    self.workers = workers
 
-  def model_dir(self, leg: str) -> str:
-    return os.path.join(self.out_dir, leg, "model")
-
-  def train(self, leg: str, backend: str, train_steps: int) -> Dict:
-    """Trains `backend` in leg's model_dir (resuming whatever it holds) to `train_steps`."""
-    run_dir = os.path.join(self.out_dir, leg)
-    os.makedirs(run_dir, exist_ok=True)
-    config = dataclasses.replace(self.config, train_steps=train_steps, record_dir=run_dir,
-                                 checkpoint_every_steps=train_steps)
+  def train_to(self, name: str, backend: str, train_steps: int) -> Dict:
+    """Trains `backend` in run `name`'s model_dir (resuming what it holds) to `train_steps`."""
     # Nothing here reads the Keras evaluator's results: the chief evaluates, one process fewer.
     extra = ["--noevaluator"] if backend == "keras" and self.workers > 1 else []
-    return runs.run_trainer(backend, config, workers=self.workers,
-                            model_dir=self.model_dir(leg),
-                            log_path=os.path.join(run_dir, "run.log"), timeout=self.timeout,
-                            extra_flags=extra)
+    return self.train(name, backend, self.workers, extra_flags=extra, train_steps=train_steps,
+                      checkpoint_every_steps=train_steps)
 
-  def copy(self, source: str, leg: str) -> None:
-    """A run's model_dir as it stood at the split, for a leg of its own to resume."""
-    shutil.copytree(self.model_dir(source), self.model_dir(leg),
+  def copy(self, source: str, name: str) -> None:
+    """A run's model_dir as it stood at the split, for a run of its own to resume."""
+    shutil.copytree(self.model_dir(source), self.model_dir(name),
                     ignore=shutil.ignore_patterns(layout.PROGRESS_FILE, layout.SUMMARY_FILE))
-
-  def losses(self, leg: str) -> List[float]:
-    with open(os.path.join(self.out_dir, leg, layout.LOSSES_FILE)) as f:
-      return json.load(f)["losses"]
 
 
 def resume_checks(name: str, summaries: Dict[str, Dict], losses: Dict[str, List[float]],
                    backends: Dict[str, str], tolerances: Tolerances) -> List[Check]:
-  weights = {leg: parity.backend_weights(backends[leg], summaries[leg]) for leg in summaries}
-  mapping = parity.check_mapping(weights)
-  checks = [dataclasses.replace(mapping, name=f"{name}: variable mapping")]
-  if mapping.passed:
-    checks += [dataclasses.replace(c, name=f"{name}: {c.name}")
-               for c in parity.compare_weights(weights, tolerances.weight_atol)]
-  checks += [dataclasses.replace(c, name=f"{name}: {c.name}")
-             for c in parity.compare_losses(losses, tolerances.loss_rtol,
-                                            "per-step loss rel diff after the split")]
-  return checks
+  weights = {leg: harness.backend_weights(backends[leg], summaries[leg]) for leg in summaries}
+  return harness.named(harness.compare_runs(weights, losses, tolerances.weight_atol,
+                                            tolerances.loss_rtol,
+                                            "per-step loss rel diff after the split"),
+                       lambda check: f"{name}: {check}")
 
 
 def _resumed_from(summary: Dict) -> int:
@@ -167,19 +147,15 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
   Returns:
     The report; `report.passed` only if every check passed.
   """
-  os.makedirs(out_dir, exist_ok=True)
-  init_path = os.path.join(out_dir, "init_weights.npz")
-  model_lib.save_weights_npz(init_path, model_lib.get_weights(model_lib.build_model(config.seed)))
-  config = dataclasses.replace(config, init_weights=init_path, deterministic=True,
-                               decay_steps=decay_steps)
+  config = dataclasses.replace(harness.prepare(config, out_dir), decay_steps=decay_steps)
   end = train_steps
   checks: List[Check] = []
   losses: Dict[str, List[float]] = {}
   measured: Dict[str, float] = {}
   for n in workers:
-    run = _Runner(config, n, out_dir, timeout)
-    first = {"estimator": run.train("estimator-first", "estimator", split_at),
-             "keras": run.train("keras-first", "keras", split_at)}
+    run = _Legs(config, n, out_dir, timeout)
+    first = {"estimator": run.train_to("estimator-first", "estimator", split_at),
+             "keras": run.train_to("keras-first", "keras", split_at)}
     for backend in first:
       losses[f"{n}w/{backend} 0-{split_at}"] = run.losses(f"{backend}-first")
 
@@ -208,7 +184,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     run.copy("estimator-first", "estimator-then-estimator")
     run.copy("keras-first", "keras-then-keras")
     legs = [leg for pair in PAIRS for leg in pair]
-    summaries = {leg: run.train(leg, _resumer(leg), end) for leg in legs}
+    summaries = {leg: run.train_to(leg, _resumer(leg), end) for leg in legs}
     backends = {leg: _resumer(leg) for leg in legs}
     for leg, summary in summaries.items():
       losses[f"{n}w/{leg}"] = run.losses(leg)
@@ -222,9 +198,9 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     # Reported, not checked: a resumed run against an uninterrupted one.
     for leg, _ in PAIRS if measure_uninterrupted else ():
       backend = _resumer(leg)
-      whole = run.train(f"{backend}-uninterrupted", backend, end)
+      whole = run.train_to(f"{backend}-uninterrupted", backend, end)
       both = {leg: summaries[leg], "whole": whole}
-      weights = {k: parity.backend_weights(backend, s) for k, s in both.items()}
+      weights = {k: harness.backend_weights(backend, s) for k, s in both.items()}
       measured[f"{n}w {leg} vs uninterrupted {backend}: max |weight diff|"] = max(
           float(np.max(np.abs(weights[leg][v] - weights["whole"][v]))) for v in weights[leg])
       whole_losses = run.losses(f"{backend}-uninterrupted")[split_at:]
@@ -240,7 +216,7 @@ def _resumer(leg: str) -> str:
 
 
 def format_table(report: Report) -> str:
-  rows = [parity.format_checks(f"Handoff at step {report.split_at}, resumed to step "
+  rows = [harness.format_checks(f"Handoff at step {report.split_at}, resumed to step "
                                f"{report.train_steps} on a {report.decay_steps}-step schedule, "
                                f"workers {report.workers}", report.checks)]
   if report.measured:
@@ -253,15 +229,12 @@ def format_table(report: Report) -> str:
 
 def write_report(report: Report, out_dir: str) -> None:
   """handoff_report.md, handoff_report.json and loss_curves.png in out_dir."""
-  parity.write_files(out_dir, "handoff", report, format_table(report), _plot)
+  harness.write_report(out_dir, "handoff", report, format_table(report), _plot)
 
 
-def _plot(report: Report, path: str) -> None:
-  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
-
-  fig, ax = plt.subplots(figsize=(9, 5))
+def _plot(report: Report, fig) -> None:
+  """The runs to the split as lines, the resumed runs after it as dashes."""
+  ax = fig.subplots()
   for run, values in report.losses.items():
     first = " 0-" in run
     start = 1 if first else report.split_at + 1
@@ -271,6 +244,3 @@ def _plot(report: Report, path: str) -> None:
   ax.set(yscale="log", xlabel="step", ylabel="training loss (global batch)",
          title=f"Handoff at step {report.split_at}")
   ax.legend(fontsize="small")
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)

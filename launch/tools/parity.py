@@ -11,22 +11,21 @@ import dataclasses
 import itertools
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from data import mnist
-from launch.tools import convert
+from launch.tools import harness
 from launch.tools import reference
 from launch.tools import runs
 from trainers import evaluation
 from trainers import keras_trainer
-from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
+Check = harness.Check
 CURVE_START_STEP = 10  # Loss curves are compared from here on.
 
 
@@ -40,17 +39,6 @@ class Tolerances:
 
 
 @dataclasses.dataclass
-class Check:
-  """One comparison: what was measured, its limit, and where the worst case is."""
-
-  name: str
-  passed: bool
-  measured: float
-  limit: float
-  where: str = ""
-
-
-@dataclasses.dataclass
 class Report:
   workers: int
   steps: int
@@ -61,61 +49,6 @@ class Report:
   @property
   def passed(self) -> bool:
     return all(c.passed for c in self.checks)
-
-
-def backend_weights(backend: str, summary: Dict) -> model_lib.Weights:
-  """Every final model weight by name: Keras from its SavedModel, Estimator from its checkpoint.
-
-  All of them, not only the names the reference has: check_mapping must see a
-  variable one backend has and another has not.
-  """
-  if backend == "keras":
-    loaded = tf.saved_model.load(summary["export_dir"])
-    return {model_lib.weight_name(v): v.numpy() for v in loaded.trainable_variables}
-  reader = tf.train.load_checkpoint(summary["model_dir"])
-  # Weights, and whatever the conversion could not place (an extra variable).
-  names = [e.name for e in convert.classify(reader.get_variable_to_shape_map())
-           if e.kind in (convert.WEIGHT, convert.UNMAPPED)]
-  return {name: reader.get_tensor(name) for name in names}
-
-
-def check_mapping(weights: Dict[str, model_lib.Weights]) -> Check:
-  """Same variable count, names and shapes in every run, before any number is compared."""
-  signatures = {run: sorted((n, tuple(w.shape)) for n, w in ws.items())
-                for run, ws in weights.items()}
-  first_run, first = next(iter(signatures.items()))
-  for run, signature in signatures.items():
-    if signature != first:
-      return Check("variable mapping", False, float(len(signature)), float(len(first)),
-                   f"{run}: {signature} vs {first_run}: {first}")
-  return Check("variable mapping", True, float(len(first)), float(len(first)),
-               ", ".join(f"{n}{list(s)}" for n, s in first))
-
-
-def compare_weights(weights: Dict[str, model_lib.Weights], atol: float) -> List[Check]:
-  checks = []
-  for a, b in itertools.combinations(weights, 2):
-    diffs = {n: float(np.max(np.abs(weights[a][n] - weights[b][n]))) for n in weights[a]}
-    worst = max(diffs, key=diffs.get)
-    checks.append(Check(f"max |weight diff| {a} vs {b}", diffs[worst] <= atol, diffs[worst],
-                        atol, f"variable {worst}"))
-  return checks
-
-
-def compare_losses(losses: Dict[str, List[float]], rtol: float, name: str,
-                   start: int = 0) -> List[Check]:
-  checks = []
-  for a, b in itertools.combinations(losses, 2):
-    x, y = np.asarray(losses[a][start:]), np.asarray(losses[b][start:])
-    if len(x) != len(y) or not len(x):
-      checks.append(Check(f"{name} {a} vs {b}", False, float(len(x)), float(len(y)),
-                          "different or zero step counts"))
-      continue
-    rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-12)
-    worst = int(np.argmax(rel))
-    checks.append(Check(f"{name} {a} vs {b}", bool(rel[worst] <= rtol), float(rel[worst]), rtol,
-                        f"step {start + worst + 1}"))
-  return checks
 
 
 def _shards(record_dir: str, workers: int) -> List[set]:
@@ -145,25 +78,6 @@ def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional
   return checks
 
 
-def _read_losses(record_dir: str) -> List[float]:
-  with open(os.path.join(record_dir, layout.LOSSES_FILE)) as f:
-    return json.load(f)["losses"]
-
-
-def _train_both(config: Config, workers: int, out_dir: str, backend_flags, timeout):
-  summaries, record_dirs = {}, {}
-  for backend in BACKENDS:
-    run_dir = os.path.join(out_dir, backend)
-    os.makedirs(run_dir, exist_ok=True)
-    run_config = dataclasses.replace(config, record_dir=run_dir)
-    summaries[backend] = runs.run_trainer(
-        backend, run_config, workers=workers, model_dir=os.path.join(run_dir, "model"),
-        log_path=os.path.join(run_dir, "run.log"), timeout=timeout,
-        extra_flags=backend_flags.get(backend, ()))
-    record_dirs[backend] = run_dir
-  return summaries, record_dirs
-
-
 def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                long_steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
@@ -187,54 +101,50 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     The report; `report.passed` only if every check passed.
   """
   backend_flags = backend_flags or {}
-  os.makedirs(out_dir, exist_ok=True)
-  init_path = os.path.join(out_dir, "init_weights.npz")
-  model_lib.save_weights_npz(init_path, model_lib.get_weights(model_lib.build_model(config.seed)))
-  config = dataclasses.replace(config, init_weights=init_path, deterministic=True)
+  config = harness.prepare(config, out_dir)
   if long_steps is None:
     long_steps = mnist.num_examples("train", config.data_dir) // config.global_batch_size
-  checks: List[Check] = []
-  losses: Dict[str, List[float]] = {}
+  trainer_runs = harness.Runs(config, out_dir, timeout)
 
-  short = dataclasses.replace(config, train_steps=steps, log_every_steps=steps,
-                              checkpoint_every_steps=steps)
-  summaries, record_dirs = _train_both(short, workers, os.path.join(out_dir, "short"),
-                                       backend_flags, timeout)
+  def train_both(phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
+    return {b: trainer_runs.train(f"{phase}/{b}", b, workers,
+                                  extra_flags=backend_flags.get(b, ()), **changes)
+            for b in BACKENDS}
+
+  summaries = train_both("short", train_steps=steps, log_every_steps=steps,
+                         checkpoint_every_steps=steps)
+  short = dataclasses.replace(config, train_steps=steps)
+  losses: Dict[str, List[float]] = {}
   losses["short/reference"], ref_weights = reference.train_reference(short, workers)
   weights = {"reference": ref_weights}
   for backend in BACKENDS:
-    weights[backend] = backend_weights(backend, summaries[backend])
-    losses[f"short/{backend}"] = _read_losses(record_dirs[backend])
-  mapping = check_mapping(weights)
-  checks.append(mapping)
-  if mapping.passed:
-    checks += compare_weights(weights, tolerances.weight_atol)
-  checks += compare_losses({r: losses[f"short/{r}"] for r in weights}, tolerances.loss_rtol,
-                           "per-step loss rel diff")
+    weights[backend] = harness.backend_weights(backend, summaries[backend])
+    losses[f"short/{backend}"] = trainer_runs.losses(f"short/{backend}")
+  checks = harness.compare_runs(weights, {r: losses[f"short/{r}"] for r in weights},
+                                tolerances.weight_atol, tolerances.loss_rtol)
   # The progress records (what users see as "loss" in each backend's progress
   # lines) must be the same quantity: the window mean of the global-batch loss.
   progress = {b: [r["loss"] for r in runs.read_progress(summaries[b]["model_dir"])
                   if r["event"] == "step"] for b in BACKENDS}
-  checks += compare_losses(progress, tolerances.loss_rtol, "progress.jsonl loss rel diff")
-  checks += compare_shards(record_dirs, workers, config.data_dir)
+  checks += harness.compare_losses(progress, tolerances.loss_rtol,
+                                   "progress.jsonl loss rel diff")
+  checks += compare_shards({b: trainer_runs.run_dir(f"short/{b}") for b in BACKENDS}, workers,
+                           config.data_dir)
   eval_summary = summaries["estimator"]
 
   if long_steps:
     # Four checkpoints, so both evaluators have several steps to agree on.
-    long = dataclasses.replace(config, train_steps=long_steps,
-                               checkpoint_every_steps=max(1, long_steps // 4))
-    long_summaries, long_dirs = _train_both(long, workers, os.path.join(out_dir, "long"),
-                                            backend_flags, timeout)
-    gap = 100 * abs(long_summaries["keras"]["test_accuracy"] -
-                    long_summaries["estimator"]["test_accuracy"])
+    summaries = train_both("long", train_steps=long_steps,
+                           checkpoint_every_steps=max(1, long_steps // 4))
+    gap = 100 * abs(summaries["keras"]["test_accuracy"] - summaries["estimator"]["test_accuracy"])
     checks.append(Check("test accuracy gap (pp), long run", gap <= tolerances.accuracy_pp, gap,
                         tolerances.accuracy_pp, f"step {long_steps}"))
     for backend in BACKENDS:
-      losses[f"long/{backend}"] = _read_losses(long_dirs[backend])
-    checks += compare_losses({b: losses[f"long/{b}"] for b in BACKENDS}, tolerances.curve_rtol,
-                             "loss curve rel diff, long run", start=CURVE_START_STEP)
-    eval_summary = long_summaries["estimator"]
-    summaries = long_summaries
+      losses[f"long/{backend}"] = trainer_runs.losses(f"long/{backend}")
+    checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
+                                     tolerances.curve_rtol, "loss curve rel diff, long run",
+                                     start=CURVE_START_STEP)
+    eval_summary = summaries["estimator"]
 
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
@@ -280,7 +190,7 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
   if estimator_metrics is None:
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
   keras_metrics = keras_trainer.evaluate_weights(
-      config, backend_weights("estimator", summary))
+      config, harness.backend_weights("estimator", summary))
   acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
   loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])
   where = f"checkpoint step {step}: accuracy {estimator_metrics['accuracy']:.4f}"
@@ -290,57 +200,30 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
                 loss_gap, loss_atol, where)]
 
 
-def format_checks(title: str, checks: Sequence[Check]) -> str:
-  """A Markdown table of checks under `title`, then the overall verdict."""
-  rows = [title, "| check | result | measured | limit | where |", "| --- | --- | --- | --- | --- |"]
-  for c in checks:
-    rows.append(f"| {c.name} | {'PASS' if c.passed else 'FAIL'} | {c.measured:.3g} | "
-                f"{c.limit:.3g} | {c.where} |")
-  passed = sum(c.passed for c in checks)
-  rows.append(f"Overall: {'PASS' if passed == len(checks) else 'FAIL'} "
-              f"({passed}/{len(checks)} checks)")
-  return "\n".join(rows)
-
-
 def format_table(report: Report) -> str:
-  return format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step short run, "
-                       f"{report.long_steps}-step long run", report.checks)
-
-
-def write_files(out_dir: str, name: str, report: Any, table: str,
-                plot: Callable[[Any, str], None]) -> None:
-  """`<name>_report.md` (the table), `<name>_report.json` and `loss_curves.png` in out_dir."""
-  with open(os.path.join(out_dir, f"{name}_report.md"), "w") as f:
-    f.write(f"# {name.capitalize()} report\n\n{table}\n")
-  with open(os.path.join(out_dir, f"{name}_report.json"), "w") as f:
-    json.dump({"passed": report.passed, **dataclasses.asdict(report)}, f, indent=2)
-  plot(report, os.path.join(out_dir, "loss_curves.png"))
+  return harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
+                               f"short run, {report.long_steps}-step long run", report.checks)
 
 
 def write_report(report: Report, out_dir: str) -> None:
   """parity_report.md, parity_report.json and loss_curves.png in out_dir."""
-  write_files(out_dir, "parity", report, format_table(report), _plot)
+  harness.write_report(out_dir, "parity", report, format_table(report), _plot)
 
 
-def _plot(report: Report, path: str) -> None:
-  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
-
-  fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+def _plot(report: Report, fig) -> None:
+  """The per-step losses above, and every pair's |difference| below."""
+  top, bottom = fig.subplots(2, 1, sharex=True)
+  fig.set_size_inches(9, 8)
   for run, values in report.losses.items():
     top.plot(range(1, len(values) + 1), values, label=run,
              linestyle="--" if "reference" in run else "-")
   top.set(yscale="log", ylabel="training loss (global batch)", title="Per-step loss")
   top.legend()
   for phase in ("short", "long"):
-    runs = [r for r in report.losses if r.startswith(phase + "/")]
-    for a, b in itertools.combinations(runs, 2):
+    phase_runs = [r for r in report.losses if r.startswith(phase + "/")]
+    for a, b in itertools.combinations(phase_runs, 2):
       diff = np.abs(np.asarray(report.losses[a]) - np.asarray(report.losses[b]))
       bottom.plot(range(1, len(diff) + 1), np.maximum(diff, 1e-12),
                   label=f"|{a} - {b.split('/')[1]}|")
   bottom.set(yscale="log", xlabel="step", ylabel="|loss difference| (floor 1e-12)")
   bottom.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)

@@ -6,7 +6,6 @@ SavedModel is also loaded and served by the other version.
 """
 
 import dataclasses
-import json
 import os
 import subprocess
 from typing import Dict, List, Sequence
@@ -15,11 +14,10 @@ import numpy as np
 import tensorflow as tf
 
 from data import mnist
-from launch.tools import parity
+from launch.tools import harness
 from launch.tools import runs
 from trainers import inputs
 from trainers import model as model_lib
-from trainers import model_dir as layout
 from trainers.config import Config
 
 # The runs compared, each as (backend, which install).
@@ -42,8 +40,8 @@ class Report:
   versions: Dict[str, str]  # "new", "2.15": "TensorFlow x, tf-keras y"
   workers: List[int]
   steps: int
-  checks: List[parity.Check]
-  losses: Dict[str, List[float]]  # "x2/keras@new", ...
+  checks: List[harness.Check]
+  losses: Dict[str, List[float]]  # "2w/keras@new", ...
 
   @property
   def passed(self) -> bool:
@@ -99,7 +97,7 @@ def save_test_images(config: Config, path: str) -> None:
 
 
 def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
-                out_dir: str, atol: float) -> List[parity.Check]:
+                out_dir: str, atol: float) -> List[harness.Check]:
   """Each version serves both exports: the logits of the two backends must agree in each."""
   checks = []
   for version, python in (("TF 2.15.1", python_old), ("the newest TF", python_new)):
@@ -110,12 +108,12 @@ def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], im
       try:
         logits[run] = _probe(python, summaries[run]["export_dir"], images_path, out)["logits"]
       except runs.RunError as e:
-        checks.append(parity.Check(f"{run} export loads in {version}", False, float("nan"), 0,
+        checks.append(harness.Check(f"{run} export loads in {version}", False, float("nan"), 0,
                                    str(e)))
     if len(logits) == 2:
       diff = np.abs(logits[NEW_KERAS] - logits[OLD_ESTIMATOR])
       worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
-      checks.append(parity.Check(
+      checks.append(harness.Check(
           f"max |logit diff| {NEW_KERAS} vs {OLD_ESTIMATOR} exports, served by {version}",
           bool(diff.max() <= atol), float(diff.max()), atol,
           f"test image {worst[0]}, class {worst[1]} (of {len(diff)} images)"))
@@ -143,74 +141,45 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
   Raises:
     runs.RunError: a run failed, or `keras_python` is not a TF install.
   """
-  os.makedirs(out_dir, exist_ok=True)
   versions = {"new": stack_versions(keras_python), "2.15": stack_versions(runs.PYTHON)}
-  init_path = os.path.join(out_dir, "init_weights.npz")
-  model_lib.save_weights_npz(init_path, model_lib.get_weights(model_lib.build_model(config.seed)))
-  config = dataclasses.replace(config, init_weights=init_path, deterministic=True,
-                               train_steps=steps, log_every_steps=steps,
-                               checkpoint_every_steps=steps)
+  config = dataclasses.replace(harness.prepare(config, out_dir), train_steps=steps,
+                               log_every_steps=steps, checkpoint_every_steps=steps)
   images_path = os.path.join(out_dir, "test_images.npy")
   save_test_images(config, images_path)
   pythons = {NEW_KERAS: keras_python, OLD_KERAS: runs.PYTHON, OLD_ESTIMATOR: runs.PYTHON}
-  checks: List[parity.Check] = []
+  checks: List[harness.Check] = []
   losses: Dict[str, List[float]] = {}
   for n in workers:
-    summaries, weights = {}, {}
-    for run, python in pythons.items():
-      run_dir = os.path.join(out_dir, f"x{n}", run)
-      os.makedirs(run_dir, exist_ok=True)
-      backend = run.split("@")[0]
-      summaries[run] = runs.run_trainer(
-          backend, dataclasses.replace(config, record_dir=run_dir), workers=n,
-          model_dir=os.path.join(run_dir, "model"), log_path=os.path.join(run_dir, "run.log"),
-          timeout=timeout, python=python)
-      with open(os.path.join(run_dir, layout.LOSSES_FILE)) as f:
-        losses[f"x{n}/{run}"] = json.load(f)["losses"]
+    size_dir = os.path.join(out_dir, f"{n}w")
+    trainer_runs = harness.Runs(config, size_dir, timeout)
+    summaries = {run: trainer_runs.train(run, run.split("@")[0], n, python=python)
+                 for run, python in pythons.items()}
+    for run in pythons:
+      losses[f"{n}w/{run}"] = trainer_runs.losses(run)
     # Keras weights from its export, read by the version that wrote it.
     probe = _probe(keras_python, summaries[NEW_KERAS]["export_dir"], images_path,
-                   os.path.join(out_dir, f"x{n}", "probe-keras-new.npz"))
-    weights[NEW_KERAS] = {k[len("weight:"):]: v for k, v in probe.items()
-                          if k.startswith("weight:")}
+                   os.path.join(size_dir, "probe-keras-new.npz"))
+    weights = {NEW_KERAS: {k[len("weight:"):]: v for k, v in probe.items()
+                           if k.startswith("weight:")}}
     for run in (OLD_KERAS, OLD_ESTIMATOR):
-      weights[run] = parity.backend_weights(run.split("@")[0], summaries[run])
-    at = f" at {n} worker(s)"
-    mapping = parity.check_mapping(weights)
-    checks.append(dataclasses.replace(mapping, name=mapping.name + at))
-    if mapping.passed:
-      checks += [dataclasses.replace(c, name=c.name + at)
-                 for c in parity.compare_weights(weights, tolerances.weight_atol)]
-    checks += [dataclasses.replace(c, name=c.name + at) for c in parity.compare_losses(
-        {run: losses[f"x{n}/{run}"] for run in pythons}, tolerances.loss_rtol,
-        "per-step loss rel diff")]
+      weights[run] = harness.backend_weights(run.split("@")[0], summaries[run])
+    checks += harness.named(
+        harness.compare_runs(weights, {run: losses[f"{n}w/{run}"] for run in pythons},
+                             tolerances.weight_atol, tolerances.loss_rtol),
+        lambda check, n=n: f"{check} at {n} worker(s)")
     if n == workers[0]:
-      checks += _cross_load(keras_python, runs.PYTHON, summaries, images_path,
-                            os.path.join(out_dir, f"x{n}"), tolerances.logits_atol)
+      checks += _cross_load(keras_python, runs.PYTHON, summaries, images_path, size_dir,
+                            tolerances.logits_atol)
   return Report(versions=versions, workers=list(workers), steps=steps, checks=checks,
                 losses=losses)
 
 
 def format_table(report: Report) -> str:
-  return parity.format_checks(
+  return harness.format_checks(
       f"Version parity, {report.steps} steps at {report.workers} worker(s): "
       f"new = {report.versions['new']}; 2.15 = {report.versions['2.15']}", report.checks)
 
 
 def write_report(report: Report, out_dir: str) -> None:
   """version_parity_report.md, .json and loss_curves.png in out_dir."""
-  parity.write_files(out_dir, "version_parity", report, format_table(report), _plot)
-
-
-def _plot(report: Report, path: str) -> None:
-  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
-
-  fig, ax = plt.subplots(figsize=(9, 5))
-  for run, values in report.losses.items():
-    ax.plot(range(1, len(values) + 1), values, label=run)
-  ax.set(xlabel="step", ylabel="training loss (global batch)", title="Per-step loss by version")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+  harness.write_report(out_dir, "version_parity", report, format_table(report))
