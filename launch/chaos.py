@@ -3,7 +3,7 @@ r"""Makes faults a run meets in the wild, trial after trial, and checks each end
   python -m launch.chaos --backend={keras,estimator} [--fault=kill_worker,...|all]
       [--workers=2] [--trials=N] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
 
-Faults (README, "When things go wrong", has what each must leave):
+Faults (docs/operations.md, "When things go wrong", has what each must leave):
   kill_worker          SIGKILL or SIGTERM to a random training task (chief included)
   kill_evaluator       the same to the evaluator task
   stop_chief           SIGSTOP to the chief, the coordination service's leader

@@ -330,6 +330,9 @@ def run_local_cluster(
     failure ended the run (128 + signal number if it was killed), or 124
     on timeout or stall.
   """
+  # One screen of supervision, read whole: start, watch, and on each outcome end, or stop
+  # and restart. Split, its state (the tasks, two restart counts, the network) would be
+  # passed back and forth between the pieces.
   if num_workers < 1:
     raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
   if max_restarts < 0:
@@ -365,7 +368,7 @@ def run_local_cluster(
     if network is None:
       logging.warning("The tasks' TensorFlow servers listen on every network interface, "
                       "unauthenticated: no private network namespace could be made (%s). Run "
-                      "only on a trusted network (README: Security).", why_not)
+                      "only on a trusted network (docs/operations.md: Security).", why_not)
     procs = [start(i, b"") for i in range(len(tf_configs))]
     logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:

@@ -7,7 +7,7 @@ r"""Writes a Kubeflow TFJob (and a NetworkPolicy) that trains on Kubernetes.
 
 Build the image with the Dockerfile at the repository root. Every pod mounts
 the PersistentVolumeClaim --pvc (ReadWriteMany) at --mount_path, and
---model_dir must be on it. README: "Run on Kubernetes".
+--model_dir must be on it. docs/kubernetes.md.
 """
 
 import sys

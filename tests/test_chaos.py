@@ -1,4 +1,4 @@
-"""launch.chaos: every fault it makes ends as the README's fault table says, and nothing hangs."""
+"""launch.chaos: every fault ends as the fault table in docs/operations.md says; nothing hangs."""
 
 import os
 

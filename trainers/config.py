@@ -8,7 +8,7 @@ AUTO_STEPS_PER_EXECUTION_MAX = 10
 
 
 def _field(default, help_text: str):
-  """A Config field; its help is the one text for the flag's --help and README's table."""
+  """A Config field; its help is the one text for the flag's --help and the docs' table."""
   return dataclasses.field(default=default, metadata={"help": help_text})
 
 
@@ -19,7 +19,7 @@ class Config:
   The defaults reach >= 98% test accuracy on the 22,699-image offline MNIST
   subset with either backend at 1 or 2 workers. Each field is a flag of the
   trainer binaries, of the same name; its help (in the field's metadata) is
-  the flag's --help and the row of README's flag table.
+  the flag's --help and the row of docs/training.md's flag table.
   """
 
   train_steps: int = _field(1500, "Optimizer steps; each consumes one global batch.")

@@ -1,7 +1,7 @@
 """Flags of the trainer binaries; defined only when a binary calls define_flags.
 
 Each flag's help is written once: the launcher flags here, the hyperparameters
-in `Config`'s field metadata. `help_table()` renders the same texts for README.
+in `Config`'s field metadata. `help_table()` renders the same texts for docs/training.md.
 """
 
 import dataclasses
@@ -64,7 +64,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def help_table() -> str:
-  """README's flag table, from the same help texts as --help."""
+  """docs/training.md's flag table, from the same help texts as --help."""
   rows = ["| flag | default | meaning |", "| --- | --- | --- |"]
   for name, _, default, text in _all_flags():
     shown = "none" if default is None else str(default).lower() if isinstance(default, bool) \

@@ -4,7 +4,7 @@ import dataclasses
 import json
 import os
 import platform
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -30,12 +30,15 @@ LOOP_NAMES = {"step": "one step per call", "step_memory": "one step per call, ba
 
 @dataclasses.dataclass
 class Target:
-  """One target of the issue: what is measured against what."""
+  """One target: what is measured against what, of which kind, for which run."""
 
   name: str
   measured: Optional[float]
   limit: float
   higher_is_better: bool
+  kind: str  # One of KINDS: what the target compares, and so how a miss is explained.
+  backend: str
+  workers: int
 
   @property
   def met(self) -> Optional[bool]:
@@ -48,6 +51,15 @@ def _cost(costs: Mapping[str, Any], part: str) -> Optional[float]:
   return costs.get(part, {}).get("ms") if isinstance(costs.get(part), dict) else None
 
 
+# The kinds of target.
+TO_CEILING = "ratio to the ceiling"
+OVER_K_STEP = "ms/step over the bare K-step step"
+SCALING = "examples/s against 1 worker"
+FIRST_STEP = "launch to first step"
+TO_ACCURACY = "launch to the target accuracy"
+KINDS = (TO_CEILING, OVER_K_STEP, SCALING, FIRST_STEP, TO_ACCURACY)
+
+
 def targets(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]
             ) -> List[Target]:
   """The targets that these results speak to (the backends', not the other entries')."""
@@ -58,23 +70,25 @@ def targets(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any
       continue
     if n == 1:
       found.append(Target(f"{backend} x1 examples/s / ceiling", r.ratio_to_ceiling,
-                          RATIO_TO_CEILING, True))
+                          RATIO_TO_CEILING, True, TO_CEILING, backend, n))
     k_step = _cost(step_costs.get(n, {}), "step_k")
     if n == 2:
       found.append(Target(f"{backend} x2 ms/step - bare K-step step",
                           None if k_step is None or r.ms_per_step is None
-                          else round(r.ms_per_step - k_step, 3), OVER_BARE_K_STEP_MS, False))
+                          else round(r.ms_per_step - k_step, 3), OVER_BARE_K_STEP_MS, False,
+                          OVER_K_STEP, backend, n))
     one = by.get((backend, 1))
     if n > 1 and one and one.examples_per_second and r.examples_per_second:
       found.append(Target(f"{backend} x{n} / {backend} x1 global examples/s",
                           round(r.examples_per_second / one.examples_per_second, 3),
-                          TWO_WORKER_SCALING, True))
+                          TWO_WORKER_SCALING, True, SCALING, backend, n))
     if n in LAUNCH_TO_FIRST_STEP_SECONDS:
       found.append(Target(f"{backend} x{n} launch to first step (s)", r.launch_to_first_step,
-                          LAUNCH_TO_FIRST_STEP_SECONDS[n], False))
+                          LAUNCH_TO_FIRST_STEP_SECONDS[n], False, FIRST_STEP, backend, n))
     if n == 1 and backend in TIME_TO_ACCURACY_SECONDS:
       found.append(Target(f"{backend} x1 launch to {TARGET_ACCURACY:.0%} test accuracy (s)",
-                          r.time_to_accuracy, TIME_TO_ACCURACY_SECONDS[backend], False))
+                          r.time_to_accuracy, TIME_TO_ACCURACY_SECONDS[backend], False,
+                          TO_ACCURACY, backend, n))
   return found
 
 
@@ -199,78 +213,94 @@ def _estimator_split(r: Result, loops: Mapping[str, Optional[float]]) -> str:
           f"and the Estimator adds {r.ms_per_step - loops['step']:+.2f} to it.")
 
 
-def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> List[str]:
-  """One line per missed target, saying from the measurements where the time went."""
-  by = {(r.name, r.workers): r for r in results}
-  ceiling = ceilings(results, step_costs)
-  cpus = os.cpu_count() or 1
-  lines = []
-  for t in targets(results, step_costs):
-    if t.met is not False:
-      continue
-    backend, n = t.name.split()[0], int(t.name.split()[1][1:])
-    r, one, costs = by[backend, n], by.get((backend, 1)), step_costs.get(n, {})
-    loops = {loop: _cost(costs, loop) for loop in bare.LOOPS}
-    if "ceiling" in t.name and None not in loops.values():
-      lines.append(
-          f"{t.name}: {r.ms_per_step:.2f} ms/step against the ceiling's {ceiling[n][1]:.2f} "
-          f"({ceiling[n][0]}). The bare loops: one step per call {loops['step']:.2f} "
+def _explain_to_ceiling(t: Target, r: Result, costs: Mapping[str, Any],
+                        ceiling: Tuple[str, float], loops: Mapping[str, float]) -> str:
+  line = (f"{t.name}: {r.ms_per_step:.2f} ms/step against the ceiling's {ceiling[1]:.2f} "
+          f"({ceiling[0]}). The bare loops: one step per call {loops['step']:.2f} "
           f"({loops['step_memory']:.2f} with one batch held in memory), "
           f"K={costs.get('steps_per_execution')} steps per call {loops['step_k']:.2f} "
           f"({loops['step_k_memory']:.2f}): the input pipeline costs "
           f"{loops['step_k'] - loops['step_k_memory']:+.2f} ms/step, a call per step "
-          f"{loops['step'] - loops['step_k']:+.2f}. {backend} adds "
+          f"{loops['step'] - loops['step_k']:+.2f}. {t.backend} adds "
           f"{r.ms_per_step - loops['step_k']:+.2f} to the K-step loop on the pipeline "
           f"({r.ms_per_step - loops['step']:+.2f} to one step per call)."
-          + _keras_fit_split(backend, r, costs))
-      session = _cost(costs, bare.SESSION_STEP)
-      if backend == "estimator" and session is not None:
-        lines[-1] += (f" The Estimator's own v1 graph run by a plain Session, one run per "
-                      f"step and no hooks, takes {session:.2f}: MonitoredSession and its hooks "
-                      f"add {r.ms_per_step - session:+.2f}.")
-    elif "K-step" in t.name and None not in loops.values():
-      lines.append(
-          f"{t.name}: {r.ms_per_step:.2f} ms/step, {r.ms_per_step - loops['step_k']:+.2f} over "
+          + _keras_fit_split(t.backend, r, costs))
+  session = _cost(costs, bare.SESSION_STEP)
+  if t.backend == "estimator" and session is not None:
+    line += (f" The Estimator's own v1 graph run by a plain Session, one run per "
+             f"step and no hooks, takes {session:.2f}: MonitoredSession and its hooks "
+             f"add {r.ms_per_step - session:+.2f}.")
+  return line
+
+
+def _explain_over_k_step(t: Target, r: Result, costs: Mapping[str, Any],
+                         loops: Mapping[str, float]) -> str:
+  line = (f"{t.name}: {r.ms_per_step:.2f} ms/step, {r.ms_per_step - loops['step_k']:+.2f} over "
           f"a bare K-step MultiWorkerMirroredStrategy step ({loops['step_k']:.2f}; one step per "
           f"call {loops['step']:.2f}). Inside the bare step, each worker computes its "
           f"{costs['per_replica_batch']} examples in {_cost(costs, 'compute'):.2f} ms and the "
           f"all-reduce alone takes {_cost(costs, 'all_reduce'):.2f} ms."
-          + _keras_fit_split(backend, r, costs) + _estimator_split(r, loops))
-      evaluator = r.cpu_seconds.get("evaluator-0")
-      if evaluator is not None and r.wall_seconds:
-        lines[-1] += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
-                      f"{r.wall_seconds:.0f} s ({evaluator / (cpus * r.wall_seconds):.0%} of "
-                      f"the {cpus} cores the workers also use).")
-    elif "global examples/s" in t.name and one and loops["step_k"] is not None:
-      step_one = _cost(step_costs.get(1, {}), "step_k")
-      lines.append(
-          f"{t.name}: a step takes {r.ms_per_step:.2f} ms against {one.ms_per_step:.2f} at 1 "
-          f"worker. Each of the {n} workers computes its {costs['per_replica_batch']} examples in "
-          f"{_cost(costs, 'compute'):.2f} ms with {costs['intra_op_threads']} thread(s) "
+          + _keras_fit_split(t.backend, r, costs) + _estimator_split(r, loops))
+  evaluator = r.cpu_seconds.get("evaluator-0")
+  cpus = os.cpu_count() or 1
+  if evaluator is not None and r.wall_seconds:
+    line += (f" The evaluator task took {evaluator:.0f} CPU-s during the run's "
+             f"{r.wall_seconds:.0f} s ({evaluator / (cpus * r.wall_seconds):.0%} of "
+             f"the {cpus} cores the workers also use).")
+  return line
+
+
+def _explain_scaling(t: Target, r: Result, one: Result,
+                     step_costs: Mapping[int, Mapping[str, Any]], loops: Mapping[str, float]
+                     ) -> str:
+  n, costs, cpus = t.workers, step_costs.get(t.workers, {}), os.cpu_count() or 1
+  step_one = _cost(step_costs.get(1, {}), "step_k")
+  return (f"{t.name}: a step takes {r.ms_per_step:.2f} ms against {one.ms_per_step:.2f} at 1 "
+          f"worker. Each of the {n} workers computes its {costs['per_replica_batch']} examples "
+          f"in {_cost(costs, 'compute'):.2f} ms with {costs['intra_op_threads']} thread(s) "
           f"({n} processes on {cpus} cores; 1 worker computes the whole batch in "
           f"{_fmt(_cost(step_costs.get(1, {}), 'compute'), '.2f')} ms), and the all-reduce "
           f"alone takes {_cost(costs, 'all_reduce'):.2f} ms. A bare K-step step takes "
           f"{loops['step_k']:.2f} ms: with nothing added, {n} workers would reach "
-          f"{_fmt(None if step_one is None else step_one / loops['step_k'], '.2f')} of 1 worker's "
-          f"examples/s. {backend} adds {r.ms_per_step - loops['step_k']:+.2f} ms.")
-    elif "first step" in t.name and n > 1:
-      parts = [_fmt(r.breakdown.get(k), ".1f") for k in ("launch_to_tasks_started",
-                                                          "chief_imports", "chief_strategy",
-                                                          "chief_to_first_step")]
-      lines.append(
-          f"{t.name}: {r.launch_to_first_step:.1f} s: {parts[0]} s before any task started "
+          f"{_fmt(None if step_one is None else step_one / loops['step_k'], '.2f')} of 1 "
+          f"worker's examples/s. {t.backend} adds {r.ms_per_step - loops['step_k']:+.2f} ms.")
+
+
+def _explain_first_step(t: Target, r: Result, ceiling_run: Optional[Result]) -> str:
+  if t.workers == 1:
+    return (f"{t.name}: {r.launch_to_first_step:.1f} s, one process: imports, data checks, the "
+            f"model and the first trace of its step; the ceiling run, which imports TensorFlow "
+            f"and traces its loop too, took "
+            f"{_fmt(ceiling_run.launch_to_first_step if ceiling_run else None, '.1f')} s.")
+  parts = [_fmt(r.breakdown.get(k), ".1f") for k in ("launch_to_tasks_started", "chief_imports",
+                                                      "chief_strategy", "chief_to_first_step")]
+  return (f"{t.name}: {r.launch_to_first_step:.1f} s: {parts[0]} s before any task started "
           f"(the launcher checks flags, data and model_dir), then in the chief "
           f"{parts[1]} s of imports (Python, TensorFlow, this code; {len(r.peak_rss_mb) - 1} "
-          f"processes start at once on {cpus} cores), {parts[2]} s to create the strategy "
-          f"(every training task must have started and joined), and {parts[3]} s to build "
-          "the model and its step and run the first one.")
-    elif "first step" in t.name:
-      ceiling_run = by.get((CEILING, 1))
-      lines.append(
-          f"{t.name}: {r.launch_to_first_step:.1f} s, one process: imports, data checks, the "
-          f"model and the first trace of its step; the ceiling run, which imports TensorFlow "
-          f"and traces its loop too, took "
-          f"{_fmt(ceiling_run.launch_to_first_step if ceiling_run else None, '.1f')} s.")
+          f"processes start at once on {os.cpu_count() or 1} cores), {parts[2]} s to create the "
+          f"strategy (every training task must have started and joined), and {parts[3]} s to "
+          "build the model and its step and run the first one.")
+
+
+def explain(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> List[str]:
+  """One line per missed target, saying from the measurements where the time went."""
+  by = {(r.name, r.workers): r for r in results}
+  ceiling = ceilings(results, step_costs)
+  lines = []
+  for t in targets(results, step_costs):
+    if t.met is not False:
+      continue
+    r, one, costs = by[t.backend, t.workers], by.get((t.backend, 1)), step_costs.get(t.workers, {})
+    loops = {loop: _cost(costs, loop) for loop in bare.LOOPS}
+    measured_loops = None not in loops.values()
+    if t.kind == TO_CEILING and measured_loops:
+      lines.append(_explain_to_ceiling(t, r, costs, ceiling[t.workers], loops))
+    elif t.kind == OVER_K_STEP and measured_loops:
+      lines.append(_explain_over_k_step(t, r, costs, loops))
+    elif t.kind == SCALING and one and loops["step_k"] is not None:
+      lines.append(_explain_scaling(t, r, one, step_costs, loops))
+    elif t.kind == FIRST_STEP:
+      lines.append(_explain_first_step(t, r, by.get((CEILING, 1))))
     else:
       lines.append(f"{t.name}: {t.measured} (limit {t.limit}); see the tables above.")
   return lines
@@ -287,6 +317,7 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
                  config: Config, out_dir: str, started: Dict[str, Any],
                  backends: Sequence[str] = BACKENDS) -> None:
   """bench.json and bench.md in out_dir."""
+  # The report's sections in their order, read whole as the page they write.
   report = {
       "config": dataclasses.asdict(config),
       "target_accuracy": TARGET_ACCURACY,

@@ -2,8 +2,8 @@
 
 Each trial trains a backend as a user would (`--workers=N` with its evaluator
 task, under the launcher), makes one fault once the chief's progress records
-(progress.jsonl) reach a random step, and checks the outcome the README's fault
-table documents:
+(progress.jsonl) reach a random step, and checks the outcome the fault
+table in docs/operations.md documents:
 
 - kill_worker: SIGKILL or SIGTERM to a random training task (chief included).
   The launcher restarts the training tasks, which resume from the last backup.
@@ -36,7 +36,7 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import tensorflow as tf
 
@@ -201,27 +201,53 @@ class _Run:
     return self.proc.returncode
 
 
-def _check_recovered(result: Trial, backend: str, config: Config, model_dir: str,
-                     exit_code: int, log_path: str) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Context:
+  """What a fault function works with: the trial's record, how to start the run, and where
+  it writes.
+
+  Attributes:
+    result: the trial's record, which the fault function fills in.
+    backend: the backend trained.
+    config: the run's hyperparameters.
+    rng: the trial's random choices (step, signal, victim).
+    launch: starts the run as a user would: `launch(train_steps=..., extra_env=...)`.
+    pids: every task pid seen, for the check that none is left.
+    model_dir: the run's model_dir.
+    log_path: the launcher's output, appended by every launch.
+  """
+
+  result: Trial
+  backend: str
+  config: Config
+  rng: random.Random
+  launch: Callable[..., _Run]
+  pids: Set[int]
+  model_dir: str
+  log_path: str
+
+
+def _check_recovered(ctx: _Context, exit_code: int) -> None:
   """The run recovered: exit 0, the exact final step, a checkpoint that loads, evaluated."""
+  result, config, model_dir = ctx.result, ctx.config, ctx.model_dir
   if exit_code != 0:
-    result.problems.append(f"exit code {exit_code}: {_tail(log_path, 5)}")
+    result.problems.append(f"exit code {exit_code}: {_tail(ctx.log_path, 5)}")
   try:
     result.final_step = runs.read_summary(model_dir)["global_step"]
   except (OSError, ValueError, KeyError):
     result.problems.append("no summary.json in model_dir")
   if result.final_step != config.train_steps:
     result.problems.append(f"final step {result.final_step}, not {config.train_steps}")
-  _check_checkpoint(result, backend, model_dir, config.train_steps)
+  _check_checkpoint(ctx, config.train_steps)
   if evaluation.read_result(os.path.join(model_dir, layout.EVAL_SUBDIR),
                              config.train_steps) is None:
     result.problems.append(f"the final step {config.train_steps} was not evaluated")
 
 
-def _check_checkpoint(result: Trial, backend: str, model_dir: str, step: Optional[int],
-                      before: Optional[int] = None) -> None:
-  """model_dir's newest checkpoint is `backend`'s, loads whole and is finite, at `step`
+def _check_checkpoint(ctx: _Context, step: Optional[int], before: Optional[int] = None) -> None:
+  """model_dir's newest checkpoint is the backend's, loads whole and is finite, at `step`
   (or, given `before`, at a step before it)."""
+  result, backend, model_dir = ctx.result, ctx.backend, ctx.model_dir
   path = tf.train.latest_checkpoint(model_dir)
   if path is None:
     result.problems.append(f"no checkpoint in {model_dir}")
@@ -243,8 +269,9 @@ def _check_checkpoint(result: Trial, backend: str, model_dir: str, step: Optiona
         f"wanted {backend}'s at step {step if before is None else f'< {before}'}, finite")
 
 
-def _check_restarts(result: Trial, model_dir: str, restarted: Optional[str]) -> None:
+def _check_restarts(ctx: _Context, restarted: Optional[str]) -> None:
   """Only `restarted` ("restarts", "evaluator_restarts" or None) counted a restart."""
+  result, model_dir = ctx.result, ctx.model_dir
   try:
     tasks_file = runs.read_tasks(runs.task_log_dir(model_dir))
   except (OSError, ValueError):
@@ -285,13 +312,13 @@ def _check_says(result: Trial, log_path: str) -> None:
     result.problems.append(f"the output does not name the fault (no /{MESSAGES[result.fault]}/)")
 
 
-def _steps_redone(result: Trial, model_dir: str, starts_before: int) -> None:
+def _steps_redone(ctx: _Context, starts_before: int) -> None:
   """Steps trained again after the fault: the fault's step minus where the resume began."""
-  starts = _progress(model_dir)[1]
-  if len(starts) > starts_before and result.fault_step is not None:
-    result.steps_redone = result.fault_step - starts[starts_before]
+  starts = _progress(ctx.model_dir)[1]
+  if len(starts) > starts_before and ctx.result.fault_step is not None:
+    ctx.result.steps_redone = ctx.result.fault_step - starts[starts_before]
   else:
-    result.problems.append("the run never resumed")
+    ctx.result.problems.append("the run never resumed")
 
 
 def _mount_tmpfs(path: str, megabytes: int) -> Optional[str]:
@@ -354,7 +381,7 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
 
   pids: Set[int] = set()
   try:
-    _FAULTS[fault](result, backend, config, rng, launch, pids, model_dir, log_path)
+    _FAULTS[fault](_Context(result, backend, config, rng, launch, pids, model_dir, log_path))
   except Exception as e:
     result.problems.append(f"the trial itself failed: {type(e).__name__}: {e}")
   finally:
@@ -369,157 +396,161 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   return result
 
 
-def _kill(result, backend, config, rng, launch, pids, model_dir, log_path):
+def _kill(ctx: _Context) -> None:
   """kill_worker and kill_evaluator: a signal to one task; the launcher restarts it."""
-  evaluator = result.fault == "kill_evaluator"
-  target = _pick_step(rng, config)
-  sig = rng.choice(SIGNALS)
-  run = launch()
+  evaluator = ctx.result.fault == "kill_evaluator"
+  target = _pick_step(ctx.rng, ctx.config)
+  sig = ctx.rng.choice(SIGNALS)
+  run = ctx.launch()
   if run.wait_for_step(target):
-    victim = rng.choice([t for t in run.tasks() if t["name"].startswith("evaluator") == evaluator])
-    result.how, result.fault_step = f"{sig.name} to {victim['name']}", _progress(model_dir)[0]
+    victim = ctx.rng.choice([t for t in run.tasks()
+                             if t["name"].startswith("evaluator") == evaluator])
+    ctx.result.how = f"{sig.name} to {victim['name']}"
+    ctx.result.fault_step = _progress(ctx.model_dir)[0]
     os.kill(victim["pid"], sig)
   else:
-    result.problems.append(f"the run never reached step {target}")
-  result.exit_code = run.wait(result)
-  pids.update(run.pids)
-  _check_restarts(result, model_dir, "evaluator_restarts" if evaluator else "restarts")
+    ctx.result.problems.append(f"the run never reached step {target}")
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
+  _check_restarts(ctx, "evaluator_restarts" if evaluator else "restarts")
   if not evaluator:
-    _steps_redone(result, model_dir, 1)
-  _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
+    _steps_redone(ctx, 1)
+  _check_recovered(ctx, ctx.result.exit_code)
 
 
-def _stop_chief(result, backend, config, rng, launch, pids, model_dir, log_path):
+def _stop_chief(ctx: _Context) -> None:
   """SIGSTOP to the chief: its peers give up on it, and the launcher restarts them all."""
-  target = _pick_step(rng, config)
-  run = launch()
+  target = _pick_step(ctx.rng, ctx.config)
+  run = ctx.launch()
   if run.wait_for_step(target):
     chief = next(t for t in run.tasks() if t["name"] == "chief-0")
-    result.how, result.fault_step = "SIGSTOP to chief-0", _progress(model_dir)[0]
+    ctx.result.how, ctx.result.fault_step = "SIGSTOP to chief-0", _progress(ctx.model_dir)[0]
     os.kill(chief["pid"], signal.SIGSTOP)
   else:
-    result.problems.append(f"the run never reached step {target}")
-  result.exit_code = run.wait(result)
-  pids.update(run.pids)
-  _check_restarts(result, model_dir, "restarts")
-  _steps_redone(result, model_dir, 1)
-  _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
+    ctx.result.problems.append(f"the run never reached step {target}")
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
+  _check_restarts(ctx, "restarts")
+  _steps_redone(ctx, 1)
+  _check_recovered(ctx, ctx.result.exit_code)
 
 
-def _kill_launcher(result, backend, config, rng, launch, pids, model_dir, log_path):
+def _kill_launcher(ctx: _Context) -> None:
   """SIGKILL to the launcher: its tasks die with it, and the same command resumes."""
   # After the first backup or checkpoint, so the re-run has something to resume from.
-  target = _pick_step(rng, config,
-                      min(config.backup_every_steps, config.checkpoint_every_steps) + 1)
-  run = launch()
+  target = _pick_step(ctx.rng, ctx.config,
+                      min(ctx.config.backup_every_steps, ctx.config.checkpoint_every_steps) + 1)
+  run = ctx.launch()
   if not run.wait_for_step(target):
-    result.problems.append(f"the run never reached step {target}")
-    pids.update(run.pids)
-    run.wait(result)
+    ctx.result.problems.append(f"the run never reached step {target}")
+    ctx.pids.update(run.pids)
+    run.wait(ctx.result)
     return
-  result.how, result.fault_step = "SIGKILL to the launcher", _progress(model_dir)[0]
+  ctx.result.how, ctx.result.fault_step = "SIGKILL to the launcher", _progress(ctx.model_dir)[0]
   run.proc.kill()
-  result.exit_code = run.wait(result)
-  pids.update(run.pids)
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
   deadline = time.monotonic() + LAUNCHER_DEATH_SECONDS
   while any(_alive(p) for p in run.pids) and time.monotonic() < deadline:
     time.sleep(0.1)
   alive = sorted(p for p in run.pids if _alive(p))
   if alive:
-    result.problems.append(f"tasks outlived the launcher by {LAUNCHER_DEATH_SECONDS} s: {alive}")
-  again = launch()
-  exit_code = again.wait(result)
-  pids.update(again.pids)
-  _check_restarts(result, model_dir, None)
-  _steps_redone(result, model_dir, 1)
-  _check_recovered(result, backend, config, model_dir, exit_code, log_path)
+    ctx.result.problems.append(
+        f"tasks outlived the launcher by {LAUNCHER_DEATH_SECONDS} s: {alive}")
+  again = ctx.launch()
+  exit_code = again.wait(ctx.result)
+  ctx.pids.update(again.pids)
+  _check_restarts(ctx, None)
+  _steps_redone(ctx, 1)
+  _check_recovered(ctx, exit_code)
 
 
-def _truncate_checkpoint(result, backend, config, rng, launch, pids, model_dir, log_path):
+def _truncate_checkpoint(ctx: _Context) -> None:
   """A finished run's newest checkpoint cut short; the extended run sets it aside."""
-  every = config.checkpoint_every_steps
+  every = ctx.config.checkpoint_every_steps
   # At least one earlier checkpoint to fall back to.
-  stop = _pick_step(rng, config, every + 1)
-  first = launch(train_steps=stop)
-  exit_code = first.wait(result)
-  pids.update(first.pids)
-  newest = tf.train.latest_checkpoint(model_dir)
+  stop = _pick_step(ctx.rng, ctx.config, every + 1)
+  first = ctx.launch(train_steps=stop)
+  exit_code = first.wait(ctx.result)
+  ctx.pids.update(first.pids)
+  newest = tf.train.latest_checkpoint(ctx.model_dir)
   if exit_code != 0 or newest is None:
-    result.problems.append(f"the run to step {stop} failed (exit {exit_code}): "
-                           f"{_tail(log_path, 5)}")
+    ctx.result.problems.append(f"the run to step {stop} failed (exit {exit_code}): "
+                               f"{_tail(ctx.log_path, 5)}")
     return
   (data,) = tf.io.gfile.glob(newest + ".data-*")
   size = os.path.getsize(data)
-  keep = rng.randint(0, size - 1)
+  keep = ctx.rng.randint(0, size - 1)
   with open(data, "r+b") as f:
     f.truncate(keep)
-  result.how = f"{os.path.basename(data)} cut from {size} to {keep} bytes"
-  result.fault_step = stop
-  again = launch()
-  result.exit_code = again.wait(result)
-  pids.update(again.pids)
-  aside = os.path.join(model_dir, layout.CORRUPT_SUBDIR, os.path.basename(data))
+  ctx.result.how = f"{os.path.basename(data)} cut from {size} to {keep} bytes"
+  ctx.result.fault_step = stop
+  again = ctx.launch()
+  ctx.result.exit_code = again.wait(ctx.result)
+  ctx.pids.update(again.pids)
+  aside = os.path.join(ctx.model_dir, layout.CORRUPT_SUBDIR, os.path.basename(data))
   if not os.path.exists(aside) or os.path.getsize(aside) != keep:
-    result.problems.append(f"the damaged file is not in {layout.CORRUPT_SUBDIR}/ as it was")
-  _check_restarts(result, model_dir, None)
-  _steps_redone(result, model_dir, 1)
-  _check_recovered(result, backend, config, model_dir, result.exit_code, log_path)
+    ctx.result.problems.append(f"the damaged file is not in {layout.CORRUPT_SUBDIR}/ as it was")
+  _check_restarts(ctx, None)
+  _steps_redone(ctx, 1)
+  _check_recovered(ctx, ctx.result.exit_code)
 
 
-def _nan_loss(result, backend, config, rng, launch, pids, model_dir, log_path):
+def _nan_loss(ctx: _Context) -> None:
   """The loss made NaN at a random step: exit 3, no restart, the newest checkpoint finite."""
-  every = config.checkpoint_every_steps
-  step = _pick_step(rng, config, every + 1)  # After a checkpoint to keep.
-  result.how, result.fault_step = f"training batch of step {step} made NaN", step
-  run = launch(extra_env=nan_hook_env(os.path.join(os.path.dirname(log_path), "hook"), step))
-  result.exit_code = run.wait(result)
-  pids.update(run.pids)
-  if result.exit_code != exit_codes.DIVERGED:
-    result.problems.append(f"exit code {result.exit_code}, not {exit_codes.DIVERGED}: "
-                           f"{_tail(log_path, 5)}")
-  with open(log_path, errors="replace") as f:
+  every = ctx.config.checkpoint_every_steps
+  step = _pick_step(ctx.rng, ctx.config, every + 1)  # After a checkpoint to keep.
+  ctx.result.how, ctx.result.fault_step = f"training batch of step {step} made NaN", step
+  hook_dir = os.path.join(os.path.dirname(ctx.log_path), "hook")
+  run = ctx.launch(extra_env=nan_hook_env(hook_dir, step))
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
+  if ctx.result.exit_code != exit_codes.DIVERGED:
+    ctx.result.problems.append(f"exit code {ctx.result.exit_code}, not {exit_codes.DIVERGED}: "
+                               f"{_tail(ctx.log_path, 5)}")
+  with open(ctx.log_path, errors="replace") as f:
     said = [int(s) for s in re.findall(r"NaN or Inf by step (\d+)", f.read())]
   if said and not step <= said[0] < step + every:
-    result.problems.append(f"the error names step {said[0]}; the loss turned NaN at {step}")
-  _check_restarts(result, model_dir, None)
-  _check_checkpoint(result, backend, model_dir, None, before=step)
+    ctx.result.problems.append(f"the error names step {said[0]}; the loss turned NaN at {step}")
+  _check_restarts(ctx, None)
+  _check_checkpoint(ctx, None, before=step)
 
 
-def _disk_full(result, backend, config, rng, launch, pids, model_dir, log_path):
-  """model_dir's filesystem filled: exit 4, the newest checkpoint loads; freed, it resumes."""
-  target = _pick_step(rng, config, config.checkpoint_every_steps + 1)
-  run = launch()
+def _disk_full(ctx: _Context) -> None:
+  """ctx.model_dir's filesystem filled: exit 4, the newest checkpoint loads; freed, it resumes."""
+  target = _pick_step(ctx.rng, ctx.config, ctx.config.checkpoint_every_steps + 1)
+  run = ctx.launch()
   filler = None
   if run.wait_for_step(target):
     tasks = run.tasks()
     for t in tasks:  # Frozen while the disk fills, so the fault lands at the step seen.
       os.kill(t["pid"], signal.SIGSTOP)
     try:
-      result.fault_step = _progress(model_dir)[0]
-      filler = _fill(os.path.dirname(model_dir))
+      ctx.result.fault_step = _progress(ctx.model_dir)[0]
+      filler = _fill(os.path.dirname(ctx.model_dir))
     finally:
       for t in tasks:
         os.kill(t["pid"], signal.SIGCONT)
-    result.how = f"{TMPFS_MB} MB filesystem filled"
-    if result.fault_step >= config.train_steps:
-      result.problems.append("the disk filled only after training ended")
+    ctx.result.how = f"{TMPFS_MB} MB filesystem filled"
+    if ctx.result.fault_step >= ctx.config.train_steps:
+      ctx.result.problems.append("the disk filled only after training ended")
   else:
-    result.problems.append(f"the run never reached step {target}")
-  result.exit_code = run.wait(result)
-  pids.update(run.pids)
-  if result.exit_code != exit_codes.DISK_FULL:
-    result.problems.append(f"exit code {result.exit_code}, not {exit_codes.DISK_FULL}: "
-                           f"{_tail(log_path, 5)}")
-  _check_restarts(result, model_dir, None)
-  _check_checkpoint(result, backend, model_dir, None, before=config.train_steps + 1)
+    ctx.result.problems.append(f"the run never reached step {target}")
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
+  if ctx.result.exit_code != exit_codes.DISK_FULL:
+    ctx.result.problems.append(f"exit code {ctx.result.exit_code}, not {exit_codes.DISK_FULL}: "
+                               f"{_tail(ctx.log_path, 5)}")
+  _check_restarts(ctx, None)
+  _check_checkpoint(ctx, None, before=ctx.config.train_steps + 1)
   if filler:
     os.remove(filler)
-  starts = len(_progress(model_dir)[1])
-  again = launch()
-  exit_code = again.wait(result)
-  pids.update(again.pids)
-  _steps_redone(result, model_dir, starts)
-  _check_recovered(result, backend, config, model_dir, exit_code, log_path)
+  starts = len(_progress(ctx.model_dir)[1])
+  again = ctx.launch()
+  exit_code = again.wait(ctx.result)
+  ctx.pids.update(again.pids)
+  _steps_redone(ctx, starts)
+  _check_recovered(ctx, exit_code)
 
 
 _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_chief,

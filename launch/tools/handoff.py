@@ -159,27 +159,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     for backend in first:
       losses[f"{n}w/{backend} 0-{split_at}"] = run.losses(f"{backend}-first")
 
-    # The handed-over checkpoints, checked before any step is taken from them.
-    to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"),
-                                          run.model_dir("estimator-then-keras"), config=config)
-    convert.keras_to_estimator(run.model_dir("keras-first"),
-                               run.model_dir("keras-then-estimator"), config=config)
-    variables = len(convert.estimator_accounting(to_keras.source))
-    accounted = len(to_keras.mapped) + len(to_keras.ignored)
-    ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
-    checks.append(Check(f"{n}w: every Estimator variable mapped or ignored",
-                        accounted == variables, float(accounted), float(variables),
-                        f"{len(to_keras.mapped)} mapped, ignored: {ignored}"))
-    same, logit_diff, images = convert.prediction_identity(
-        first["estimator"]["export_dir"], run.model_dir("estimator-then-keras"), config)
-    checks.append(Check(f"{n}w: classes, Estimator export vs converted Keras", same,
-                        0.0 if same else 1.0, 0.0, f"{images} test images"))
-    checks.append(Check(f"{n}w: max |logit diff|, Estimator export vs converted Keras",
-                        logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
-                        f"{images} test images"))
-    for leg in ("estimator-then-keras", "keras-then-estimator"):
-      checks.append(rate_check(f"{n}w {leg}", _resumer(leg), run.model_dir(leg), config,
-                               split_at, tolerances.learning_rate_atol))
+    checks += _handover_checks(run, f"{n}w", first["estimator"], config, split_at, tolerances)
 
     run.copy("estimator-first", "estimator-then-estimator")
     run.copy("keras-first", "keras-then-keras")
@@ -208,6 +188,34 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
           abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[f"{n}w/{leg}"], whole_losses))
   return Report(workers=list(workers), split_at=split_at, train_steps=train_steps,
                 decay_steps=decay_steps, checks=checks, losses=losses, measured=measured)
+
+
+def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Config,
+                     split_at: int, tolerances: Tolerances) -> List[Check]:
+  """Converts each backend's checkpoint at the split for the other, and checks the
+  converted ones before any step is taken from them: every Estimator variable accounted
+  for, the converted Keras model predicting as the Estimator's export, and the learning
+  rate each carries."""
+  to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"),
+                                        run.model_dir("estimator-then-keras"), config=config)
+  convert.keras_to_estimator(run.model_dir("keras-first"),
+                             run.model_dir("keras-then-estimator"), config=config)
+  variables = len(convert.estimator_accounting(to_keras.source))
+  accounted = len(to_keras.mapped) + len(to_keras.ignored)
+  ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
+  same, logit_diff, images = convert.prediction_identity(
+      estimator_first["export_dir"], run.model_dir("estimator-then-keras"), config)
+  checks = [Check(f"{size}: every Estimator variable mapped or ignored", accounted == variables,
+                  float(accounted), float(variables),
+                  f"{len(to_keras.mapped)} mapped, ignored: {ignored}"),
+            Check(f"{size}: classes, Estimator export vs converted Keras", same,
+                  0.0 if same else 1.0, 0.0, f"{images} test images"),
+            Check(f"{size}: max |logit diff|, Estimator export vs converted Keras",
+                  logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
+                  f"{images} test images")]
+  return checks + [rate_check(f"{size} {leg}", _resumer(leg), run.model_dir(leg), config,
+                              split_at, tolerances.learning_rate_atol)
+                   for leg in ("estimator-then-keras", "keras-then-estimator")]
 
 
 def _resumer(leg: str) -> str:
