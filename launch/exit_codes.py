@@ -2,10 +2,10 @@
 
 The contract between the trainers, the launcher (`launch.supervisor`) and the
 tools: each imports it from here. Kubeflow's `ExitCode` restart policy retries
-128 and above (a signal, or a code chosen to be retried) and treats 1 to 127 as
-permanent; the local launcher retries the same ones. Codes a later feature needs
-(a preempted task, a cluster that did not come up) go here, with whether they
-are retried.
+128 and above (a signal, or a code chosen to be retried: PEER_LOST) and treats
+1 to 127 as permanent. The local launcher also retries 1 (an error no code
+names), but never NOT_RETRIED. Codes a later feature needs (a preempted task, a
+cluster that did not come up) go here, with whether they are retried.
 """
 
 from typing import Dict

@@ -18,6 +18,11 @@ from launch import supervisor
 from trainers import runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# What a user's shell may set that changes what TensorFlow prints or which task a
+# process is: the tests assert on both, so their processes start without them.
+for _name in ("TF_CONFIG", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE"):
+  os.environ.pop(_name, None)
+
 SHARED_IDX_DIR = pathlib.Path(os.environ.get("MNIST_IDX_DIR",
                                             REPO.parent / "shared/datasets/mnist"))
 

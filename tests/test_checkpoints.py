@@ -1,5 +1,7 @@
 """trainers.checkpoints: whose a checkpoint is, its step, and whether a backend resumes it."""
 
+import os
+
 import pytest
 import tensorflow as tf
 
@@ -19,3 +21,43 @@ def test_a_checkpoint_is_recognised_by_backend_and_step(tmp_path):
                                                                          str(tmp_path))
   with pytest.raises(tf.errors.NotFoundError):
     checkpoints.checkpoint_step(str(tmp_path / "missing"))
+
+
+def _keras_checkpoints(directory, steps):
+  model = model_lib.build_model(0)
+  model.compile(optimizer="sgd", loss="mse")
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory), 3,
+                                       checkpoint_name="ckpt")
+  return [manager.save(checkpoint_number=step) for step in steps]
+
+
+@pytest.mark.parametrize("damage", ["missing", "unreadable", "stale"])
+def test_checkpoints_are_found_on_disk_and_a_wrong_index_is_rewritten(tmp_path, damage):
+  saved = _keras_checkpoints(tmp_path, [2, 4, 10])
+  index = tmp_path / checkpoints.INDEX_FILE
+  if damage == "missing":
+    index.unlink()
+  elif damage == "unreadable":
+    index.write_text("model_checkpoint_path: ")
+  else:  # Names a checkpoint that is gone.
+    for name in tmp_path.glob("ckpt-10.*"):
+      name.unlink()
+    saved.pop()
+  assert checkpoints.find(str(tmp_path)) == saved
+  assert checkpoints.newest(str(tmp_path)) == saved[-1]
+  message = checkpoints.repair_index(str(tmp_path))
+  assert ("naming" if damage == "stale" else damage) in message
+  assert tf.train.latest_checkpoint(str(tmp_path)) == saved[-1]
+  assert f'model_checkpoint_path: "{os.path.basename(saved[-1])}"' in index.read_text()
+  assert checkpoints.repair_index(str(tmp_path)) is None  # Right now: left alone.
+
+
+def test_what_is_set_aside_never_replaces_what_was_set_aside_before(tmp_path):
+  for _ in range(2):
+    newest = _keras_checkpoints(tmp_path, [2, 4])[-1]
+    (data,) = tf.io.gfile.glob(newest + ".data-*")
+    with open(data, "r+b") as f:
+      f.truncate(10)
+    assert checkpoints.set_aside_damaged(str(tmp_path))
+  aside = sorted(os.listdir(tmp_path / "corrupt"))
+  assert "ckpt-4.index" in aside and "ckpt-4.index.1" in aside

@@ -22,7 +22,7 @@ Use Variable.read_value.
 [chief:0] I1123 07:47:43.801939 140615631063936 estimator.py:200] Using config: {'_model_dir': '/tmp/k2',
 , '_keep_checkpoint_max': 3}
 [chief:0] I1123 07:47:52.000000 140615631063936 cross_device_ops.py:1154] Collective all_reduce tensors: 6 all_reduces, num_devices = 1
-[chief:0] I1123 07:49:32.609083 140195716713344 trainers/common.py:74] step 10/40: loss 1.8661, 1.6 steps/s, ETA 19 s
+[chief:0] I1123 07:49:32.609083 140195716713344 trainers/progress.py:74] step 10/40: loss 1.8661, 1.6 steps/s, ETA 19 s
 [chief:0] W1123 07:49:33.000000 140195716713344 checkpoint_management.py:100] A checkpoint was not found
 2026-11-23 07:49:34.000000: E tensorflow/core/common_runtime/base_collective_executor.cc:249] BaseCollectiveExecutor::StartAbort UNAVAILABLE: peer died
 /venv/lib/python3.11/site-packages/tensorflow_datasets/core/dataset_builder.py:9: UserWarning: a library's own warning
@@ -35,7 +35,7 @@ tensorflow.python.framework.errors_impl.UnavailableError: peer died
 
 SHOWN = [
     b"[chief:0] I1123 07:49:23.195112 140195716713344 trainers/distribute.py:74] Task chief:0",
-    b"[chief:0] I1123 07:49:32.609083 140195716713344 trainers/common.py:74] step 10/40",
+    b"[chief:0] I1123 07:49:32.609083 140195716713344 trainers/progress.py:74] step 10/40",
     b"[chief:0] W1123 07:49:33.000000 140195716713344 checkpoint_management.py:100] A check",
     b"2026-11-23 07:49:34.000000: E tensorflow/core/common_runtime/base_collective_executor",
     b"Traceback (most recent call last):", b'  File "x.py", line 1, in <module>',
@@ -64,11 +64,11 @@ def test_a_lone_process_filters_its_records_by_the_same_rule():
     return logging.LogRecord("absl", level, path, 1, "message", None, None)
 
   keep = console.RecordFilter()
-  assert keep.filter(record(logging.INFO, f"{console.REPO}/trainers/common.py"))
+  assert keep.filter(record(logging.INFO, f"{console.REPO}/trainers/progress.py"))
   assert not keep.filter(record(logging.INFO, "/venv/site-packages/tensorflow/x/saver.py"))
   assert keep.filter(record(logging.WARNING, "/venv/site-packages/tensorflow/x/saver.py"))
   assert not keep.filter(record(logging.WARNING, "/venv/tensorflow/python/util/deprecation.py"))
-  assert not console.is_own("/elsewhere/trainers/common.py")
+  assert not console.is_own("/elsewhere/trainers/progress.py")
 
 
 @pytest.mark.parametrize("module, args", [

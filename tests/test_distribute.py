@@ -18,12 +18,12 @@ def test_a_strategy_without_a_cluster_is_one_chief():
 
 def test_task_logs_are_tagged_and_own_lines_carry_their_path():
   formatter = distribute._TaskFormatter("worker:1")
-  own = logging.LogRecord("absl", logging.INFO, f"{console.REPO}/trainers/common.py", 3,
+  own = logging.LogRecord("absl", logging.INFO, f"{console.REPO}/trainers/progress.py", 3,
                           "hello", None, None)
   theirs = logging.LogRecord("absl", logging.INFO, "/venv/tensorflow/saver.py", 3, "hi",
                              None, None)
   assert formatter.format(own).startswith("[worker:1] I")
-  assert "trainers/common.py:3] hello" in formatter.format(own)
+  assert "trainers/progress.py:3] hello" in formatter.format(own)
   assert " saver.py:3] hi" in formatter.format(theirs)
   keep = console.LineFilter(verbose=False)
   assert keep(formatter.format(own).encode()) and not keep(formatter.format(theirs).encode())

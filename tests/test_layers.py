@@ -22,7 +22,8 @@ LAYERS = (
 # The launcher core starts tasks at once: it must not import TensorFlow (2 to 3 s);
 # nor must launch.tfjob, which only writes YAML.
 TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py",
-           "launch/console.py", "launch/netns.py", "launch/local.py", "launch/tools/tfjob.py")
+           "launch/console.py", "launch/netns.py", "launch/local.py", "launch/tools/tfjob.py",
+           "trainers/run_lock.py")
 
 
 def _layer(path: str) -> int:

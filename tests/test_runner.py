@@ -21,7 +21,9 @@ from launch import cluster
 from trainers import distribute
 from trainers import evaluation
 from trainers import flags as trainer_flags
+from trainers import keras_trainer
 from trainers import model as model_lib
+from trainers import run_lock
 from trainers import runner
 from launch.tools import reference
 from launch.tools import runs
@@ -565,3 +567,64 @@ def test_real_mnist_two_workers_reach_98_percent(backend, real_data_dir, tmp_pat
     assert result.stderr.count("Preparing MNIST") == 1, result.stderr[-5000:]
     for log in (model_dir / "logs").glob("*.log"):
       assert "Preparing MNIST" not in log.read_text(), log
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_second_run_on_a_busy_model_dir_is_refused_naming_the_first(backend, tiny_data_dir,
+                                                                       tmp_path):
+  model_dir = tmp_path / "model"
+  model_dir.mkdir()
+  lock = run_lock.acquire(str(model_dir))  # This process: the first run.
+  try:
+    result = _rejected(backend, ["--workers=2"], {}, 2, f"is in use by the run of pid "
+                       f"{os.getpid()}", tiny_data_dir, model_dir)
+  finally:
+    lock.release()
+  assert "Nothing was changed" in result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_missing_checkpoint_index_resumes_from_the_newest_checkpoint_on_disk(
+    backend, tiny_data_dir, tmp_path):
+  model_dir = tmp_path / "model"
+  config = dataclasses.replace(TINY, train_steps=6, data_dir=tiny_data_dir)
+  args = [f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
+  assert run_module(f"trainers.{backend}_main", args).returncode == 0
+  (model_dir / "checkpoint").unlink()
+  longer = run_module(f"trainers.{backend}_main", [*args, "--train_steps=8"])
+  assert longer.returncode == 0, longer.stderr[-3000:]
+  assert "was missing; rewritten from the checkpoints on disk" in longer.stderr
+  starts = [r["from_step"] for r in runs.read_progress(str(model_dir)) if r["event"] == "start"]
+  assert starts == [0, 6]  # Not 0: nothing of the first run was overwritten.
+  assert json.loads(longer.stdout.strip().splitlines()[-1])["global_step"] == 8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rerun_of_a_finished_run_evaluates_again_and_keeps_its_export_and_figures(
+    backend, tiny_data_dir, tmp_path):
+  model_dir = tmp_path / "model"
+  args = [f"--model_dir={model_dir}", *_flags(TINY, tiny_data_dir)]
+  first = run_module(f"trainers.{backend}_main", args)
+  assert first.returncode == 0, first.stderr[-3000:]
+  again = run_module(f"trainers.{backend}_main", args)
+  assert again.returncode == 0, again.stderr[-3000:]
+  summary, rerun = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (first, again))
+  for key in ("global_step", "train_seconds", "examples_per_second", "first_step_time",
+              "export_dir", "test_accuracy"):
+    assert rerun[key] == summary[key], key
+  assert os.listdir(model_dir / "export") == [os.path.basename(summary["export_dir"])]
+  umask = os.umask(0)
+  os.umask(umask)
+  assert os.stat(summary["export_dir"]).st_mode & 0o777 == 0o777 & ~umask
+  assert "could not be found" not in again.stderr  # No unrestored optimizer slots to warn of.
+
+
+def test_a_resume_at_or_below_the_interrupted_runs_backup_step_is_refused(tiny_data_dir,
+                                                                          tmp_path):
+  model_dir = tmp_path / "model"
+  model = keras_trainer.compile_model(TINY)
+  model.optimizer.iterations.assign(8)  # An interrupted run's backup at step 8.
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                             str(model_dir / "backup" / "chief"), 1).save()
+  _rejected("keras", ["--train_steps=6"], {}, 2, "holds an interrupted run at step 8",
+            tiny_data_dir, model_dir)

@@ -27,7 +27,7 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
     tiny_data_dir, tmp_path):
   out = tmp_path / "out"
   result = run_module("launch.version_parity", [
-      # One worker: CI's time budget. The 2-worker table is in README (and the
+      # One worker: CI's time budget. The 2-worker table is in docs/parity.md (and the
       # newest stack's own suite trains 2 workers to 98%).
       f"--keras_python={NEWEST_TF_PYTHON}", "--workers=1", "--train_steps=3",
       f"--data_dir={tiny_data_dir}", f"--out={out}", "--timeout=300"], timeout=900)

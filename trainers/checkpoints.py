@@ -9,7 +9,9 @@ name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
 `global_step`). Both keep the newest KEEP in model_dir, named in its `checkpoint` file.
 """
 
+import json
 import os
+import re
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,6 +29,74 @@ OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # Only object-based checkpoin
 ESTIMATOR_STEP_KEY = "global_step"
 KERAS = "keras"
 ESTIMATOR = "estimator"
+
+
+INDEX_FILE = "checkpoint"  # The index naming the newest checkpoint, and the others kept.
+_NAME = re.compile(r"^(?:model\.)?ckpt-(\d+)\.index$")  # Either backend's, by its step.
+
+
+def find(model_dir: str) -> List[str]:
+  """Every checkpoint in model_dir (either backend's), oldest step first, found by what is
+  on disk: their `.index` files, whatever the `checkpoint` index says or whether it exists.
+
+  This is the one way the trainers and the converter find checkpoints: the index is
+  rewritten from it (`repair_index`) when it is missing, unreadable or wrong, so a run
+  never starts from step 0 in a model_dir that holds a checkpoint.
+  """
+  found = []
+  for name in tf.io.gfile.listdir(model_dir) if tf.io.gfile.isdir(model_dir) else []:
+    match = _NAME.match(name)
+    if match:
+      found.append((int(match.group(1)), os.path.join(model_dir, name[:-len(".index")])))
+  return [path for _, path in sorted(found)]
+
+
+def newest(model_dir: str) -> Optional[str]:
+  """model_dir's newest checkpoint by step (see `find`), or None."""
+  paths = find(model_dir)
+  return paths[-1] if paths else None
+
+
+def _indexed(model_dir: str) -> Optional[List[str]]:
+  """The checkpoints model_dir's index names, newest last; None if it is missing or unreadable."""
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except ValueError:  # An index naming no checkpoint.
+    return None
+  if state is None:
+    return None
+  paths = list(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  return paths
+
+
+def repair_index(model_dir: str) -> Optional[str]:
+  """The writer, before a resume: rewrites the `checkpoint` index from what `find` finds,
+  with relative paths, when it is missing or unreadable, names a checkpoint that is not on
+  disk, or does not name the newest one as the newest.
+
+  Returns:
+    What was wrong and what the index names now, or None if it was right.
+  """
+  on_disk = find(model_dir)
+  indexed = _indexed(model_dir)
+  if not on_disk or (indexed and os.path.abspath(indexed[-1]) == os.path.abspath(on_disk[-1])
+                     and all(tf.io.gfile.exists(p + ".index") for p in indexed)):
+    return None
+  path = os.path.join(model_dir, INDEX_FILE)
+  why = ("missing" if not tf.io.gfile.exists(path) else "unreadable" if indexed is None
+         else f"naming {[os.path.basename(p) for p in indexed]}")
+  names = [os.path.basename(p) for p in on_disk]
+  text = f"model_checkpoint_path: {json.dumps(names[-1])}\n" + "".join(
+      f"all_model_checkpoint_paths: {json.dumps(name)}\n" for name in names)
+  with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+    f.write(text)
+  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+  message = (f"{path} was {why}; rewritten from the checkpoints on disk: {', '.join(names)} "
+             f"(resuming from {names[-1]}).")
+  logging.warning("%s", message)
+  return message
 
 
 def keras_key(object_path: str) -> str:
@@ -82,8 +152,8 @@ def resume_problem(backend: str, model_dir: str) -> Optional[str]:
   checkpoint or its backup. A checkpoint of the other backend, or of another
   model, is reported (naming it, whose it is, and the fix) and left untouched.
   """
-  for directory in (model_dir, os.path.join(model_dir, layout.BACKUP_SUBDIR, "chief")):
-    path = tf.train.latest_checkpoint(directory)
+  backup = tf.train.latest_checkpoint(os.path.join(model_dir, layout.BACKUP_SUBDIR, "chief"))
+  for path in (newest(model_dir), backup):
     if path is None:
       continue
     shapes = dict(tf.train.list_variables(path))
@@ -99,6 +169,12 @@ def resume_problem(backend: str, model_dir: str) -> Optional[str]:
       return (f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
               f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
   return None
+
+
+def keras_backup_step(model_dir: str) -> Optional[int]:
+  """The step of the Keras backup an interrupted run left (`backup/chief`), or None."""
+  path = tf.train.latest_checkpoint(os.path.join(model_dir, layout.BACKUP_SUBDIR, "chief"))
+  return None if path is None else checkpoint_step(path)[1]
 
 
 def _non_finite(path: str) -> Optional[str]:
@@ -159,10 +235,10 @@ def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
   if moved:
     tf.io.gfile.makedirs(aside)
   if backup_reason:
-    tf.io.gfile.rename(backup, os.path.join(aside, layout.BACKUP_SUBDIR), overwrite=True)
+    _move_aside(backup, aside)
   for path, _ in faulted:
     for name in tf.io.gfile.glob(path + ".*"):
-      tf.io.gfile.rename(name, os.path.join(aside, os.path.basename(name)), overwrite=True)
+      _move_aside(name, aside)
   if faulted:
     if paths:
       tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
@@ -170,6 +246,18 @@ def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
     else:
       tf.io.gfile.remove(os.path.join(model_dir, "checkpoint"))
   return moved, (paths[-1] if paths else None)
+
+
+def _move_aside(path: str, aside: str) -> str:
+  """Moves `path` into the directory `aside`, under its own name or, if that is taken (an
+  earlier set-aside), `<name>.1`, `<name>.2`, ...: evidence is never overwritten."""
+  name = os.path.basename(path)
+  target, n = os.path.join(aside, name), 0
+  while tf.io.gfile.exists(target):
+    n += 1
+    target = os.path.join(aside, f"{name}.{n}")
+  tf.io.gfile.rename(path, target)
+  return target
 
 
 def set_aside_diverged(model_dir: str, error: failures.DivergedError
@@ -210,9 +298,8 @@ def set_aside_damaged(model_dir: str) -> List[str]:
   aside = os.path.join(model_dir, layout.CORRUPT_SUBDIR)
   for staging in sorted(tf.io.gfile.glob(os.path.join(model_dir, "*ckpt-*_temp"))):
     tf.io.gfile.makedirs(aside)
-    name = os.path.basename(staging)
-    tf.io.gfile.rename(staging, os.path.join(aside, name), overwrite=True)
-    moved.append(f"{name}/: a save cut short")
+    _move_aside(staging, aside)
+    moved.append(f"{os.path.basename(staging)}/: a save cut short")
   if moved:
     logging.warning("Set aside in %s what does not load: %s. Resuming from %s.",
                     aside, "; ".join(moved), kept or "the start")

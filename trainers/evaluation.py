@@ -15,13 +15,17 @@ RESULT_WAIT_SECONDS = 600.0  # How long a chief waits for the evaluator's final 
 METRICS = ("accuracy", "loss")
 
 
+def log_result(step: int, metrics: Mapping[str, float]) -> None:
+  """The line every evaluation shows: "Test metrics at step N: {accuracy, loss}"."""
+  logging.info("Test metrics at step %d: %s", step, {k: float(metrics[k]) for k in METRICS})
+
+
 def write_result(model_dir: str, step: int, metrics: Mapping[str, float]) -> None:
-  """Writes one evaluation's `accuracy` and `loss` to `model_dir/eval` at `step`, and logs it.
+  """Writes one evaluation's `accuracy` and `loss` to `model_dir/eval` at `step`.
 
   A writer per result, closed at once: a chief may be waiting for it, and a
   writer kept open did not flush it before the process exited.
   """
-  logging.info("Test metrics at step %d: %s", step, dict(metrics))
   writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.EVAL_SUBDIR))
   with writer.as_default(step=step):
     for name in METRICS:

@@ -28,6 +28,9 @@ def write_staged(model_dir: str, save: Callable[[str], None]) -> str:
   """
   export_dir = new_export_dir(model_dir)
   staging = tempfile.mkdtemp(prefix=".tmp-export-", dir=os.path.dirname(export_dir))
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(staging, 0o777 & ~umask)  # As the Estimator's exports: mkdtemp's 0700 is for scratch.
   try:
     save(staging)
     os.rename(staging, export_dir)

@@ -306,6 +306,7 @@ class _EvalSummaries(tf_keras.callbacks.Callback):
 
   def on_test_end(self, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Restored from the checkpoint.
+    evaluation.log_result(step, logs)
     evaluation.write_result(self._model_dir, step, logs)
 
 
@@ -356,8 +357,9 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
       return
     self._eval_model.set_weights(self.model.get_weights())
     loss, correct, count = sum(self._sums(x, y).numpy().astype(float) for x, y in self._dataset)
-    evaluation.write_result(self._model_dir, step, {"loss": loss / count,
-                                                    "accuracy": correct / count})
+    metrics = {"loss": loss / count, "accuracy": correct / count}
+    evaluation.log_result(step, metrics)
+    evaluation.write_result(self._model_dir, step, metrics)
 
 
 def export_model(model: tf_keras.Model, model_dir: str) -> str:
@@ -393,8 +395,7 @@ class Backend(loop.Backend):
     with run.strategy.scope():
       self._model = compile_model(config)
       final = tf.train.latest_checkpoint(run.model_dir)
-      if final:
-        tf.train.Checkpoint(model=self._model).restore(final)
+      restored = tf.train.Checkpoint(model=self._model).restore(final) if final else None
     backup_dir = os.path.join(run.model_dir, layout.BACKUP_SUBDIR)
     # A resumed fit must have as many steps as the fit it resumes: the backup
     # records the batch within that fit, not the step.
@@ -407,6 +408,9 @@ class Backend(loop.Backend):
       self._fit(dataset, config.train_steps - fit_start, backup_dir, progress)
     else:
       logging.info("%s holds a finished run at step %d: nothing to train.", final, self._step())
+      # The optimizer's slots, which only a step would create, are not needed.
+      if restored:
+        restored.expect_partial()
     if run.chief:
       # Left behind only by workers killed while saving: the run is over now.
       shutil.rmtree(backup_dir, ignore_errors=True)
@@ -441,7 +445,8 @@ class Backend(loop.Backend):
     return metrics
 
   def export(self) -> str:
-    # A model outside the strategy's scope, holding the trained weights.
-    return export_model(model_lib.build_model(self.run.config.seed,
-                                              model_lib.get_weights(self._model)),
-                        self.run.model_dir)
+    # A model outside the strategy's scope, holding the trained weights, compiled as
+    # evaluation compiles it (a loaded export can `evaluate`).
+    model = model_lib.build_model(self.run.config.seed, model_lib.get_weights(self._model))
+    model.compile(**_loss_and_metrics())
+    return export_model(model, self.run.model_dir)

@@ -18,7 +18,6 @@ import dataclasses
 from typing import Any, ClassVar, Dict, List, Optional, Type
 
 import tensorflow as tf
-from absl import logging
 
 from launch import cluster
 from trainers import checkpoints
@@ -149,13 +148,12 @@ def train_and_evaluate(
     layout.record_losses(config.record_dir, backend.name, trained.losses)
 
   step = trained.global_step
-  if run.chief_evaluates:
-    metrics = trainer.evaluate(step)
-  else:
-    metrics = evaluation.wait_for_result(model_dir, step)
-    logging.info("The evaluator's result at step %d: %s", step, metrics)
-  export_dir = trainer.export()
+  metrics = (trainer.evaluate(step) if run.chief_evaluates else
+             evaluation.wait_for_result(model_dir, step))
+  evaluation.log_result(step, metrics)
   report = trained.report
+  kept = _finished_run(model_dir, step) if report.trained_steps == 0 else None
+  export_dir = kept["export_dir"] if kept else trainer.export()
   return layout.write_summary(
       backend.name, config, model_dir,
       workers=distribute.num_workers(strategy),
@@ -165,4 +163,16 @@ def train_and_evaluate(
       trained_steps=report.trained_steps,
       export_dir=export_dir,
       first_step_time=report.first_step_time,
+      kept=kept,
   )
+
+
+def _finished_run(model_dir: str, step: int) -> Optional[Dict[str, Any]]:
+  """The summary of the run that finished at `step` in model_dir, if its export is still
+  there: a re-run that trains nothing re-evaluates, and keeps that export and its training
+  figures instead of adding an identical export."""
+  summary = layout.read_summary(model_dir)
+  if (summary and summary.get("global_step") == step and summary.get("export_dir")
+      and tf.io.gfile.isdir(summary["export_dir"])):
+    return summary
+  return None

@@ -68,6 +68,15 @@ def record_losses(record_dir: str, backend: str, losses: Sequence[float]) -> Non
     json.dump({"backend": backend, "losses": [float(x) for x in losses]}, f)
 
 
+def read_summary(model_dir: str) -> Optional[Dict[str, Any]]:
+  """The summary.json of model_dir's last finished run, or None."""
+  try:
+    with tf.io.gfile.GFile(os.path.join(model_dir, SUMMARY_FILE)) as f:
+      return json.load(f)
+  except (tf.errors.NotFoundError, ValueError):
+    return None
+
+
 def write_summary(
     backend: str,
     config: Config,
@@ -80,6 +89,7 @@ def write_summary(
     trained_steps: int,
     export_dir: str,
     first_step_time: Optional[float] = None,
+    kept: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
   """Writes summary.json to model_dir (whole, by a rename) and prints it as the last stdout line.
 
@@ -95,6 +105,8 @@ def write_summary(
     export_dir: the SavedModel written.
     first_step_time: unix time when this run's first training step finished
       (launch.bench measures launch-to-first-step with it).
+    kept: a re-run that trained nothing keeps the training figures of this
+      earlier summary (train_seconds, examples_per_second, first_step_time).
 
   Returns:
     The summary.
@@ -114,6 +126,9 @@ def write_summary(
   }
   if first_step_time:
     summary["first_step_time"] = round(first_step_time, 3)
+  for name in ("train_seconds", "examples_per_second", "first_step_time"):
+    if kept and name in kept:
+      summary[name] = kept[name]
   path = os.path.join(model_dir, SUMMARY_FILE)
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
     json.dump(summary, f, indent=2)

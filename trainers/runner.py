@@ -15,6 +15,7 @@ from launch import cluster
 from launch import console
 from launch import exit_codes
 from launch import supervisor
+from trainers import run_lock
 from trainers.config import Config
 
 # TensorFlow is imported only where needed (trainers.checkpoints, trainers.distribute
@@ -86,11 +87,17 @@ def _error(message: str, code: int) -> int:
   return code
 
 
-def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
-  """Checks model_dir before anything is written to it; the writer also creates it.
+def _prepare_model_dir(backend: str, model_dir: str, writer: bool, train_steps: int
+                       ) -> Optional[run_lock.RunLock]:
+  """Checks model_dir before anything is written to it. The writer also creates it, takes
+  its run lock (unless its launcher holds it), and repairs what a crash left: the
+  `checkpoint` index, and checkpoints that do not load.
+
+  Returns:
+    The run lock this process took, or None.
 
   Raises:
-    ModelDirError: naming the problem and the fix.
+    ModelDirError: naming the problem and the fix; nothing in model_dir was changed.
   """
   path = os.path.abspath(model_dir)
   parent = os.path.dirname(path)
@@ -101,26 +108,56 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool) -> None:
   if os.path.exists(path) and not os.path.isdir(path):
     raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
                         "choose another --model_dir.")
-  if os.path.isdir(path) and set(os.listdir(path)) - {supervisor.LOG_SUBDIR}:
-    from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
-    if writer:  # Before any task reads them: resume from the newest that loads.
-      try:
-        checkpoints.set_aside_damaged(path)
-      except ValueError as e:
-        raise ModelDirError(str(e)) from e
-    problem = checkpoints.resume_problem(backend, path)
-    if problem:
-      raise ModelDirError(problem)
-  if not writer:
-    return
+  lock = None
+  if writer:
+    try:
+      os.makedirs(path, exist_ok=True)
+      fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+      os.close(fd)
+      os.remove(probe)
+    except OSError as e:
+      raise ModelDirError(f"--model_dir={model_dir} is not writable ({e.strerror}); "
+                          "choose a directory you can write to.") from e
+    if not run_lock.held_by_launcher(path):
+      lock = run_lock.acquire(path)  # Before anything here is read or moved.
   try:
-    os.makedirs(path, exist_ok=True)
-    fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
-    os.close(fd)
-    os.remove(probe)
-  except OSError as e:
-    raise ModelDirError(f"--model_dir={model_dir} is not writable ({e.strerror}); "
-                        "choose a directory you can write to.") from e
+    if set(os.listdir(path) if os.path.isdir(path) else ()) - _NOT_A_RUN:
+      _check_resumable(backend, path, train_steps, repair=writer)
+  except BaseException:
+    if lock:
+      lock.release()
+    raise
+  return lock
+
+
+# What a model_dir holds before any run wrote to it: a launcher's logs and the run lock.
+_NOT_A_RUN = {supervisor.LOG_SUBDIR, run_lock.LOCK_FILE}
+
+
+def _check_resumable(backend: str, path: str, train_steps: int, repair: bool) -> None:
+  """Refuses a model_dir `backend` cannot resume to `train_steps`; then, with `repair`,
+  rewrites a wrong `checkpoint` index and sets aside checkpoints that do not load, so the
+  run resumes from the newest that does.
+
+  Raises:
+    ModelDirError: naming the problem and the fix, before anything is changed.
+  """
+  from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
+  problem = checkpoints.resume_problem(backend, path)
+  if problem:
+    raise ModelDirError(problem)
+  reached = checkpoints.keras_backup_step(path) if backend == "keras" else None
+  if reached is not None and reached >= train_steps:
+    raise ModelDirError(
+        f"--model_dir={path} holds an interrupted run at step {reached} (its Keras backup); "
+        f"--train_steps={train_steps} is at or below it, so there is nothing to train. Give "
+        f"--train_steps above {reached} to finish that run. Nothing was changed.")
+  if repair:  # Before any task reads them.
+    checkpoints.repair_index(path)
+    try:
+      checkpoints.set_aside_damaged(path)
+    except ValueError as e:
+      raise ModelDirError(str(e)) from e
 
 
 def _ensure_data(data_dir: Optional[str], idx_dir: Optional[str]) -> None:
@@ -187,6 +224,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     data that is missing and could not be prepared; else what `_train_here`
     returns, or for a local cluster the exit code of the task that ended it.
   """
+  lock = None
   try:
     task, num_workers = _check_run(backend, config, options)
     launcher = task is None and num_workers > 1
@@ -203,14 +241,19 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     # to build it, nor need the network.
     _ensure_data(config.data_dir, options.mnist_idx_dir)
     if options.model_dir is not None:
-      # Only the chief (or the launcher, or a lone process) writes to model_dir.
-      _prepare_model_dir(backend, options.model_dir, writer=task is None or task.is_chief)
+      # Only the chief (or the launcher, or a lone process) writes to model_dir; the
+      # lock is held until this process exits.
+      lock = _prepare_model_dir(backend, options.model_dir,
+                                writer=task is None or task.is_chief,
+                                train_steps=config.train_steps)
   except paths.MissingDataError as e:
     return _error(str(e), 1)
   except ValueError as e:  # TFConfigError and ModelDirError are ValueErrors too.
     return _error(str(e), exit_codes.USAGE)
 
   model_dir = options.model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
+  # The tasks write under this process's lock (a new temporary model_dir needs none).
+  task_env[run_lock.HELD_FOR_ENV] = os.path.abspath(model_dir)
   if launcher:
     log_dir = options.log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
@@ -220,7 +263,11 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
         evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1)
-  return _train_here(backend, config, model_dir, task)
+  try:
+    return _train_here(backend, config, model_dir, task)
+  finally:
+    if lock:
+      lock.release()
 
 
 def _train_here(backend: str, config: Config, model_dir: str,

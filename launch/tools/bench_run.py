@@ -168,7 +168,8 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
 
 
 def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
-              backends: Sequence[str] = tuple(ENTRIES), timeout: float = 900, repeats: int = 1
+              backends: Sequence[str] = tuple(ENTRIES),
+              timeout: float = runs.TIMEOUT_SECONDS, repeats: int = 1
               ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
   """At each worker count the ceiling run, the step-cost probe and each backend.
 

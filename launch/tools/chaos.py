@@ -559,7 +559,7 @@ _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_ch
 
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
-              seed: int = 0, timeout: float = 600,
+              seed: int = 0, timeout: float = runs.TIMEOUT_SECONDS,
               faults: Tuple[str, ...] = ("kill_worker",)) -> List[Trial]:
   """Runs `trials` trials of each fault on one backend, each in `out_dir/<backend>-<fault>-<i>`."""
   rng = random.Random(seed)

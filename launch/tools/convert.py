@@ -48,18 +48,15 @@ from trainers import model_dir as layout
 from trainers.config import Config
 
 AssignmentMap = Mapping[str, Optional[str]]  # Old checkpoint name -> model weight, or None.
-ESTIMATOR_CHECKPOINT_PREFIX = "model.ckpt"  # The Estimator's own name for its checkpoints.
-STEP_VARIABLE = "global_step"
+STEP_VARIABLE = checkpoints.ESTIMATOR_STEP_KEY
 MOMENTUM_SUFFIX = "/Momentum"  # tf.compat.v1.train.MomentumOptimizer's slot name.
 WEIGHT, SLOT, STEP, IGNORED, UNMAPPED = "weight", "slot", "step", "ignored", "unmapped"
 # Keras checkpoint entries that are derived, not state: (key, why it is not carried).
 KERAS_DERIVED = {
-    "save_counter/.ATTRIBUTES/VARIABLE_VALUE": "tf.train.Checkpoint's count of its own saves",
-    "model/optimizer/_current_learning_rate/.ATTRIBUTES/VARIABLE_VALUE":
+    checkpoints.keras_key("save_counter"): "tf.train.Checkpoint's count of its own saves",
+    checkpoints.keras_key("model/optimizer/_current_learning_rate"):
         "the schedule's rate at the last update, recomputed from the step before every update",
 }
-_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # Metadata of object-based checkpoints.
-_ATTRIBUTE = "/.ATTRIBUTES/VARIABLE_VALUE"
 _SLOT_OF_UNMAPPED = "the slot of unmapped "
 
 
@@ -158,7 +155,7 @@ def classify(shapes: Mapping[str, Sequence[int]],
     return name if name in weights else None
 
   entries = []
-  for name in sorted(n for n in shapes if n != _OBJECT_GRAPH):
+  for name in sorted(n for n in shapes if n != checkpoints.OBJECT_GRAPH_KEY):
     shape = tuple(shapes[name])
     base = _slot_base(name)
     if name in assignment_map and assignment_map[name] is None:
@@ -256,12 +253,13 @@ def _received_name(entries: Sequence[Entry], weight: str) -> str:
 
 def _latest(model_dir: str, backend: str) -> str:
   """model_dir's newest checkpoint, which must be `backend`'s."""
-  path = tf.train.latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
+  path = checkpoints.newest(model_dir)
   if path is None:
     backup = os.path.join(model_dir, layout.BACKUP_SUBDIR)
     hint = (f" It holds only a Keras backup ({backup}): finish the run with "
             "python -m trainers.keras_main first." if os.path.isdir(backup) else "")
-    raise ConversionError(f"No checkpoint in {model_dir} (no `checkpoint` file naming one): "
+    raise ConversionError(f"No checkpoint in {model_dir} (no ckpt-<step> or "
+                          "model.ckpt-<step> files): "
                           f"give the {backend} model_dir of a finished or stopped run.{hint}")
   try:
     owner, _ = checkpoints.checkpoint_step(path)
@@ -325,12 +323,12 @@ def _keras_state(model: tf_keras.Model) -> List[Tuple[str, tf.Variable, str, str
     for weight in layer.weights:
       name = model_lib.weight_name(weight)
       attribute = name.split("/")[-1]
-      state.append((f"model/layer_with_weights-{i}/{attribute}{_ATTRIBUTE}", weight, name, WEIGHT))
+      state.append((checkpoints.keras_weight_key(i, attribute), weight, name, WEIGHT))
       slot = slots[id(weight)]
       if slot.shape != weight.shape:
         raise ConversionError(f"The Keras optimizer's slot for {name} has shape {slot.shape}.")
-      state.append((f"model/optimizer/_variables/{positions[id(slot)]}{_ATTRIBUTE}", slot, name,
-                    SLOT))
+      state.append((checkpoints.keras_key(f"model/optimizer/_variables/{positions[id(slot)]}"),
+                    slot, name, SLOT))
   return state
 
 
@@ -442,7 +440,8 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   except AssertionError as e:
     raise ConversionError(f"{path} does not match the model and optimizer: {e}") from e
   keys = {key for key, _ in tf.train.list_variables(path)}
-  unknown = sorted(keys - {key for key, *_ in state} - set(KERAS_DERIVED) - {_OBJECT_GRAPH})
+  carried = {key for key, *_ in state}
+  unknown = sorted(keys - carried - set(KERAS_DERIVED) - {checkpoints.OBJECT_GRAPH_KEY})
   if unknown:
     raise ConversionError(f"{path} holds {', '.join(unknown)}, which this converter does not "
                           "know how to carry.")
@@ -485,7 +484,7 @@ def _write_name_based(values: Mapping[str, np.ndarray], directory: str, step: in
     saver = tf.compat.v1.train.Saver(var_list=variables, save_relative_paths=True)
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
-      return saver.save(session, os.path.join(directory, ESTIMATOR_CHECKPOINT_PREFIX),
+      return saver.save(session, os.path.join(directory, checkpoints.ESTIMATOR_PREFIX),
                         global_step=step, write_meta_graph=False)
 
 

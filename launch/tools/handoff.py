@@ -126,7 +126,7 @@ PAIRS = (("estimator-then-estimator", "estimator-then-keras"),
 
 def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: int,
                 train_steps: int, decay_steps: int,
-                tolerances: Tolerances = Tolerances(), timeout: float = 1800,
+                tolerances: Tolerances = Tolerances(), timeout: float = runs.TIMEOUT_SECONDS,
                 measure_uninterrupted: bool = True) -> Report:
   """Runs the four resumed runs (and the uninterrupted ones) at each worker count, and
   checks them.

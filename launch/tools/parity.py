@@ -81,7 +81,7 @@ def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional
 def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                long_steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
-               timeout: float = 1800) -> Report:
+               timeout: float = runs.TIMEOUT_SECONDS) -> Report:
   """Trains three ways and compares them.
 
   Args:

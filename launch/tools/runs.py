@@ -23,6 +23,9 @@ from trainers.config import Config
 TRAINER_MODULES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
 BACKENDS = tuple(TRAINER_MODULES)
 PYTHON = sys.executable  # This install's interpreter; another install's can be given.
+# Each trainer run a tool starts may take this long: a run that hangs is stopped and
+# named, never waited on forever; a healthy run of any tool's default takes minutes.
+TIMEOUT_SECONDS = 1800.0
 
 
 class RunError(RuntimeError):
@@ -46,7 +49,7 @@ def clean_env() -> Dict[str, str]:
 
 
 def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, log_path: str,
-                timeout: float = 1800, extra_flags: Sequence[str] = (),
+                timeout: float = TIMEOUT_SECONDS, extra_flags: Sequence[str] = (),
                 python: str = PYTHON) -> Dict[str, Any]:
   """Trains `backend` as a user would, to the end; returns its summary.
 

@@ -17,11 +17,10 @@ from typing import List, Sequence, Tuple
 from absl import app
 from absl import flags
 
+from launch.tools import runs
 from trainers import flags as trainer_flags
 
-# Every tool allows each trainer run this long: a run that hangs is stopped and
-# named, never waited on forever; a healthy run of any tool's default takes minutes.
-TIMEOUT_SECONDS = 1800.0
+TIMEOUT_SECONDS = runs.TIMEOUT_SECONDS
 TrainSteps = Tuple[flags.FlagHolder, flags.FlagHolder]
 
 

@@ -122,7 +122,7 @@ def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], im
 
 def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, keras_python: str,
                        steps: int = 10, tolerances: Tolerances = Tolerances(),
-                       timeout: float = 900) -> Report:
+                       timeout: float = runs.TIMEOUT_SECONDS) -> Report:
   """Trains Keras on both installs and the Estimator on this one, then compares.
 
   Args:
