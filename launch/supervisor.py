@@ -149,8 +149,8 @@ def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
       os.nice(niceness)
       # Under autogroup scheduling (Linux, on by default here) CPU is shared between
       # sessions first, by each session's group nice: a task has a session of its
-      # own, so its nice alone would not yield the cores to the other tasks (seen
-      # 2026-11-25: the evaluator still took 1.5 s of the chief's 4 s of imports).
+      # own, so its nice alone would not yield the cores to the other tasks (the
+      # evaluator's imports still took their share of the chief's: docs/training.md).
       try:
         with open(AUTOGROUP, "w") as f:
           f.write(str(niceness))

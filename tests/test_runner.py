@@ -248,6 +248,10 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
     ([], _tf_config("ps", 0), "task.type 'ps' is not run here"),
     ([], _tf_config("chief", ps=["localhost:1"], chief=["localhost:2"]), "job(s) ['ps']"),
     (["--workers=3"], _tf_config("worker", 0), "TF_CONFIG describes 2 training tasks"),
+    # Files the flags name are checked before any task starts: nothing is retried.
+    (["--workers=2", "--init_weights=/nonexistent.npz"], {}, "--init_weights=/nonexistent.npz"),
+    (["--workers=2", f"--init_weights={__file__}"], {}, "is not a .npz of weights"),
+    (["--workers=2", "--task_log_dir=/nonexistent/logs"], {}, "--task_log_dir=/nonexistent/logs"),
 ])])
 def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_data_dir,
                                             tmp_path):
@@ -431,13 +435,19 @@ def _truncate(checkpoint_path):
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_loads(
-    backend, tiny_data_dir, tmp_path):
+def _finished_six_steps(backend, tiny_data_dir, tmp_path):
+  """A lone process's run of 6 steps (checkpoints at 3 and 6); its model_dir and command."""
   model_dir = tmp_path / "model"
   config = dataclasses.replace(TINY, train_steps=6, data_dir=tiny_data_dir)
   args = [f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
   assert run_module(f"trainers.{backend}_main", args).returncode == 0
+  return model_dir, args
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_loads(
+    backend, tiny_data_dir, tmp_path):
+  model_dir, args = _finished_six_steps(backend, tiny_data_dir, tmp_path)
   newest = tf.train.latest_checkpoint(str(model_dir))
   assert newest.endswith("-6")
   _truncate(newest)  # A crash or a full disk mid-save.
@@ -586,10 +596,7 @@ def test_a_second_run_on_a_busy_model_dir_is_refused_naming_the_first(backend, t
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_missing_checkpoint_index_resumes_from_the_newest_checkpoint_on_disk(
     backend, tiny_data_dir, tmp_path):
-  model_dir = tmp_path / "model"
-  config = dataclasses.replace(TINY, train_steps=6, data_dir=tiny_data_dir)
-  args = [f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
-  assert run_module(f"trainers.{backend}_main", args).returncode == 0
+  model_dir, args = _finished_six_steps(backend, tiny_data_dir, tmp_path)
   (model_dir / "checkpoint").unlink()
   longer = run_module(f"trainers.{backend}_main", [*args, "--train_steps=8"])
   assert longer.returncode == 0, longer.stderr[-3000:]

@@ -70,8 +70,8 @@ class _OneCollectiveModel(tf_keras.Model):
 
   Keras's own train_step reads its loss metric after every step, and under
   MultiWorkerMirroredStrategy each read all-reduces the metric's total and count
-  across the workers: two collectives per step besides the gradients', which cost
-  2.2 of 10 ms per step at 2 workers (profiled 2026-11-25). Here each replica's
+  across the workers: two collectives per step besides the gradients', a fifth of
+  a step at 2 workers (docs/MIGRATION.md, item 3). Here each replica's
   loss (its batch mean over the number of replicas, as Keras scales it) is summed
   in the gradients' all-reduce, so every worker holds the global batch's loss, and
   keeps its mean since `fit` began (what Keras logs as `loss`) with no collective.

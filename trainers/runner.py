@@ -203,7 +203,34 @@ def _check_run(backend: str, config: Config, options: RunOptions
     raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
   if task:
     cluster.check_port_free(task)
+  _check_files(config, options)
   return task, num_workers
+
+
+def _check_files(config: Config, options: RunOptions) -> None:
+  """The files and directories the flags name, checked before any task starts (a task
+  that found them bad would fail, and be retried, in every task).
+
+  Raises:
+    ValueError: naming the flag and the fix.
+  """
+  if config.init_weights:
+    import numpy as np  # noqa: PLC0415 -- only for this flag: a launcher starts at once.
+    try:
+      with np.load(config.init_weights) as weights:
+        weights.files  # noqa: B018 -- reads the archive's directory.
+    except FileNotFoundError:
+      raise ValueError(f"--init_weights={config.init_weights}: no such file. Give the .npz "
+                       "of weights by name that launch.parity writes (init_weights.npz), or "
+                       "leave the flag out to initialize from --seed.") from None
+    except (OSError, ValueError) as e:
+      raise ValueError(f"--init_weights={config.init_weights} is not a .npz of weights "
+                       f"({e}); give one that numpy.savez wrote, as launch.parity does.") from e
+  log_dir = options.log_dir
+  if log_dir and not os.path.isdir(log_dir) and not os.path.isdir(
+      os.path.dirname(os.path.abspath(log_dir))):
+    raise ValueError(f"--task_log_dir={log_dir}: neither it nor its parent directory exists. "
+                     "Create the parent first, or choose another --task_log_dir.")
 
 
 def run(backend: str, config: Config, options: RunOptions) -> int:
