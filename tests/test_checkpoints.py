@@ -61,3 +61,15 @@ def test_what_is_set_aside_never_replaces_what_was_set_aside_before(tmp_path):
     assert checkpoints.set_aside_damaged(str(tmp_path))
   aside = sorted(os.listdir(tmp_path / "corrupt"))
   assert "ckpt-4.index" in aside and "ckpt-4.index.1" in aside
+
+
+def test_a_checkpoint_removed_while_it_is_inspected_is_no_problem(tmp_path, monkeypatch):
+  # A task starting beside a running chief: the newest backup is rotated away between
+  # finding it and reading it.
+  _keras_checkpoints(tmp_path / "backup" / "chief", [2])
+
+  def rotated(path):
+    raise tf.errors.NotFoundError(None, None, f"Failed to find any matching files for {path}")
+
+  monkeypatch.setattr(tf.train, "list_variables", rotated)
+  assert checkpoints.resume_problem("keras", str(tmp_path)) is None

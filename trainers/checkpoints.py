@@ -156,7 +156,12 @@ def resume_problem(backend: str, model_dir: str) -> Optional[str]:
   for path in (newest(model_dir), backup):
     if path is None:
       continue
-    shapes = dict(tf.train.list_variables(path))
+    try:
+      shapes = dict(tf.train.list_variables(path))
+    except tf.errors.NotFoundError:
+      # Removed since it was found: a task that starts beside a running chief (an
+      # evaluator restarted alone) races the chief's rotation of its checkpoints.
+      continue
     whose = owner(shapes)
     if whose != backend:
       return (f"--model_dir={model_dir} holds a checkpoint of the {whose} backend ({path}); "

@@ -146,7 +146,8 @@ def _check_resumable(backend: str, path: str, train_steps: int, repair: bool) ->
   problem = checkpoints.resume_problem(backend, path)
   if problem:
     raise ModelDirError(problem)
-  reached = checkpoints.keras_backup_step(path) if backend == "keras" else None
+  # The writer's check: a task beside a running chief would race its backups.
+  reached = checkpoints.keras_backup_step(path) if backend == "keras" and repair else None
   if reached is not None and reached >= train_steps:
     raise ModelDirError(
         f"--model_dir={path} holds an interrupted run at step {reached} (its Keras backup); "
