@@ -27,12 +27,14 @@ from absl import flags
 from absl import logging
 
 from launch import console
-from launch.tools import bench_report
-from launch.tools import bench_run
-from launch.tools import runs
-from launch.tools import tool_flags
-from trainers import runner
-from trainers.config import Config
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.tools import bench_report  # noqa: E402 -- after quiet_tool_process
+from launch.tools import bench_run  # noqa: E402 -- after quiet_tool_process
+from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
+from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import runner  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([1, 2], "Worker counts to run each backend at.")
 _TRAIN_STEPS = tool_flags.define_train_steps(

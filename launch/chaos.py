@@ -31,10 +31,12 @@ from absl import app
 from absl import flags
 
 from launch import console
-from launch.tools import chaos
-from launch.tools import runs
-from launch.tools import tool_flags
-from trainers.config import Config
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.tools import chaos  # noqa: E402 -- after quiet_tool_process
+from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
+from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Backend to train.",
                              required=True)

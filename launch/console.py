@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import sys
-from typing import List
+from typing import Dict, List
 
 from absl import flags
 from absl import logging as absl_logging
@@ -30,6 +30,10 @@ NOISE = (
     "deprecation.py",  # TF's notices that its own code calls deprecated APIs.
     "distribute_coordinator.py",  # Estimator: "`eval_strategy` is not passed in".
     "dataset.cc",  # "Input of GeneratorDatasetOp::Dataset will not be optimized".
+    # "The calling iterator did not fully read the dataset being cached": a run
+    # that ends mid-epoch leaves input_fn's cache() part-filled, and nothing
+    # reads it again.
+    "cache_dataset_ops.cc",
 )
 # An absl line, optionally after a task tag: "[chief:0] I1123 07:47:46.041 1406 file.py:60] ".
 _ABSL = re.compile(rb"^(?:\[[\w:]+\] )?([IWEF])\d{4} [\d:.]+ +\d+ (\S+):\d+\] ")
@@ -101,6 +105,42 @@ def quiet_lone_process(verbosity: int) -> None:
   if verbosity < 1:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   quiet_records(verbosity)
+
+
+# Where quiet_tool_process keeps the user's own TF_CPP_MIN_LOG_LEVEL ("" if unset).
+_USER_TF_CPP = "MNIST_USER_TF_CPP_MIN_LOG_LEVEL"
+
+
+def _verbose_argv(argv: List[str]) -> bool:
+  """Whether the command line asks for --verbosity (-v) of 1 or more."""
+  for i, arg in enumerate(argv):
+    name, _, value = arg.partition("=")
+    if name in ("-v", "--v", "--verbosity", "-verbosity"):
+      value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+      if value.lstrip("-").isdigit() and int(value) >= 1:
+        return True
+  return False
+
+
+def quiet_tool_process() -> None:
+  """For a tool binary, before its imports load TensorFlow: no C++ start-up lines
+  (cuDNN, cuFFT, cuBLAS, CPU features) in its own output, unless -v 1. The runs
+  it starts get the user's setting back (`child_environ`): their logs keep all."""
+  if _USER_TF_CPP in os.environ or _verbose_argv(sys.argv):
+    return
+  os.environ[_USER_TF_CPP] = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "")
+  os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+
+
+def child_environ() -> Dict[str, str]:
+  """This process's environment, as the user gave it, for a process it starts."""
+  env = dict(os.environ)
+  if _USER_TF_CPP in env:
+    user = env.pop(_USER_TF_CPP)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    if user:
+      env["TF_CPP_MIN_LOG_LEVEL"] = user
+  return env
 
 
 def quiet_records(verbosity: int) -> None:

@@ -29,11 +29,13 @@ from absl import app
 from absl import flags
 
 from launch import console
-from launch.tools import convert
-from launch.tools import handoff
-from launch.tools import runs
-from launch.tools import tool_flags
-from trainers.config import Config
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.tools import convert  # noqa: E402 -- after quiet_tool_process
+from launch.tools import handoff  # noqa: E402 -- after quiet_tool_process
+from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
+from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Worker counts to run at, e.g. 1,2.")
 _SPLIT_AT = flags.DEFINE_integer("split_at", 500, "The step at which each run is handed over.")
@@ -52,6 +54,21 @@ _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
     "worker count) and report how far the resumed runs are from them.")
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
                for f in dataclasses.fields(handoff.Tolerances)}
+_LOGIT_ATOL = flags.DEFINE_float("logit_atol", None, "Deprecated: give --logits_atol (as "
+                                 "launch.version_parity spells it).")
+
+
+def _tolerances() -> handoff.Tolerances:
+  """The limits, taking the deprecated --logit_atol (saying so) for --logits_atol."""
+  limits = {k: v.value for k, v in _TOLERANCES.items()}
+  if _LOGIT_ATOL.present:
+    if _TOLERANCES["logits_atol"].present:
+      raise app.UsageError("Give --logits_atol or the deprecated --logit_atol, not both.",
+                           exitcode=2)
+    limits["logits_atol"] = _LOGIT_ATOL.value
+    print(f"warning: --logit_atol is deprecated; use --logits_atol={_LOGIT_ATOL.value}.",
+          file=sys.stderr)
+  return handoff.Tolerances(**limits)
 
 
 def _steps() -> Sequence[int]:
@@ -82,6 +99,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
   workers = tool_flags.worker_counts(_WORKERS)
+  tolerances = _tolerances()
   split_at, train_steps, decay_steps = _steps()
   timeout = tool_flags.timeout(_TIMEOUT)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
@@ -93,7 +111,7 @@ def main(argv: Sequence[str]) -> None:
         config, workers, out, split_at=split_at, train_steps=train_steps,
         decay_steps=decay_steps, timeout=timeout,
         measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
-        tolerances=handoff.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}))
+        tolerances=tolerances)
   except (runs.RunError, convert.ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)

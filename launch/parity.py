@@ -21,10 +21,12 @@ from absl import app
 from absl import flags
 
 from launch import console
-from launch.tools import parity
-from launch.tools import runs
-from launch.tools import tool_flags
-from trainers.config import Config
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.tools import parity  # noqa: E402 -- after quiet_tool_process
+from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
+from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Local worker counts, each run by both backends.")
 _TRAIN_STEPS = tool_flags.define_train_steps(10, "Steps of the short run.")

@@ -21,10 +21,12 @@ from absl import app
 from absl import flags
 
 from launch import console
-from launch.tools import runs
-from launch.tools import tool_flags
-from launch.tools import version_parity
-from trainers.config import Config
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
+from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from launch.tools import version_parity  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "Python of the newest-TF install, "
                                     "e.g. .venv-tf221/bin/python.", required=True)

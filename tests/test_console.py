@@ -1,6 +1,8 @@
 """launch.console: the terminal gets the run's own lines, warnings and errors; -v gets all."""
 
 import logging
+import os
+import sys
 
 import pytest
 
@@ -24,6 +26,7 @@ Use Variable.read_value.
 [chief:0] I1123 07:47:52.000000 140615631063936 cross_device_ops.py:1154] Collective all_reduce tensors: 6 all_reduces, num_devices = 1
 [chief:0] I1123 07:49:32.609083 140195716713344 trainers/progress.py:74] step 10/40: loss 1.8661, 1.6 steps/s, ETA 19 s
 [chief:0] W1123 07:49:33.000000 140195716713344 checkpoint_management.py:100] A checkpoint was not found
+2026-11-23 07:49:33.500000: W tensorflow/core/kernels/data/cache_dataset_ops.cc:858] The calling iterator did not fully read the dataset being cached.
 2026-11-23 07:49:34.000000: E tensorflow/core/common_runtime/base_collective_executor.cc:249] BaseCollectiveExecutor::StartAbort UNAVAILABLE: peer died
 /venv/lib/python3.11/site-packages/tensorflow_datasets/core/dataset_builder.py:9: UserWarning: a library's own warning
   warnings.warn(
@@ -71,6 +74,9 @@ def test_a_lone_process_filters_its_records_by_the_same_rule():
   assert not console.is_own("/elsewhere/trainers/progress.py")
 
 
+TOOLS = ("launch.parity", "launch.chaos", "launch.bench", "launch.handoff", "launch.version_parity")
+
+
 @pytest.mark.parametrize("module, args", [
     ("trainers.keras_main", ["--workers=abc"]),
     ("trainers.estimator_main", ["--no_such_flag"]),
@@ -82,8 +88,35 @@ def test_a_lone_process_filters_its_records_by_the_same_rule():
     ("launch.handoff", ["--no_such_flag"]),
     ("launch.convert", ["--no_such_flag"]),
     ("launch.bare", ["--train_steps=many"]),
+    ("launch.version_parity", ["--no_such_flag"]),
 ])
 def test_a_bad_flag_is_a_usage_error_in_every_binary(module, args):
   result = run_module(module, args, timeout=120)
   assert result.returncode == 2, result.stderr[-2000:]
   assert "error: " in result.stderr and "--helpfull" in result.stderr
+  if module in TOOLS:  # Their imports load TensorFlow, without its C++ start-up lines.
+    assert "Unable to register" not in result.stderr and "cpu_feature" not in result.stderr
+
+
+@pytest.mark.parametrize("argv, verbose", [
+    (["x"], False), (["x", "-v", "1"], True), (["x", "--verbosity=2"], True),
+    (["x", "-v=0"], False), (["x", "--v", "-1"], False), (["x", "-v"], False),
+])
+def test_a_tool_hides_tensorflows_start_up_lines_unless_verbose(argv, verbose, monkeypatch):
+  monkeypatch.setattr(sys, "argv", argv)
+  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")  # The user's own.
+  monkeypatch.delenv("MNIST_USER_TF_CPP_MIN_LOG_LEVEL", raising=False)
+  console.quiet_tool_process()
+  assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == ("1" if verbose else "3")
+  # What the tool starts gets the user's setting, whatever the tool's own.
+  assert console.child_environ()["TF_CPP_MIN_LOG_LEVEL"] == "1"
+  assert "MNIST_USER_TF_CPP_MIN_LOG_LEVEL" not in console.child_environ()
+
+
+def test_a_tools_runs_get_no_level_the_user_did_not_set(monkeypatch):
+  monkeypatch.setattr(sys, "argv", ["x"])
+  monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+  monkeypatch.delenv("MNIST_USER_TF_CPP_MIN_LOG_LEVEL", raising=False)
+  console.quiet_tool_process()
+  assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
+  assert "TF_CPP_MIN_LOG_LEVEL" not in console.child_environ()

@@ -32,9 +32,11 @@ def _reset_step(model, config):
 
 
 @pytest.mark.real_data
-def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir, tmp_path):
+def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
+  # One worker, for CI's time: each run is one process. The 2-worker figures in
+  # docs/parity.md were measured with the same command at --workers=1,2.
   out = tmp_path / "handoff"
-  result = run_module("launch.handoff", ["--workers=2", f"--split_at={SPLIT}",
+  result = run_module("launch.handoff", ["--workers=1", f"--split_at={SPLIT}",
                                          f"--train_steps={SPLIT + RESUME}",
                                          f"--decay_steps={STEPS}",
                                          f"--data_dir={real_data_dir}", f"--out={out}",
@@ -46,14 +48,14 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
   names = [c["name"] for c in report["checks"]]
   own, handed = "estimator-then-estimator", "estimator-then-keras"
   pair = f"{own} vs {handed}"
-  for expected in ("2w: every Estimator variable mapped or ignored",
-                   "2w: max |logit diff|, Estimator export vs converted Keras",
-                   f"2w {pair}: max |weight diff| {pair}",
-                   "2w keras-then-keras vs keras-then-estimator: max |weight diff| "
+  for expected in ("1w: every Estimator variable mapped or ignored",
+                   "1w: max |logit diff|, Estimator export vs converted Keras",
+                   f"1w {pair}: max |weight diff| {pair}",
+                   "1w keras-then-keras vs keras-then-estimator: max |weight diff| "
                    "keras-then-keras vs keras-then-estimator",
-                   f"2w {pair}: per-step loss rel diff after the split {pair}",
-                   f"2w {handed}: learning rate at step 21",
-                   f"2w {handed}: resumed from the split"):
+                   f"1w {pair}: per-step loss rel diff after the split {pair}",
+                   f"1w {handed}: learning rate at step 21",
+                   f"1w {handed}: resumed from the split"):
     assert expected in names, names
   assert {len(v) for k, v in report["losses"].items() if " 0-" not in k} == {RESUME}
   assert report["measured"] == {} and os.path.getsize(out / "loss_curves.png") > 10_000
@@ -62,7 +64,7 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
   # its step reset or its momentum zeroed. A reset step already fails the rate
   # check, before any step is taken; zeroed momentum keeps the rate, so Keras
   # trains again from it: the resume checks against the Estimator's own must fail.
-  run_dir = out / "2w"
+  run_dir = out / "1w"
   config = Config(data_dir=real_data_dir, init_weights=str(out / "init_weights.npz"),
                   deterministic=True, decay_steps=STEPS)
   tolerances = handoff.Tolerances()
@@ -78,8 +80,7 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
   summary = runs.run_trainer(
       "keras", dataclasses.replace(config, train_steps=SPLIT + RESUME, record_dir=str(leg),
                                    checkpoint_every_steps=SPLIT + RESUME),
-      workers=2, model_dir=str(leg / "model"), log_path=str(leg / "run.log"),
-      extra_flags=["--noevaluator"])
+      workers=1, model_dir=str(leg / "model"), log_path=str(leg / "run.log"))
   losses = {own: json.loads((run_dir / own / "losses.json").read_text())["losses"],
             name: json.loads((leg / "losses.json").read_text())["losses"]}
   checks = handoff.resume_checks(name, {own: runs.read_summary(str(run_dir / own / "model")),
@@ -87,7 +88,7 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
                                  {own: "estimator", name: "keras"}, tolerances)
   weights = next(c for c in checks if "max |weight diff|" in c.name)
   assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
-      handoff.Report([2], SPLIT, SPLIT + RESUME, STEPS, checks, {}, {}))
+      handoff.Report([1], SPLIT, SPLIT + RESUME, STEPS, checks, {}, {}))
   # Same steps, same rates: only the momentum differs.
   assert len(losses[name]) == RESUME
   assert not next(c for c in checks if "per-step loss" in c.name).passed
@@ -99,6 +100,8 @@ def test_cli_passes_every_check_at_two_workers_and_tampering_fails(real_data_dir
     (["--split_at=500", "--train_steps=1200"], "note: --train_steps=1200 is taken as the step"),
     (["--split_at=50", "--resume_steps=60", "--decay_steps=100"],
      "warning: --resume_steps is deprecated; use --train_steps=110"),
+    (["--split_at=50", "--train_steps=50", "--decay_steps=100", "--logit_atol=1e-4"],
+     "warning: --logit_atol is deprecated; use --logits_atol=0.0001"),
 ])
 def test_cli_rejects_a_split_or_an_end_past_the_schedule_saying_how_it_read_them(args, said):
   result = run_module("launch.handoff", args)

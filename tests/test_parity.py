@@ -35,6 +35,8 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
                    "shards cover the split", "test accuracy gap (pp), long run",
                    "loss curve rel diff, long run keras vs estimator",
                    "progress.jsonl loss rel diff keras vs estimator",
+                   "progress.jsonl loss is the window mean, keras",
+                   "progress.jsonl loss is the window mean, estimator",
                    "eval accuracy, Estimator evaluator vs Keras evaluate",
                    "eval per checkpoint, keras vs estimator"):
     assert expected in names
@@ -46,11 +48,17 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
   assert "keras evaluated steps [" in per_checkpoint["where"] and "20]" in per_checkpoint["where"]
 
 
-@pytest.mark.real_data
-def test_one_worker_short_run_agrees(real_data_dir, tmp_path):
-  report = parity.run_parity(Config(data_dir=real_data_dir), 1, str(tmp_path), steps=10,
-                             long_steps=0)
-  assert report.passed, parity.format_table(report)
+@pytest.mark.parametrize("logged, passed", [((1.5, 3.5), True), ((1.5, 2.5), False)])
+def test_the_progress_loss_must_be_the_window_mean_not_the_running_mean(logged, passed,
+                                                                       tmp_path):
+  # Per-step losses 1, 2, 3, 4 logged at steps 2 and 4: window means 1.5 and
+  # 3.5; the running mean at step 4 is 2.5.
+  records = [{"event": "start", "from_step": 0}] + [
+      {"event": "step", "step": step, "loss": loss} for step, loss in zip((2, 4), logged)]
+  (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  check = parity.window_mean_check("keras", str(tmp_path), [1.0, 2.0, 3.0, 4.0], 1e-5)
+  assert check.passed == passed, check
+  assert passed or check.where == "window ending at step 4 (2 steps)"
 
 
 def test_a_halved_estimator_gradient_is_reported_at_a_variable(tiny_data_dir, tmp_path):

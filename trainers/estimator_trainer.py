@@ -254,7 +254,7 @@ class Backend(loop.Backend):
           shutil.rmtree(os.path.join(run.model_dir, f"tmp_{run.task.type}_{run.task.index}"),
                         ignore_errors=True)
       # A worker that exits while the chief is still closing its gRPC session
-      # stalls that close until the worker's heartbeat times out (seen: 55 s).
+      # stalls that close until the worker's heartbeat times out (MIGRATION.md, item 9).
       distribute.barrier(run.strategy, "estimator_training_done")
     # Read from the chief's newest checkpoint; only the chief's is used.
     step = (self._estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)

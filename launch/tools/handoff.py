@@ -39,7 +39,7 @@ Check = harness.Check
 class Tolerances:
   weight_atol: float = 1e-6
   loss_rtol: float = 1e-5
-  logit_atol: float = 1e-5
+  logits_atol: float = 1e-5
   learning_rate_atol: float = 1e-7  # Both schedules compute in float32.
 
 
@@ -211,7 +211,7 @@ def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Confi
             Check(f"{size}: classes, Estimator export vs converted Keras", same,
                   0.0 if same else 1.0, 0.0, f"{images} test images"),
             Check(f"{size}: max |logit diff|, Estimator export vs converted Keras",
-                  logit_diff <= tolerances.logit_atol, logit_diff, tolerances.logit_atol,
+                  logit_diff <= tolerances.logits_atol, logit_diff, tolerances.logits_atol,
                   f"{images} test images")]
   return checks + [rate_check(f"{size} {leg}", _resumer(leg), run.model_dir(leg), config,
                               split_at, tolerances.learning_rate_atol)

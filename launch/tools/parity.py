@@ -111,7 +111,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                                   extra_flags=backend_flags.get(b, ()), **changes)
             for b in BACKENDS}
 
-  summaries = train_both("short", train_steps=steps, log_every_steps=steps,
+  # Two progress windows (where one window's mean would equal the running mean).
+  summaries = train_both("short", train_steps=steps, log_every_steps=max(1, steps // 2),
                          checkpoint_every_steps=steps)
   short = dataclasses.replace(config, train_steps=steps)
   losses: Dict[str, List[float]] = {}
@@ -128,6 +129,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                   if r["event"] == "step"] for b in BACKENDS}
   checks += harness.compare_losses(progress, tolerances.loss_rtol,
                                    "progress.jsonl loss rel diff")
+  checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
+                               tolerances.loss_rtol) for b in BACKENDS]
   checks += compare_shards({b: trainer_runs.run_dir(f"short/{b}") for b in BACKENDS}, workers,
                            config.data_dir)
   eval_summary = summaries["estimator"]
@@ -150,6 +153,26 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                                        tolerances.eval_loss_atol))
   checks += _eval_parity(config, eval_summary, tolerances.eval_loss_atol)
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses)
+
+
+def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],
+                      rtol: float) -> Check:
+  """Each progress record's loss is the mean of the per-step losses since the previous one."""
+  worst, where = 0.0, "no progress records"
+  previous = 0
+  for record in runs.read_progress(model_dir):
+    if record["event"] != "step":
+      continue
+    window = losses[previous:record["step"]]
+    previous = record["step"]
+    if not window:
+      return Check(f"progress.jsonl loss is the window mean, {backend}", False, float("nan"),
+                   rtol, f"no per-step losses up to step {record['step']}")
+    rel = abs(record["loss"] - float(np.mean(window))) / max(abs(float(np.mean(window))), 1e-12)
+    if rel >= worst:
+      worst, where = rel, f"window ending at step {record['step']} ({len(window)} steps)"
+  return Check(f"progress.jsonl loss is the window mean, {backend}",
+               where != "no progress records" and worst <= rtol, worst, rtol, where)
 
 
 def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Check:

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from absl import app
 
 from data import paths
+from launch import console
 from launch import supervisor
 from trainers import flags as trainer_flags
 from trainers import model_dir as layout
@@ -44,8 +45,8 @@ def trainer_command(backend: str, config: Config, *, workers: int, model_dir: st
 
 
 def clean_env() -> Dict[str, str]:
-  """This environment without TF_CONFIG: a tool's runs start their own clusters."""
-  return {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+  """The user's environment without TF_CONFIG: a tool's runs start their own clusters."""
+  return {k: v for k, v in console.child_environ().items() if k != "TF_CONFIG"}
 
 
 def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, log_path: str,
