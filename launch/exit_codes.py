@@ -1,11 +1,11 @@
-"""The exit codes every binary of this project ends with, and which a launcher retries.
+"""The exit codes every binary of this project ends with, and which are retried.
 
 The contract between the trainers, the launcher (`launch.supervisor`) and the
-tools: each imports it from here. Kubeflow's `ExitCode` restart policy retries
-128 and above (a signal, or a code chosen to be retried: PEER_LOST) and treats
-1 to 127 as permanent. The local launcher also retries 1 (an error no code
-names), but never NOT_RETRIED. Codes a later feature needs (a preempted task, a
-cluster that did not come up) go here, with whether they are retried.
+tools: each imports it from here. The rule is Kubeflow's `ExitCode` restart
+policy, so the local launcher and an orchestrator retry the same failures:
+128 and above (a signal, 128 + its number, or a code chosen to be retried:
+PEER_LOST, STARTUP_TIMEOUT) are retried; 1 to 127 are permanent. A new code
+(a preempted task) goes here, on the side of 128 it belongs to.
 """
 
 from typing import Dict
@@ -19,19 +19,31 @@ TIMEOUT = 124  # A local cluster ran past --timeout or stalled (as coreutils' ti
 # cluster resumes it. At or above 128, so Kubeflow's ExitCode policy retries
 # it, and above every 128 + signal number, so it is told apart.
 PEER_LOST = 200
+# The cluster did not come up: a peer never listened within --startup_timeout,
+# or listened but never joined. 128 + SIGALRM, the signal the start-up
+# watchdog stops a task with, so both ways end with this one code; retried,
+# since pods start late.
+STARTUP_TIMEOUT = 142
 
-# Why the codes below 128 that a failed task can end with are not retried.
+# Why the named codes below 128 are not retried; every other code below 128 is
+# an error no code names (1: the message says which), not retried either.
 NOT_RETRIED: Dict[int, str] = {
     USAGE: "a usage error is not retried",
     DIVERGED: "a diverged run is not retried (it would diverge again)",
     DISK_FULL: "a full disk is not retried (free space, then run the same command again)",
 }
+_UNNAMED = ("exit codes 1 to 127 are not retried: an orchestrator's ExitCode policy treats "
+            "them as permanent; the task's log says what failed")
 
 
 def retried(code: int) -> bool:
-  """Whether a launcher starts a task that ended with `code` again (restarts permitting).
+  """Whether `code` is retried: 128 and above (see the module docstring).
 
-  Today the local launcher retries every failure but the NOT_RETRIED ones;
-  the README's exit-code table says which each code is.
+  `code` as a shell sees it: a task killed by signal N is 128 + N.
   """
-  return code != OK and code not in NOT_RETRIED
+  return code >= 128
+
+
+def why_not_retried(code: int) -> str:
+  """Why a failure with `code` (1 to 127) is not retried, for the launcher's message."""
+  return NOT_RETRIED.get(code, _UNNAMED)

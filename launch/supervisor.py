@@ -270,6 +270,18 @@ def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc],
     logging.warning("Cannot write %s: %s", path, e)
 
 
+def _cause_rank(returncode: int) -> int:
+  """Which of the tasks that failed together ended the run: the lowest rank. A failure
+  that would recur (a usage error, a divergence, a full disk) decides; then a task
+  killed by a signal, the usual first cause, over its peers' errors that followed;
+  then any other error; a task's loss of a peer (PEER_LOST) last."""
+  if returncode in exit_codes.NOT_RETRIED:
+    return 0
+  if returncode < 0:
+    return 1
+  return 3 if returncode == exit_codes.PEER_LOST else 2
+
+
 def _watch(procs: Sequence[_Proc], deadline: Optional[float],
            stall_timeout: Optional[float]) -> Tuple[str, Optional[_Proc]]:
   """Waits until every task succeeds ("ok"), one fails ("failed"), or time runs out."""
@@ -278,9 +290,7 @@ def _watch(procs: Sequence[_Proc], deadline: Optional[float],
     if failed:
       time.sleep(SETTLE_SECONDS)
       failed = [p for p in procs if p.popen.poll() not in (None, 0)]
-      # A task's own failure decides, not its peers' loss of it.
-      return "failed", min(failed, key=lambda p: (p.popen.returncode not in exit_codes.NOT_RETRIED,
-                                                  p.popen.returncode == exit_codes.PEER_LOST))
+      return "failed", min(failed, key=lambda p: _cause_rank(p.popen.returncode))
     if all(p.popen.poll() == 0 for p in procs):
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
@@ -318,8 +328,8 @@ def run_local_cluster(
       run is stopped as hung; None never.
     max_restarts: how many times the training tasks are started again after
       one fails, and, counted apart, the evaluator alone after it fails (a
-      usage error, exit code 2, a diverged run, 3, or a full disk, 4, is
-      never retried).
+      failure is retried only if its exit code is 128 or above, as
+      launch.exit_codes says).
     env: base environment; defaults to os.environ.
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
     verbose: stream all of the chief's output; False streams only the run's
@@ -388,6 +398,7 @@ def run_local_cluster(
                       "task.", stall_timeout, _hang_report(procs, log_dir))
         return exit_codes.TIMEOUT
       rc = failed.popen.returncode
+      code = 128 - rc if rc < 0 else rc  # As a shell, and an orchestrator, see it.
       cause = f"{failed.name} {_describe(rc)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.
         for t in failed.pumps:  # Its last lines, read to the end.
@@ -398,12 +409,12 @@ def run_local_cluster(
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)
       used = evaluator_restarts if is_evaluator else restarts
-      if not exit_codes.retried(rc) or used >= max_restarts:
-        why = exit_codes.NOT_RETRIED.get(
-            rc, f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
+      if not exit_codes.retried(code) or used >= max_restarts:
+        why = (exit_codes.why_not_retried(code) if not exit_codes.retried(code) else
+               f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
         logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
                       f" ({why})" if why else "", failed.log_path)
-        return 128 - rc if rc < 0 else rc
+        return code
       if is_evaluator:
         evaluator_restarts += 1
         logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training "

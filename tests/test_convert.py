@@ -15,6 +15,7 @@ from tests.conftest import ESTIMATOR_MISSING, run_module
 from trainers import checkpoints
 from trainers import loop
 from trainers import model_dir as layout
+from trainers import run_record
 from trainers.config import Config
 
 if ESTIMATOR_MISSING:
@@ -135,6 +136,8 @@ def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tm
   assert len(rows) == 1 + 13  # The header and every variable.
   assert f"Step: {STEPS}" in result.stdout and f"Output directory: {target}" in result.stdout
   assert "Ignored (not carried):\n  none" in result.stdout
+  # The run record comes along, for the new backend: no --allow_config_change needed.
+  assert run_record.read(str(target)) == {**run_record.read(estimator_dir), "backend": "keras"}
 
   result = run_module("trainers.keras_main", [f"--model_dir={target}",
                                               f"--data_dir={tiny_data_dir}",
@@ -142,6 +145,8 @@ def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tm
   assert result.returncode == 0, result.stderr[-3000:]
   assert json.loads(result.stdout.strip().splitlines()[-1])["global_step"] == 2 * STEPS
   assert f"Training from step {STEPS} to {2 * STEPS}." in result.stderr
+  # --decay_steps=0: the schedule follows the longer --train_steps, and the run says so.
+  assert f"the learning-rate schedule: {STEPS} steps in the run, {2 * STEPS} now" in result.stderr
 
 
 def test_unmapped_variable_fails_naming_it_and_the_fix(estimator_dir, tmp_path):

@@ -1,11 +1,16 @@
-"""launch.exit_codes: which codes a launcher retries."""
+"""launch.exit_codes: which codes are retried, the same rule as Kubeflow's ExitCode policy."""
 
 from launch import exit_codes
 
 
-def test_permanent_failures_are_not_retried_and_the_rest_are():
+def test_codes_from_128_are_retried_and_1_to_127_are_not():
   assert not exit_codes.retried(exit_codes.OK)
-  for code in (exit_codes.USAGE, exit_codes.DIVERGED, exit_codes.DISK_FULL):
+  for code in (1, exit_codes.USAGE, exit_codes.DIVERGED, exit_codes.DISK_FULL, 5, 127):
     assert not exit_codes.retried(code)
-  for code in (1, exit_codes.PEER_LOST, 128 + 9):
+  for code in (128 + 9, 128 + 15, exit_codes.PEER_LOST, 255):
     assert exit_codes.retried(code)
+
+
+def test_every_code_not_retried_says_why():
+  assert exit_codes.why_not_retried(exit_codes.USAGE) == "a usage error is not retried"
+  assert "1 to 127 are not retried" in exit_codes.why_not_retried(1)

@@ -14,7 +14,7 @@ LAYERS = (
     ("contracts", ("launch/exit_codes.py",)),
     ("data", ("data/",)),
     ("launcher core", ("launch/cluster.py", "launch/supervisor.py", "launch/console.py",
-                       "launch/netns.py", "launch/local.py")),
+                       "launch/netns.py", "launch/local.py", "launch/rendezvous.py")),
     ("trainers", ("trainers/",)),
     ("tools", ("launch/tools/", "launch/")),
     ("tests", ("tests/",)),
@@ -23,7 +23,7 @@ LAYERS = (
 # nor must launch.tfjob, which only writes YAML.
 TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py",
            "launch/console.py", "launch/netns.py", "launch/local.py", "launch/tools/tfjob.py",
-           "trainers/run_lock.py")
+           "trainers/run_lock.py", "trainers/run_record.py", "launch/rendezvous.py")
 
 
 def _layer(path: str) -> int:

@@ -18,6 +18,7 @@ import tf_keras
 
 from data import paths
 from launch import cluster
+from launch import exit_codes
 from trainers import distribute
 from trainers import evaluation
 from trainers import flags as trainer_flags
@@ -97,6 +98,18 @@ def test_only_the_chief_writes_to_model_dir(run):
     expected = ["chief-0.log", "worker-0.log", "tasks.json"] + (
         ["evaluator-0.log"] if evaluator else [])
     assert logs == sorted(expected)
+
+
+@RUNS_GROUP
+def test_estimator_workers_meet_before_any_exits(run):
+  # Else a worker exiting while the chief closes its session stalls the chief
+  # (docs/MIGRATION.md, "Shutdown").
+  backend, workers, model_dir, _, _ = run
+  if backend != "estimator" or workers == 1:
+    pytest.skip("Estimator clusters only")
+  for task in ("chief-0", "worker-0"):
+    with open(os.path.join(model_dir, "logs", f"{task}.log")) as f:
+      assert "All 2 workers reached estimator_training_done." in f.read(), task
 
 
 @RUNS_GROUP
@@ -478,18 +491,35 @@ def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_l
   assert _snapshot(model_dir) == before
 
 
+def test_a_peer_that_never_starts_is_waited_for_then_named_with_a_retried_exit(tiny_data_dir,
+                                                                              tmp_path):
+  ports = cluster.pick_free_ports(2)
+  result = run_module("trainers.keras_main",
+                      [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path / 'model'}",
+                       "--startup_timeout=3"], env=_tf_config("chief", 0, ports=ports),
+                      timeout=120)
+  assert result.returncode == exit_codes.STARTUP_TIMEOUT == 142, result.stderr[-3000:]
+  assert exit_codes.retried(result.returncode)
+  assert ("the cluster did not come up within 3 s (--startup_timeout): no task listens at "
+          f"worker:0 (localhost:{ports[1]})") in result.stderr
+  assert "Traceback" not in result.stderr
+
+
 @pytest.mark.estimator
-def test_a_peer_that_never_comes_up_is_reported_within_a_minute(tiny_data_dir, tmp_path):
+def test_a_peer_that_listens_but_never_joins_is_stopped_with_the_same_exit(tiny_data_dir,
+                                                                           tmp_path):
   ports = cluster.pick_free_ports(2)
   start = time.monotonic()
-  result = run_module("trainers.estimator_main",
-                      [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path / 'model'}"],
-                      env=_tf_config("chief", 0, ports=ports), timeout=120)
-  elapsed = time.monotonic() - start
-  assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
-  assert elapsed < 60
-  assert (f"the cluster did not come up within {distribute.REGISTER_TIMEOUT_SECONDS} s: "
-          f"no task listens at worker:0 (localhost:{ports[1]})") in result.stderr
+  # Something answers at the worker's address, but no TensorFlow task.
+  with socket.create_server(("localhost", ports[1])):
+    result = run_module("trainers.estimator_main",
+                        [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path / 'model'}"],
+                        env=_tf_config("chief", 0, ports=ports), timeout=120)
+  assert result.returncode == -signal.SIGALRM, result.stderr[-3000:]
+  assert 128 + signal.SIGALRM == exit_codes.STARTUP_TIMEOUT
+  assert time.monotonic() - start < 60
+  assert (f"the cluster did not come up within {distribute.REGISTER_TIMEOUT_SECONDS} s of every "
+          "task listening: not all joined.") in result.stderr
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -606,6 +636,23 @@ def test_a_missing_checkpoint_index_resumes_from_the_newest_checkpoint_on_disk(
   starts = [r["from_step"] for r in runs.read_progress(str(model_dir)) if r["event"] == "start"]
   assert starts == [0, 6]  # Not 0: nothing of the first run was overwritten.
   assert json.loads(longer.stdout.strip().splitlines()[-1])["global_step"] == 8
+
+
+def test_a_resume_with_other_settings_is_refused_unless_the_change_is_allowed(tiny_data_dir,
+                                                                              tmp_path):
+  model_dir, args = _finished_six_steps("keras", tiny_data_dir, tmp_path)
+  changed = [*args, "--train_steps=8", "--learning_rate=0.05", "--seed=2"]
+  result = _rejected("keras", changed[1:], {}, 2, "holds a run trained with other settings",
+                     tiny_data_dir, model_dir)
+  assert "--learning_rate: 0.1 in the run, 0.05 now" in result.stderr
+  assert "--seed: 1 in the run, 2 now" in result.stderr and "Traceback" not in result.stderr
+
+  allowed = run_module("trainers.keras_main", [*changed, "--allow_config_change"])
+  assert allowed.returncode == 0, allowed.stderr[-3000:]
+  assert "Resuming with a change: --learning_rate: 0.1 in the run, 0.05 now." in allowed.stderr
+  [change] = [r for r in runs.read_progress(str(model_dir)) if r["event"] == "config_change"]
+  assert "--seed: 1 in the run, 2 now" in change["changes"]
+  assert json.loads(allowed.stdout.strip().splitlines()[-1])["global_step"] == 8
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

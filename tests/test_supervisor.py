@@ -37,8 +37,11 @@ TASK = textwrap.dedent("""
     behaviour = os.environ.get("BEHAVIOUR_" + name.replace("-", "_"), "ok")
     print(f"hello from {name}", flush=True)
     if behaviour == "fail" or (behaviour == "fail_once" and not starts):
-        time.sleep(0.5)
-        sys.exit(5)
+        time.sleep(0.5)  # Killed, as by the out-of-memory killer: retried.
+        os.kill(os.getpid(), signal.SIGKILL)
+    if behaviour == "error" or (behaviour == "error_once_later" and not starts):
+        time.sleep(1.0 if behaviour == "error_once_later" else 0)
+        sys.exit(1)  # An error no exit code names: not retried.
     if behaviour == "usage":
         sys.exit(2)
     if behaviour == "diverge":  # As a trainer whose loss became NaN: exit 3.
@@ -120,7 +123,7 @@ def test_a_failed_worker_stops_the_others(task_script, tmp_path):
   start = time.monotonic()
   rc, records = _run(task_script, tmp_path, workers=3, worker_1="fail", chief_0="hang",
                      worker_0="hang")
-  assert rc == 5
+  assert rc == 128 + 9
   assert time.monotonic() - start < 30
   assert not any(_alive(r["pid"]) for r in records.values())
 
@@ -140,10 +143,10 @@ def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, 
   assert tasks["restarts"] == 1
   assert {t["pid"] for t in tasks["tasks"]} == {records["chief-0.1"]["pid"],
                                                 records["worker-0.1"]["pid"]}
-  assert "Restart 1 of 3: worker-0 exited with code 5" in caplog.text
+  assert "Restart 1 of 3: worker-0 was killed by SIGKILL" in caplog.text
   log = (tmp_path / "logs" / "chief-0.log").read_text()
   assert log.count("hello from chief-0") == 2
-  assert "=== restart 1 of 3: worker-0 exited with code 5 ===" in log
+  assert "=== restart 1 of 3: worker-0 was killed by SIGKILL ===" in log
 
 
 def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_script,
@@ -155,19 +158,19 @@ def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_s
   # worker, and the evaluator's second process ran on through it.
   assert sorted(records) == ["chief-0.0", "chief-0.1", "evaluator-0.0", "evaluator-0.1",
                              "worker-0.0", "worker-0.1"]
-  assert "Restart 1 of 1 of the evaluator alone: evaluator-0 exited with code 5" in caplog.text
-  assert "Restart 1 of 1: worker-0 exited with code 5" in caplog.text
+  assert "Restart 1 of 1 of the evaluator alone: evaluator-0 was killed by SIGKILL" in caplog.text
+  assert "Restart 1 of 1: worker-0 was killed by SIGKILL" in caplog.text
   tasks = _tasks_file(tmp_path)
   assert (tasks["restarts"], tasks["evaluator_restarts"]) == (1, 1)
   log = (tmp_path / "logs" / "evaluator-0.log").read_text()
   assert log.count("hello from evaluator-0") == 2 and "last line of evaluator-0" in log
-  assert "=== evaluator restart 1 of 1: evaluator-0 exited with code 5 ===" in log
+  assert "=== evaluator restart 1 of 1: evaluator-0 was killed by SIGKILL ===" in log
   assert "evaluator" not in (tmp_path / "logs" / "chief-0.log").read_text()
 
 
 def test_restarts_stop_at_max_restarts(task_script, tmp_path, caplog):
   rc, records = _run(task_script, tmp_path, workers=2, max_restarts=2, chief_0="fail")
-  assert rc == 5
+  assert rc == 128 + 9
   assert len([r for r in records if r.startswith("chief-0")]) == 3
   assert _tasks_file(tmp_path)["restarts"] == 2
   assert "no restarts left (--max_restarts=2)" in caplog.text
@@ -179,6 +182,24 @@ def test_a_usage_error_is_not_retried(task_script, tmp_path, caplog):
   assert _tasks_file(tmp_path)["restarts"] == 0
   assert "a usage error is not retried" in caplog.text
   assert not any(_alive(r["pid"]) for r in records.values())
+
+
+def test_an_error_no_code_names_is_not_retried_as_an_orchestrator_would_not(
+    task_script, tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, max_restarts=3, worker_0="error")
+  assert rc == 1 and _tasks_file(tmp_path)["restarts"] == 0
+  assert "exit codes 1 to 127 are not retried" in caplog.text
+  assert not any(_alive(r["pid"]) for r in records.values())
+
+
+def test_a_killed_task_is_the_cause_not_a_peers_error_after_it(task_script, tmp_path,
+                                                               caplog):
+  # The worker is killed; the chief's error follows within the settling time.
+  rc, records = _run(task_script, tmp_path, workers=2, max_restarts=1, worker_0="fail_once",
+                     chief_0="error_once_later")
+  assert rc == 0, caplog.text
+  assert "Restart 1 of 1: worker-0 was killed by SIGKILL" in caplog.text
+  assert sorted(records) == ["chief-0.0", "chief-0.1", "worker-0.0", "worker-0.1"]
 
 
 def test_a_diverged_run_is_not_retried_even_when_a_peer_failed_first(task_script, tmp_path,
@@ -289,8 +310,8 @@ def test_cli_runs_a_command_on_local_workers(task_script, tmp_path):
   result = run_module("launch.local", ["--workers=2", f"--task_log_dir={tmp_path / 'cli_logs'}",
                                        "--max_restarts=0", "--", sys.executable, str(path)],
                       env={"OUT_DIR": str(out), "BEHAVIOUR_worker_0": "fail"})
-  assert result.returncode == 5, result.stderr
-  assert "worker-0 exited with code 5" in result.stderr
+  assert result.returncode == 128 + 9, result.stderr
+  assert "worker-0 was killed by SIGKILL" in result.stderr
   assert "hello from chief-0" in result.stdout
 
 

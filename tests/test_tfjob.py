@@ -217,7 +217,7 @@ def test_the_upstream_example_passes(validator):
 def test_restarts_retry_exactly_the_retryable_exit_codes():
   """TFJob's ExitCode policy retries 128-255 and never 1-127 (common_types.go)."""
   assert tfjob.RESTART_POLICY == "ExitCode"
-  assert exit_codes.PEER_LOST >= 128
+  assert exit_codes.PEER_LOST >= 128 and exit_codes.STARTUP_TIMEOUT >= 128
   assert all(1 <= code < 128 for code in exit_codes.NOT_RETRIED)
 
 

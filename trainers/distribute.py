@@ -2,7 +2,6 @@
 
 import contextlib
 import faulthandler
-import json
 import os
 import signal
 import subprocess
@@ -24,11 +23,13 @@ from tensorflow.python.eager import context
 from launch import cluster
 from launch import console
 from launch import exit_codes
+from launch import rendezvous
 from trainers import failures
 from trainers import progress
 
-# TF waits an hour for every task to register by default: a peer that never
-# comes up must be reported well within a minute.
+# TF waits an hour for every task to register by default. Every peer listened
+# before this (launch.rendezvous), so one that does not join within this long
+# never will.
 REGISTER_TIMEOUT_SECONDS = 40
 # A peer that stops answering is declared dead after this long without a heartbeat.
 HEARTBEAT_TIMEOUT_SECONDS = 15
@@ -36,10 +37,6 @@ PEER_CHECK_SECONDS = 5  # How often (and how long) lost_peers_end_the_process as
 # The coordination-service protos moved (tensorflow.tsl in TF 2.15,
 # tensorflow.compiler.xla.tsl in 2.21): taken from the module MWMS itself uses.
 _COORDINATION_CONFIG = collective_all_reduce_strategy.coordination_config_pb2
-
-
-class ClusterMismatchError(ValueError):
-  """The tasks of one cluster were started with different TF_CONFIG clusters."""
 
 
 class _TaskFormatter(logging.PythonFormatter):
@@ -101,9 +98,8 @@ def skip_autograph_for_tf_keras() -> None:
 
   TF 2.15 lists `DoNotConvert('keras')` but not `tf_keras`, so every
   tf.function that calls the model (Model.fit's train function, a bare loop)
-  transpiles ~150 tf_keras functions first: 8 s before the first step on
-  this 2-core machine, 0.1 s without. tf_keras is Keras 2's code, written to
-  run unconverted.
+  transpiles ~150 tf_keras functions first (WORKSPACE.md, "AutoGraph").
+  tf_keras is Keras 2's code, written to run unconverted.
   """
   rule = autograph_config.DoNotConvert("tf_keras")
   if not any(getattr(r, "_prefix", None) == "tf_keras"
@@ -118,7 +114,7 @@ def no_autotune_on_device_datasets() -> None:
   one-element prefetch per device, with autotuning on by default (nothing
   there to tune). In TF 2.15, deleting an iterator this way (at the end of
   `fit`, or of an Estimator session) waits out its autotuning thread's sleep
-  instead of waking it: 10 to 20 s at the end of half the runs measured.
+  instead of waking it (docs/MIGRATION.md, item 12).
   `mnist.input_fn` turns autotuning off in the pipeline itself; both are needed.
   """
   create = multi_device_iterator_ops._create_device_dataset
@@ -144,7 +140,7 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   the first step, fails instead of waiting.
 
   Raises:
-    ClusterMismatchError: a peer's TF_CONFIG describes another cluster.
+    rendezvous.ClusterMismatchError: a peer's TF_CONFIG describes another cluster.
   """
   task = cluster.parse_tf_config()
   if task is None or task.type == cluster.EVALUATOR:
@@ -157,9 +153,10 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
       tf.train.ClusterSpec(task.training_cluster), task_type=task.type, task_id=task.index,
       rpc_layer="grpc")
   _configure_coordination_service(resolver)
-  # TF 2.15 waits forever, holding the GIL, for a peer that never starts (its
+  # TF 2.15 waits forever, holding the GIL, for a peer that never joins (its
   # registration timeout does not cover the eager context's set-up), so the
   # watchdog is a process of its own; it is stopped once the cluster is up.
+  # Its SIGALRM ends this task with exit_codes.STARTUP_TIMEOUT (128 + 14).
   watchdog = subprocess.Popen(
       [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(REGISTER_TIMEOUT_SECONDS),
        task.name, *[f"{job}:{i}={address}" for job, addresses in task.training_cluster.items()
@@ -192,18 +189,19 @@ for task in tasks:
     socket.create_connection((host, int(port)), timeout=2).close()
   except OSError:
     missing.append(f"{peer} ({address})")
-print(f"[{name}] error: the cluster did not come up within {seconds:.0f} s: "
-      + (f"no task listens at {', '.join(missing)}." if missing else
-         "every task listens, but not all joined.")
+print(f"[{name}] error: the cluster did not come up within {seconds:.0f} s of every task "
+      "listening: " + (f"no task listens at {', '.join(missing)} any more." if missing else
+                       "not all joined.")
       + " Start every task with the same TF_CONFIG cluster (python -m launch.local does). "
-      "Stopping this task.", file=sys.stderr, flush=True)
-os.kill(parent, signal.SIGKILL)
+      "Stopping this task (SIGALRM: exit 142, retried).", file=sys.stderr, flush=True)
+os.kill(parent, signal.SIGALRM)
 """
 
 
 def _check_same_cluster(task: cluster.Task) -> None:
-  """Compares this task's cluster with every peer's, through the coordination service."""
-  mine = json.dumps(task.cluster, sort_keys=True)
+  """Compares this task's cluster with every peer's, through the coordination service
+  (launch.rendezvous compared them before, with every peer it found still waiting)."""
+  mine = rendezvous.cluster_json(task)
   ctx = context.context()
   ctx.set_config_key_value(f"mnist_cluster/{task.name}", mine)
   for job in (cluster.CHIEF, cluster.WORKER):
@@ -212,10 +210,7 @@ def _check_same_cluster(task: cluster.Task) -> None:
       theirs = ctx.get_config_key_value(f"mnist_cluster/{peer}",
                                         timeout_in_ms=REGISTER_TIMEOUT_SECONDS * 1000)
       if theirs != mine:
-        raise ClusterMismatchError(
-            f"Task {peer} was started with TF_CONFIG cluster {theirs}, but this task "
-            f"({task.name}) with {mine}: start every task with the same cluster (and "
-            "the same --workers).")
+        raise rendezvous.mismatch(peer, theirs, task)
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:
@@ -241,6 +236,7 @@ def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float 
   """Waits until every worker of a multi-worker strategy reaches `name`; no-op otherwise."""
   if num_workers(strategy) > 1:
     context.context().wait_at_barrier(name, int(timeout_seconds * 1000))
+    logging.info("All %d workers reached %s.", num_workers(strategy), name)
 
 
 # How a collective fails once MultiWorkerMirroredStrategy's health check, or

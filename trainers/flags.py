@@ -30,15 +30,22 @@ RUN_FLAGS = (
      "(the evaluator's does not count) before the run is stopped as hung."),
     ("timeout", None, "With --workers > 1: seconds before the whole run is stopped and the "
      "launcher exits non-zero."),
+    ("startup_timeout", 600.0, "Seconds a training task waits for every other training task "
+     "of its TF_CONFIG cluster to start, saying whom it waits for; then it exits 142, which "
+     "the launcher and orchestrators retry."),
     ("task_log_dir", None, "With --workers > 1: where each task's log and tasks.json go. "
      "Default: <model_dir>/logs."),
+    ("allow_config_change", False, "Resume a model_dir whose run had other settings (batch, "
+     "learning rate, momentum, seed, schedule; see its run.json): the change is recorded in "
+     "progress.jsonl. Without it such a resume exits 2, listing the differences."),
     ("mnist_idx_dir", None, "If MNIST is not prepared in --data_dir: prepare it from the four "
      "MNIST IDX files in this directory (default: $MNIST_IDX_DIR), with no network. Without "
      "either, TFDS downloads it."),
 )
 _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout": float,
           "timeout": float, "task_log_dir": str, "mnist_idx_dir": str,
-          "evaluator": bool}
+          "evaluator": bool, "allow_config_change": bool,
+          "startup_timeout": float}
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 
@@ -103,4 +110,6 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       verbosity=FLAGS.verbosity,
       mnist_idx_dir=FLAGS.mnist_idx_dir,
       evaluator=FLAGS.evaluator,
+      allow_config_change=FLAGS.allow_config_change,
+      startup_timeout=FLAGS.startup_timeout,
   )

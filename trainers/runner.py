@@ -14,8 +14,10 @@ from data import paths
 from launch import cluster
 from launch import console
 from launch import exit_codes
+from launch import rendezvous
 from launch import supervisor
 from trainers import run_lock
+from trainers import run_record
 from trainers.config import Config
 
 # TensorFlow is imported only where needed (trainers.checkpoints, trainers.distribute
@@ -49,6 +51,10 @@ class RunOptions:
       $MNIST_IDX_DIR, else a TFDS download (data.mnist.ensure_prepared).
     evaluator: a local cluster also runs an "evaluator" task; False (Keras
       only) makes the chief evaluate.
+    allow_config_change: resume a model_dir whose run had other settings
+      (trainers.run_record), recording the change.
+    startup_timeout: seconds a training task waits for its peers to start
+      (launch.rendezvous).
   """
 
   workers: Optional[int]
@@ -61,6 +67,8 @@ class RunOptions:
   verbosity: int = 0
   mnist_idx_dir: Optional[str] = None
   evaluator: bool = True
+  allow_config_change: bool = False
+  startup_timeout: float = 600.0
 
 
 def estimator_unavailable() -> Optional[str]:
@@ -87,11 +95,12 @@ def _error(message: str, code: int) -> int:
   return code
 
 
-def _prepare_model_dir(backend: str, model_dir: str, writer: bool, train_steps: int
-                       ) -> Optional[run_lock.RunLock]:
+def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer: bool,
+                       workers: int) -> Optional[run_lock.RunLock]:
   """Checks model_dir before anything is written to it. The writer also creates it, takes
-  its run lock (unless its launcher holds it), and repairs what a crash left: the
-  `checkpoint` index, and checkpoints that do not load.
+  its run lock (unless its launcher holds it), repairs what a crash left (the
+  `checkpoint` index, and checkpoints that do not load) and checks this start's
+  settings against the run it resumes (trainers.run_record).
 
   Returns:
     The run lock this process took, or None.
@@ -99,6 +108,7 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool, train_steps: 
   Raises:
     ModelDirError: naming the problem and the fix; nothing in model_dir was changed.
   """
+  model_dir = options.model_dir
   path = os.path.abspath(model_dir)
   parent = os.path.dirname(path)
   if not os.path.isdir(parent):
@@ -121,8 +131,19 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool, train_steps: 
     if not run_lock.held_by_launcher(path):
       lock = run_lock.acquire(path)  # Before anything here is read or moved.
   try:
-    if set(os.listdir(path) if os.path.isdir(path) else ()) - _NOT_A_RUN:
-      _check_resumable(backend, path, train_steps, repair=writer)
+    resumed = bool(set(os.listdir(path) if os.path.isdir(path) else ()) - _NOT_A_RUN)
+    if resumed:
+      _check_resumable(backend, path, config.train_steps, writer=writer)
+    if writer:  # Every refusal before any write.
+      current = run_record.settings(backend, config, workers)
+      changed = run_record.changes(path, current, config,
+                                   has_checkpoint=resumed and _has_checkpoint(path),
+                                   allow_change=options.allow_config_change)
+      if resumed:
+        _repair(path)  # Before any task reads the checkpoints.
+      run_record.record(path, current, changed)
+      for change in changed:
+        logging.warning("Resuming with a change: %s.", change)
   except BaseException:
     if lock:
       lock.release()
@@ -130,14 +151,20 @@ def _prepare_model_dir(backend: str, model_dir: str, writer: bool, train_steps: 
   return lock
 
 
-# What a model_dir holds before any run wrote to it: a launcher's logs and the run lock.
-_NOT_A_RUN = {supervisor.LOG_SUBDIR, run_lock.LOCK_FILE}
+# What a model_dir holds before any run wrote to it: a launcher's logs, the run lock
+# and the run record.
+_NOT_A_RUN = {supervisor.LOG_SUBDIR, run_lock.LOCK_FILE, run_record.RECORD_FILE}
 
 
-def _check_resumable(backend: str, path: str, train_steps: int, repair: bool) -> None:
-  """Refuses a model_dir `backend` cannot resume to `train_steps`; then, with `repair`,
-  rewrites a wrong `checkpoint` index and sets aside checkpoints that do not load, so the
-  run resumes from the newest that does.
+def _has_checkpoint(path: str) -> bool:
+  """Whether model_dir holds a checkpoint or a Keras backup a run resumes from."""
+  from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
+  from trainers import model_dir as layout  # noqa: PLC0415 -- imports TensorFlow.
+  return bool(checkpoints.find(path)) or os.path.isdir(os.path.join(path, layout.BACKUP_SUBDIR))
+
+
+def _check_resumable(backend: str, path: str, train_steps: int, writer: bool) -> None:
+  """Refuses a model_dir `backend` cannot resume to `train_steps`.
 
   Raises:
     ModelDirError: naming the problem and the fix, before anything is changed.
@@ -147,18 +174,27 @@ def _check_resumable(backend: str, path: str, train_steps: int, repair: bool) ->
   if problem:
     raise ModelDirError(problem)
   # The writer's check: a task beside a running chief would race its backups.
-  reached = checkpoints.keras_backup_step(path) if backend == "keras" and repair else None
+  reached = checkpoints.keras_backup_step(path) if backend == "keras" and writer else None
   if reached is not None and reached >= train_steps:
     raise ModelDirError(
         f"--model_dir={path} holds an interrupted run at step {reached} (its Keras backup); "
         f"--train_steps={train_steps} is at or below it, so there is nothing to train. Give "
         f"--train_steps above {reached} to finish that run. Nothing was changed.")
-  if repair:  # Before any task reads them.
-    checkpoints.repair_index(path)
-    try:
-      checkpoints.set_aside_damaged(path)
-    except ValueError as e:
-      raise ModelDirError(str(e)) from e
+
+
+def _repair(path: str) -> None:
+  """Rewrites a wrong `checkpoint` index and sets aside checkpoints that do not load, so
+  the run resumes from the newest that does (the writer only).
+
+  Raises:
+    ModelDirError: a set-aside that could not be done.
+  """
+  from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
+  checkpoints.repair_index(path)
+  try:
+    checkpoints.set_aside_damaged(path)
+  except ValueError as e:
+    raise ModelDirError(str(e)) from e
 
 
 def _ensure_data(data_dir: Optional[str], idx_dir: Optional[str]) -> None:
@@ -184,7 +220,7 @@ def _check_run(backend: str, config: Config, options: RunOptions
     raise ValueError(estimator_unavailable())
   if workers is not None and workers < 1:
     raise ValueError(f"--workers must be at least 1, got {workers}.")
-  for name in ("timeout", "stall_timeout"):
+  for name in ("timeout", "stall_timeout", "startup_timeout"):
     if getattr(options, name) is not None and getattr(options, name) <= 0:
       raise ValueError(f"--{name} must be positive, got {getattr(options, name)}.")
   if options.max_restarts < 0:
@@ -271,12 +307,11 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     if options.model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir; the
       # lock is held until this process exits.
-      lock = _prepare_model_dir(backend, options.model_dir,
-                                writer=task is None or task.is_chief,
-                                train_steps=config.train_steps)
+      lock = _prepare_model_dir(backend, config, options, writer=task is None or task.is_chief,
+                                workers=num_workers)
   except paths.MissingDataError as e:
     return _error(str(e), 1)
-  except ValueError as e:  # TFConfigError and ModelDirError are ValueErrors too.
+  except ValueError as e:  # TFConfigError, ModelDirError, ConfigChangeError too.
     return _error(str(e), exit_codes.USAGE)
 
   model_dir = options.model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
@@ -292,7 +327,13 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1)
   try:
+    if task is not None and task.type != cluster.EVALUATOR:
+      rendezvous.wait_for_peers(task, options.startup_timeout)
     return _train_here(backend, config, model_dir, task)
+  except rendezvous.StartupTimeout as e:
+    return _error(str(e), exit_codes.STARTUP_TIMEOUT)
+  except rendezvous.ClusterMismatchError as e:  # Found here, or in TensorFlow's start-up.
+    return _error(str(e), exit_codes.USAGE)
   finally:
     if lock:
       lock.release()
@@ -306,8 +347,7 @@ def _train_here(backend: str, config: Config, model_dir: str,
     0 on success; DIVERGED when the training loss or the weights became NaN
     or Inf; DISK_FULL when a write found no space left on its device;
     PEER_LOST when a training peer was lost, which a restart of the cluster
-    resumes; USAGE for a cluster that is not the one TF_CONFIG describes.
-    Any other error is raised.
+    resumes. Any other error is raised (rendezvous.ClusterMismatchError too).
   """
   # Imported by name, so the Keras path never loads tf.estimator (gone in TF 2.16).
   try:
@@ -317,8 +357,6 @@ def _train_here(backend: str, config: Config, model_dir: str,
   from trainers import distribute, failures, loop  # noqa: PLC0415 -- they import TensorFlow.
   try:
     loop.train_and_evaluate(trainer.Backend, config, model_dir)
-  except distribute.ClusterMismatchError as e:
-    return _error(str(e), exit_codes.USAGE)
   except failures.DivergedError as e:
     return _error(str(e), exit_codes.DIVERGED)
   except Exception as e:

@@ -45,6 +45,7 @@ from trainers import checkpoints
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import run_record
 from trainers.config import Config
 
 AssignmentMap = Mapping[str, Optional[str]]  # Old checkpoint name -> model weight, or None.
@@ -303,6 +304,14 @@ def _staging(dst: str) -> Iterator[str]:
     raise
 
 
+def _carry_record(src_model_dir: str, staging: str, backend: str) -> None:
+  """The source's run record, for `backend`: the converted run resumes with the settings
+  the source was trained with, and no --allow_config_change (trainers.run_record)."""
+  record = run_record.read(src_model_dir)
+  if record is not None:
+    run_record.write(staging, {**record, "backend": backend})
+
+
 def _keras_state(model: tf_keras.Model) -> List[Tuple[str, tf.Variable, str, str]]:
   """(checkpoint key, variable, model weight name or "", kind) of everything carried.
 
@@ -397,6 +406,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
   with _staging(dst_model_dir) as staging:
     saved = keras_trainer.save_checkpoint(model, staging, step)
     _read_back(saved, written)
+    _carry_record(src_model_dir, staging, "keras")
     problem = checkpoints.resume_problem("keras", staging)
     if problem:
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
@@ -464,6 +474,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   with _staging(dst_model_dir) as staging:
     saved = _write_name_based(values, staging, step)
     _read_back(saved, values)
+    _carry_record(src_model_dir, staging, "estimator")
     problem = checkpoints.resume_problem("estimator", staging)
     if problem and not names:  # Renamed weights are not this model's names, by design.
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")

@@ -1,0 +1,100 @@
+"""trainers.run_record: a resume with other settings is refused, listing each, unless allowed."""
+
+import dataclasses
+import json
+
+import pytest
+
+from trainers import run_record
+from trainers.config import Config
+
+CONFIG = Config(train_steps=100)
+
+
+def _start(model_dir, config=CONFIG, workers=2, backend="keras", has_checkpoint=True,
+           allow_change=False):
+  """What a writer does at start: check, then (its checkpoints repaired) record."""
+  current = run_record.settings(backend, config, workers)
+  changed = run_record.changes(str(model_dir), current, config,
+                               has_checkpoint=has_checkpoint, allow_change=allow_change)
+  run_record.record(str(model_dir), current, changed)
+  return changed
+
+
+def _progress(model_dir):
+  path = model_dir / "progress.jsonl"
+  return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_first_start_records_the_settings_and_the_same_settings_resume(tmp_path):
+  assert _start(tmp_path, has_checkpoint=False) == []
+  assert run_record.read(str(tmp_path)) == run_record.settings("keras", CONFIG, 2)
+  assert _start(tmp_path) == [] and _progress(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, line", [
+    ({"learning_rate": 0.05}, "--learning_rate: 0.1 in the run, 0.05 now"),
+    ({"global_batch_size": 48}, "--global_batch_size: 96 in the run, 48 now"),
+    ({"seed": 2}, "--seed: 1 in the run, 2 now"),
+    ({"momentum": 0.5}, "--momentum: 0.9 in the run, 0.5 now"),
+    ({"decay_steps": 300}, "--decay_steps: 100 in the run, 300 now"),
+])
+def test_a_resume_with_other_settings_is_refused_and_nothing_is_written(change, line, tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  before = (tmp_path / run_record.RECORD_FILE).read_bytes()
+  with pytest.raises(run_record.ConfigChangeError, match="--allow_config_change") as raised:
+    _start(tmp_path, dataclasses.replace(CONFIG, **change))
+  assert line in str(raised.value)
+  assert (tmp_path / run_record.RECORD_FILE).read_bytes() == before
+  assert _progress(tmp_path) == []
+
+
+def test_the_other_backend_is_refused_too(tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  with pytest.raises(run_record.ConfigChangeError, match="the backend: keras in the run, "
+                                                         "estimator now"):
+    _start(tmp_path, backend="estimator")
+
+
+def test_allow_config_change_goes_on_and_records_the_change(tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  changed = dataclasses.replace(CONFIG, learning_rate=0.05)
+  assert _start(tmp_path, changed, allow_change=True) == [
+      "--learning_rate: 0.1 in the run, 0.05 now"]
+  [event] = _progress(tmp_path)
+  assert event["event"] == "config_change" and event["changes"] == [
+      "--learning_rate: 0.1 in the run, 0.05 now"]
+  assert run_record.read(str(tmp_path))["learning_rate"] == 0.05
+  assert _start(tmp_path, changed) == []  # The record now holds the new value.
+
+
+def test_another_worker_count_with_the_same_global_batch_is_recorded(tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  [line] = _start(tmp_path, workers=3)
+  assert line == "workers: 2 in the run, 3 now (the global batch stays 96)"
+  assert _progress(tmp_path)[0]["changes"] == [line]
+  assert run_record.read(str(tmp_path))["workers"] == 3
+
+
+def test_a_longer_run_is_allowed_and_a_schedule_that_follows_it_is_said(tmp_path):
+  _start(tmp_path, has_checkpoint=False)  # decay_steps=0: the schedule is 100 steps.
+  assert _start(tmp_path, dataclasses.replace(CONFIG, train_steps=200, decay_steps=100)) == []
+  [line] = _start(tmp_path, dataclasses.replace(CONFIG, train_steps=300))
+  assert line.startswith("the learning-rate schedule: 100 steps in the run, 300 now")
+  assert "give --decay_steps=100 to keep it" in line
+
+
+def test_a_model_dir_without_a_checkpoint_takes_the_new_settings(tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  changed = dataclasses.replace(CONFIG, learning_rate=0.05)
+  assert _start(tmp_path, changed, has_checkpoint=False) == []
+  assert run_record.read(str(tmp_path))["learning_rate"] == 0.05
+
+
+def test_only_the_settings_a_record_holds_are_compared(tmp_path):
+  # A record without `workers` (the converter's, from a source without one).
+  record = run_record.settings("keras", CONFIG, 2)
+  del record["workers"]
+  run_record.write(str(tmp_path), record)
+  assert _start(tmp_path, workers=4) == []
+  assert run_record.read(str(tmp_path))["workers"] == 4

@@ -1,0 +1,125 @@
+"""What a model_dir's run is trained with, and what a resume may change of it.
+
+The writer (a lone process, a local cluster's launcher, or a chief) records the
+settings that shape the numbers in `model_dir/run.json` when the run first
+starts. A later start on a model_dir that holds a checkpoint compares its own
+settings with that record:
+
+- `--train_steps` may change: a run goes on longer (or stops earlier). With
+  `--decay_steps=0` the schedule follows it, so the learning rates change from
+  the step reached on: that is said, not refused.
+- The worker count may change while the global batch stays: it is recorded.
+- Anything else (backend, batch, learning rate, momentum, seed, the schedule's
+  length) is refused with exit 2 listing each difference, unless
+  `--allow_config_change` is given: then the change is recorded in
+  `progress.jsonl` and the record updated.
+
+A model_dir with no checkpoint has nothing to resume: its record is rewritten.
+The writer calls `changes` with every other check, before it writes anything,
+then `record`. No TensorFlow import here, so a launcher checks before any task
+starts.
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from trainers.config import Config
+
+RECORD_FILE = "run.json"
+# The settings compared, with the flag that sets each ("schedule" is the
+# learning-rate schedule's length: --decay_steps, or --train_steps when 0).
+_FLAGS = {"backend": "the backend", "global_batch_size": "--global_batch_size",
+          "learning_rate": "--learning_rate", "momentum": "--momentum", "seed": "--seed",
+          "schedule": "--decay_steps"}
+
+
+class ConfigChangeError(ValueError):
+  """A resume whose settings differ from the run it resumes; the message lists them."""
+
+
+def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
+  """The record of a run of `backend` with `config` on `workers` workers."""
+  return {"backend": backend, "workers": workers,
+          "global_batch_size": config.global_batch_size,
+          "learning_rate": config.learning_rate, "momentum": config.momentum,
+          "seed": config.seed, "schedule": config.schedule_steps(),
+          "train_steps": config.train_steps}
+
+
+def read(model_dir: str) -> Optional[Dict[str, Any]]:
+  """model_dir's run record, or None if it has none (or one that does not parse)."""
+  try:
+    with open(os.path.join(model_dir, RECORD_FILE)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return record if isinstance(record, dict) else None
+
+
+def write(model_dir: str, record: Dict[str, Any]) -> None:
+  """Writes the record whole, by a rename."""
+  path = os.path.join(model_dir, RECORD_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(record, f, indent=2)
+  os.replace(path + ".tmp", path)
+
+
+def _refused(recorded: Dict[str, Any], current: Dict[str, Any], config: Config) -> List[str]:
+  """The differences that need --allow_config_change, one line each."""
+  lines = []
+  for key, flag in _FLAGS.items():
+    if key not in recorded or recorded[key] == current[key]:
+      continue
+    if key == "schedule" and not config.decay_steps:
+      continue  # Follows --train_steps, which may change; said by `changes`.
+    lines.append(f"{flag}: {recorded[key]} in the run, {current[key]} now")
+  return lines
+
+
+def changes(model_dir: str, current: Dict[str, Any], config: Config, *,
+            has_checkpoint: bool, allow_change: bool) -> List[str]:
+  """What a start changes of model_dir's recorded run, if it may; writes nothing.
+
+  Args:
+    model_dir: the run's directory.
+    current: `settings(...)` of this start.
+    config: this start's hyperparameters.
+    has_checkpoint: whether model_dir holds a checkpoint this start resumes.
+    allow_change: --allow_config_change.
+
+  Returns:
+    What changed and is allowed, one line each, for `record` and the log.
+
+  Raises:
+    ConfigChangeError: listing the differences and the fixes.
+  """
+  recorded = read(model_dir) if has_checkpoint else None
+  if recorded is None:
+    return []
+  refused = _refused(recorded, current, config)
+  if refused and not allow_change:
+    raise ConfigChangeError(
+        f"--model_dir={model_dir} holds a run trained with other settings "
+        f"({RECORD_FILE}):\n  " + "\n  ".join(refused) + "\nGive the run's values to resume "
+        "it, or --allow_config_change to go on with the new ones (the change is recorded "
+        "in progress.jsonl), or choose another --model_dir.")
+  allowed = list(refused)
+  if recorded.get("workers") not in (None, current["workers"]):
+    allowed.append(f"workers: {recorded['workers']} in the run, {current['workers']} now "
+                   f"(the global batch stays {current['global_batch_size']})")
+  if ("schedule" in recorded and recorded["schedule"] != current["schedule"]
+      and not config.decay_steps):
+    allowed.append(f"the learning-rate schedule: {recorded['schedule']} steps in the run, "
+                   f"{current['schedule']} now, as --train_steps changed with "
+                   f"--decay_steps=0; give --decay_steps={recorded['schedule']} to keep it")
+  return allowed
+
+
+def record(model_dir: str, current: Dict[str, Any], changed: List[str]) -> None:
+  """Records this start's settings, and in `progress.jsonl` what `changes` allowed."""
+  if changed:
+    from trainers import model_dir as layout  # noqa: PLC0415 -- imports TensorFlow.
+    layout.record_progress(model_dir, "config_change", changes=changed)
+  if read(model_dir) != current:
+    write(model_dir, current)
