@@ -63,18 +63,20 @@ def _ask(address: str) -> Optional[str]:
   one (TensorFlow's server: the peer went on); None if nothing listens."""
   host, _, port = address.rpartition(":")
   try:
-    with socket.create_connection((host, int(port)), timeout=POLL_SECONDS) as s:
-      s.settimeout(2 * POLL_SECONDS)
-      answer = b""
+    s = socket.create_connection((host, int(port)), timeout=POLL_SECONDS)
+  except OSError:  # Refused, unreachable, or no answer in time: not started.
+    return None
+  answer = b""
+  with s:
+    s.settimeout(2 * POLL_SECONDS)
+    try:
       while not answer.endswith(b"\n") and len(answer) < 1 << 16:
         chunk = s.recv(4096)
         if not chunk:
           break
         answer += chunk
-  except socket.timeout:
-    return ""  # Listening, saying nothing: not a task waiting here.
-  except OSError:
-    return None
+    except OSError:
+      pass  # Listening, but saying no cluster: not a task waiting here.
   return answer[len(_HELLO):].decode().strip() if answer.startswith(_HELLO) else ""
 
 
