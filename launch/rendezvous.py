@@ -154,13 +154,13 @@ def _wait(task: cluster.Task, waiting: List[Tuple[str, str]], mine: str,
     if not waiting:
       return
     waited = time.monotonic() - start
+    if time.monotonic() - said >= SAY_EVERY_SECONDS:  # Said even if time is up now.
+      logging.info("Waiting for %s to start: %.0f s of --startup_timeout=%.0f.",
+                   _names(waiting), waited, timeout)
+      said = time.monotonic()
     if waited >= timeout:
       raise StartupTimeout(
           f"the cluster did not come up within {timeout:.0f} s (--startup_timeout): no task "
           f"listens at {_names(waiting)}. Start every task with the same TF_CONFIG cluster "
           "(python -m launch.local does), or give a longer --startup_timeout.")
-    if time.monotonic() - said >= SAY_EVERY_SECONDS:
-      logging.info("Waiting for %s to start: %.0f s of --startup_timeout=%.0f.",
-                   _names(waiting), waited, timeout)
-      said = time.monotonic()
     time.sleep(POLL_SECONDS)
