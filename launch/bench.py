@@ -34,6 +34,7 @@ from launch.tools import bench_run  # noqa: E402 -- after quiet_tool_process
 from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
 from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import runner  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([1, 2], "Worker counts to run each backend at.")
@@ -42,6 +43,7 @@ _TRAIN_STEPS = tool_flags.define_train_steps(
     "figure is meaningful).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_MODEL = trainer_flags.define_model_flags()
 _TIMEOUT = tool_flags.define_timeout()
 _BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
                               "estimator (each with its evaluator task in a cluster), and "
@@ -73,7 +75,8 @@ def main(argv: Sequence[str]) -> None:
   # At least ~10 windows, so the median has something to choose from.
   log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, train_steps // 10))
   config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
-                  checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps))
+                  checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps),
+                  **trainer_flags.model_settings(_MODEL))
   backends = [bench_run.ENTRIES[e][0] for e in entries]
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)

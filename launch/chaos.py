@@ -36,6 +36,7 @@ console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.tools import chaos  # noqa: E402 -- after quiet_tool_process
 from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
 from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Backend to train.",
@@ -49,6 +50,7 @@ _TRAIN_STEPS = tool_flags.define_train_steps(300, "Steps of each trial's run.")
 _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups and Estimator "
                                      "checkpoints, in steps: the most a kill can cost.")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_MODEL = trainer_flags.define_model_flags()
 _OUT = flags.DEFINE_string("out", None, "Where each trial's model_dir goes (default: a new "
                            "temporary directory).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and victim.")
@@ -74,7 +76,8 @@ def main(argv: Sequence[str]) -> None:
   every = _BACKUP_EVERY.value
   config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
-                  log_every_steps=max(1, min(5, every)))
+                  log_every_steps=max(1, min(5, every)),
+                  **trainer_flags.model_settings(_MODEL))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")

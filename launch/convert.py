@@ -22,6 +22,7 @@ from absl import app
 from absl import flags
 
 from launch import console
+from trainers import flags as trainer_flags
 from trainers.config import Config
 
 _FROM_ESTIMATOR = flags.DEFINE_string("from_estimator", None, "The Estimator model_dir to "
@@ -31,6 +32,7 @@ _FROM_KERAS = flags.DEFINE_string("from_keras", None, "The Keras model_dir to co
                                   "newest ckpt-<step>).")
 _TO_ESTIMATOR = flags.DEFINE_string("to_estimator", None, "The new Estimator model_dir to "
                                     "write.")
+_MODEL = trainer_flags.define_model_flags()
 _ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an object of old "
                                       "checkpoint name -> model weight name, or null to drop it.")
 
@@ -52,7 +54,7 @@ def main(argv: Sequence[str]) -> None:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
     conversion = run(source, target, assignment_map=assignment_map,
-                     config=Config())
+                     config=Config(**trainer_flags.model_settings(_MODEL)))
   except convert.ConversionError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

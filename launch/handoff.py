@@ -35,6 +35,7 @@ from launch.tools import convert  # noqa: E402 -- after quiet_tool_process
 from launch.tools import handoff  # noqa: E402 -- after quiet_tool_process
 from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
 from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Worker counts to run at, e.g. 1,2.")
@@ -47,6 +48,7 @@ _RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --t
                                      "(--split_at + this) instead.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_MODEL = trainer_flags.define_model_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
@@ -102,7 +104,8 @@ def main(argv: Sequence[str]) -> None:
   tolerances = _tolerances()
   split_at, train_steps, decay_steps = _steps()
   timeout = tool_flags.timeout(_TIMEOUT)
-  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
+  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
+                  **trainer_flags.model_settings(_MODEL))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")

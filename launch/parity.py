@@ -26,6 +26,7 @@ console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.tools import parity  # noqa: E402 -- after quiet_tool_process
 from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
 from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Local worker counts, each run by both backends.")
@@ -34,6 +35,7 @@ _LONG_STEPS = flags.DEFINE_integer("long_steps", None, "Steps of the long run (d
                                    "epoch of the training split; 0 skips it).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_MODEL = trainer_flags.define_model_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
@@ -47,7 +49,8 @@ def main(argv: Sequence[str]) -> None:
   workers = tool_flags.worker_counts(_WORKERS)
   train_steps = tool_flags.train_steps(_TRAIN_STEPS)
   timeout = tool_flags.timeout(_TIMEOUT)
-  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
+  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
+                  **trainer_flags.model_settings(_MODEL))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")

@@ -26,6 +26,7 @@ console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
 from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
 from launch.tools import version_parity  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "Python of the newest-TF install, "
@@ -34,6 +35,7 @@ _WORKERS = tool_flags.define_workers([1, 2], "Local worker counts to compare at.
 _TRAIN_STEPS = tool_flags.define_train_steps(10, "Training steps of each run.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_MODEL = trainer_flags.define_model_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
@@ -50,7 +52,8 @@ def main(argv: Sequence[str]) -> None:
     version_parity.stack_versions(_KERAS_PYTHON.value)
   except runs.RunError as e:
     raise app.UsageError(f"--keras_python: {e}", exitcode=2) from e
-  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value)
+  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
+                  **trainer_flags.model_settings(_MODEL))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="version-parity-")

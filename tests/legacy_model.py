@@ -37,7 +37,7 @@ def make_legacy_model_fn(config: Config):
       x = tf.compat.v1.layers.dense(x, 64, activation=tf.nn.relu)
       logits = tf.compat.v1.layers.dense(x, mnist.NUM_CLASSES)
     if mode == tf.estimator.ModeKeys.PREDICT:
-      outputs = model_lib.serving_outputs(logits)
+      outputs = model_lib.classification_outputs(logits)
       return tf.estimator.EstimatorSpec(
           mode, predictions=outputs,
           export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)})

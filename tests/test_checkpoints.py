@@ -7,24 +7,25 @@ import tensorflow as tf
 
 from trainers import checkpoints
 from trainers import model as model_lib
+from trainers.config import Config
 
 
 def test_a_checkpoint_is_recognised_by_backend_and_step(tmp_path):
-  model = model_lib.build_model(0)
+  model = model_lib.build(Config(seed=0))
   model.compile(optimizer="sgd", loss="mse")
   tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 1,
                              checkpoint_name="ckpt").save(checkpoint_number=4)
   path = tf.train.latest_checkpoint(str(tmp_path))
   assert checkpoints.checkpoint_step(path)[0] == "keras"
-  assert checkpoints.resume_problem("keras", str(tmp_path)) is None
-  assert "checkpoint of the keras backend" in checkpoints.resume_problem("estimator",
-                                                                         str(tmp_path))
+  assert checkpoints.resume_problem("keras", str(tmp_path), Config()) is None
+  assert "checkpoint of the keras backend" in checkpoints.resume_problem(
+      "estimator", str(tmp_path), Config())
   with pytest.raises(tf.errors.NotFoundError):
     checkpoints.checkpoint_step(str(tmp_path / "missing"))
 
 
 def _keras_checkpoints(directory, steps):
-  model = model_lib.build_model(0)
+  model = model_lib.build(Config(seed=0))
   model.compile(optimizer="sgd", loss="mse")
   manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory), 3,
                                        checkpoint_name="ckpt")
@@ -72,4 +73,4 @@ def test_a_checkpoint_removed_while_it_is_inspected_is_no_problem(tmp_path, monk
     raise tf.errors.NotFoundError(None, None, f"Failed to find any matching files for {path}")
 
   monkeypatch.setattr(tf.train, "list_variables", rotated)
-  assert checkpoints.resume_problem("keras", str(tmp_path)) is None
+  assert checkpoints.resume_problem("keras", str(tmp_path), Config()) is None

@@ -81,13 +81,13 @@ def keras_dir(estimator_dir, tmp_path_factory) -> str:
 def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, keras_dir,
                                                               tiny_data_dir, tmp_path):
   original = _read_checkpoint(estimator_dir)
-  assert checkpoints.resume_problem("keras", keras_dir) is None
+  assert checkpoints.resume_problem("keras", keras_dir, Config()) is None
   back = str(tmp_path / "estimator")
   conversion = convert.keras_to_estimator(keras_dir, back)
 
-  assert checkpoints.resume_problem("estimator", back) is None
+  assert checkpoints.resume_problem("estimator", back, Config()) is None
   # Every Estimator variable was carried: weights, their Momentum slots, the step.
-  entries = convert.estimator_accounting(tf.train.latest_checkpoint(estimator_dir))
+  entries = convert.estimator_accounting(tf.train.latest_checkpoint(estimator_dir), Config())
   assert sorted(e.kind for e in entries) == ["slot"] * 6 + ["step"] + ["weight"] * 6
   assert len(conversion.mapped) == 13 and conversion.step == STEPS
   assert np.abs(original["conv/kernel/Momentum"]).max() > 0  # Momentum is state here.

@@ -85,7 +85,7 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
             name: json.loads((leg / "losses.json").read_text())["losses"]}
   checks = handoff.resume_checks(name, {own: runs.read_summary(str(run_dir / own / "model")),
                                         name: summary}, losses,
-                                 {own: "estimator", name: "keras"}, tolerances)
+                                 {own: "estimator", name: "keras"}, tolerances, Config())
   weights = next(c for c in checks if "max |weight diff|" in c.name)
   assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
       handoff.Report([1], SPLIT, SPLIT + RESUME, STEPS, checks, {}, {}))

@@ -14,7 +14,7 @@ def test_prepared_runs_start_from_one_weights_file_with_op_determinism(tmp_path)
   config = harness.prepare(Config(seed=3), str(tmp_path))
   assert config.deterministic and config.init_weights == str(tmp_path / harness.INIT_WEIGHTS_FILE)
   saved = model_lib.load_weights_npz(config.init_weights)
-  built = model_lib.get_weights(model_lib.build_model(3))
+  built = model_lib.get_weights(model_lib.build(Config(seed=3)))
   assert saved.keys() == built.keys()
   assert all((saved[name] == built[name]).all() for name in saved)
 
@@ -65,7 +65,7 @@ def test_the_report_is_written_as_a_table_json_and_a_plot(tmp_path):
 def test_an_extra_variable_on_either_side_fails_the_mapping(tmp_path):
   """backend_weights reads every variable of the Estimator checkpoint, not the reference's names."""
   with tf.Graph().as_default():
-    model_lib.build_model(0)
+    model_lib.build(Config(seed=0))
     # A seed-free initializer: an earlier in-process test may have turned op determinism on.
     tf.compat.v1.get_variable("extra/kernel", shape=[2, 2],
                               initializer=tf.compat.v1.zeros_initializer())
@@ -73,9 +73,9 @@ def test_an_extra_variable_on_either_side_fails_the_mapping(tmp_path):
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
       tf.compat.v1.train.Saver().save(session, str(tmp_path / "model.ckpt"), global_step=1)
-  estimator = harness.backend_weights("estimator", {"model_dir": str(tmp_path)})
+  estimator = harness.backend_weights("estimator", {"model_dir": str(tmp_path)}, Config())
   assert "extra/kernel" in estimator and "global_step" not in estimator
-  keras = model_lib.get_weights(model_lib.build_model(0))
+  keras = model_lib.get_weights(model_lib.build(Config(seed=0)))
   for weights in ({"keras": keras, "estimator": estimator},
                   {"keras": {**keras, "extra/bias": np.zeros(2)}, "estimator": keras}):
     check = harness.check_mapping(weights)

@@ -127,7 +127,7 @@ ONE_COLLECTIVE_SCRIPT = textwrap.dedent("""
     data = tf.data.Dataset.from_tensor_slices((images, np.arange(320) % 10)).repeat().batch(16)
     with strategy.scope():
       ours = keras_trainer.compile_model(config)
-      stock = model_lib.build_model(config.seed)
+      stock = model_lib.build(config)
       stock.compile(optimizer=keras_trainer.make_optimizer(config),
                     loss=keras_trainer.make_loss(), steps_per_execution=5)
       stock.distribute_reduction_method = "first"

@@ -1,37 +1,80 @@
-"""trainers.model: fixed names, seeded or given initial weights, the export's outputs."""
+"""trainers.model: a spec's build checked, initial weights by name, the export's outputs."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from trainers import model as model_lib
+from trainers.config import Config
+from trainers.model_registry import SpecError
 
 NAMES = ["conv/kernel", "conv/bias", "hidden/kernel", "hidden/bias", "logits/kernel",
          "logits/bias"]
+# A user's spec module, each build wrong in one way.
+SPECS = """
+import tf_keras
+from trainers.model import ModelSpec
+
+def build(seed, init, skip="", extra=""):
+  kernel = init("dense/kernel", "glorot_uniform") if skip != "kernel" else "zeros"
+  if extra:
+    init(extra, "zeros")
+  image = tf_keras.Input((28, 28, 1), name="image")
+  x = tf_keras.layers.Flatten(name="flatten")(image)
+  logits = tf_keras.layers.Dense(10, name="dense", kernel_initializer=kernel,
+                                 bias_initializer=init("dense/bias", "zeros"))(x)
+  return tf_keras.Model(image, logits)
+
+def failing(seed, init):
+  raise RuntimeError("no GPU here")
+
+GOOD = ModelSpec(name="good", build=build)
+UNSEEDED = ModelSpec(name="unseeded", build=lambda seed, init: build(seed, init, skip="kernel"))
+TYPO = ModelSpec(name="typo", build=lambda seed, init: build(seed, init, extra="dense/kernal"))
+FAILING = ModelSpec(name="failing", build=failing)
+"""
 
 
-def test_names_are_fixed_and_the_seed_fixes_the_weights():
-  a, b, c = (model_lib.get_weights(model_lib.build_model(seed)) for seed in (1, 1, 2))
-  assert list(a) == NAMES
-  assert all(np.array_equal(a[n], b[n]) for n in NAMES)
-  assert not np.array_equal(a["conv/kernel"], c["conv/kernel"])
-  # Built again in a graph (as the Estimator does), the names are the same.
-  with tf.Graph().as_default():
-    assert [model_lib.weight_name(w) for w in model_lib.build_model(1).weights] == NAMES
+@pytest.fixture
+def user_specs(tmp_path, monkeypatch):
+  (tmp_path / "user_specs.py").write_text(SPECS)
+  monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_user_spec_builds_and_takes_initial_weights_by_name(user_specs):
+  config = Config(model="user_specs:GOOD")
+  weights = model_lib.get_weights(model_lib.build(config))
+  assert sorted(weights) == ["dense/bias", "dense/kernel"]
+  given = {name: np.full_like(value, 0.5) for name, value in weights.items()}
+  rebuilt = model_lib.get_weights(model_lib.build(config, given))
+  assert all(np.array_equal(rebuilt[n], given[n]) for n in given)
+  with pytest.raises(SpecError, match="the initial weights have no dense/bias"):
+    model_lib.build(config, {"dense/kernel": given["dense/kernel"]})
+
+
+@pytest.mark.parametrize("name, said", [
+    ("UNSEEDED", r"gives dense/kernel no init\(...\) initializer"),
+    ("TYPO", r"asks init\(...\) for dense/kernal, which is not one of its weights"),
+    ("FAILING", "its build failed: RuntimeError: no GPU here"),
+])
+def test_a_spec_whose_build_is_wrong_is_named_before_any_training(user_specs, name, said):
+  with pytest.raises(SpecError, match=said):
+    model_lib.check(Config(model=f"user_specs:{name}"))
 
 
 def test_initial_weights_round_trip_through_npz(tmp_path):
-  weights = model_lib.get_weights(model_lib.build_model(3))
+  weights = model_lib.get_weights(model_lib.build(Config(seed=3)))
   path = str(tmp_path / "init.npz")
   model_lib.save_weights_npz(path, weights)
-  rebuilt = model_lib.get_weights(model_lib.build_model(0, model_lib.load_weights_npz(path)))
+  rebuilt = model_lib.get_weights(model_lib.build(Config(seed=0), model_lib.load_weights_npz(path)))
   assert all(np.array_equal(rebuilt[n], weights[n]) for n in NAMES)
 
 
 def test_serving_outputs_and_eval_sums():
-  model = model_lib.build_model(1)
+  model = model_lib.build(Config(seed=1))
   images = tf.random.stateless_uniform((5, 28, 28, 1), seed=(1, 2))
   labels = tf.constant([0, 1, 2, 3, 4], tf.int64)
-  outputs = model_lib.serving_outputs(model(images))
+  outputs = model_lib.serving_outputs(Config(), model(images))
   assert set(outputs) == {"classes", "probabilities", "logits"}
   np.testing.assert_allclose(tf.reduce_sum(outputs["probabilities"], -1), np.ones(5), rtol=1e-6)
   loss_sum, correct, count = model_lib.eval_sums(model, images, labels).numpy()

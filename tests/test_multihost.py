@@ -166,7 +166,7 @@ def _tail(log_dir: str) -> str:
 
 def _init_config(tmp_path, data_dir: str) -> Config:
   init = str(tmp_path / "init_weights.npz")
-  model_lib.save_weights_npz(init, model_lib.get_weights(model_lib.build_model(CONFIG.seed)))
+  model_lib.save_weights_npz(init, model_lib.get_weights(model_lib.build(CONFIG)))
   return dataclasses.replace(CONFIG, data_dir=data_dir, init_weights=init)
 
 
@@ -185,8 +185,8 @@ def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tin
       assert f"Started server with target: grpc://{hosts.addresses[i]}:{PORT}" in f.read()
   multihost = runs.read_summary(model_dir)
   assert (multihost["workers"], multihost["global_step"]) == (2, CONFIG.train_steps)
-  weights = {"localhost": harness.backend_weights(backend, local),
-             "3 hosts": harness.backend_weights(backend, multihost)}
+  weights = {"localhost": harness.backend_weights(backend, local, CONFIG),
+             "3 hosts": harness.backend_weights(backend, multihost, CONFIG)}
   assert harness.check_mapping(weights).passed
   (check,) = harness.compare_weights(weights, atol=1e-6)
   print(f"multihost parity, {backend}: {check.name} = {check.measured:.3g} "

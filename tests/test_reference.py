@@ -14,7 +14,7 @@ CONFIG = Config(train_steps=2, global_batch_size=32, learning_rate=0.1, momentum
 
 
 def _gradients(weights, images, labels):
-  model = model_lib.build_model(0, weights)
+  model = model_lib.build(Config(seed=0), weights)
   with tf.GradientTape() as tape:
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=labels, logits=model(images, training=True)))
@@ -27,7 +27,7 @@ def test_two_workers_step_on_their_concatenated_batches_with_v1_momentum():
   input_fn = memory_input_fn(CONFIG.global_batch_size)
   losses, got = reference.train_reference(CONFIG, 2, input_fn=input_fn)
   shards = [iter(input_fn("train", tf.distribute.InputContext(2, i, 2))) for i in range(2)]
-  weights = model_lib.get_weights(model_lib.build_model(CONFIG.seed))
+  weights = model_lib.get_weights(model_lib.build(CONFIG))
   accum = {n: np.zeros_like(w) for n, w in weights.items()}
   want_losses = []
   for step in range(CONFIG.train_steps):

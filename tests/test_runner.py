@@ -187,7 +187,7 @@ def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data
   # v1 momentum is linear in the gradient: half the rate = half the gradient.
   _, half = reference.train_reference(
       dataclasses.replace(config, learning_rate=config.learning_rate / 2), workers)
-  initial = model_lib.get_weights(model_lib.build_model(config.seed))
+  initial = model_lib.get_weights(model_lib.build(config))
   got = _trained_weights(backend, model_dir, want)
   assert sorted(got) == sorted(want)
   for name in want:
@@ -313,14 +313,14 @@ def _save_checkpoint(model_dir, owner: str, same_model: bool = True) -> None:
   """A checkpoint as `owner`'s backend writes it: object-based (Keras) or name-based."""
   model_dir.mkdir()
   if owner == "keras":
-    model = (model_lib.build_model(0) if same_model else
+    model = (model_lib.build(Config(seed=0)) if same_model else
              tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3)]))
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(model_dir), 1,
                                checkpoint_name="ckpt").save(checkpoint_number=7)
     return
   with tf.Graph().as_default():
     if same_model:
-      model_lib.build_model(0)
+      model_lib.build(Config(seed=0))
     else:
       tf.compat.v1.get_variable("conv/kernel", shape=[5, 5, 1, 8],
                                 initializer=tf.compat.v1.zeros_initializer())

@@ -12,6 +12,7 @@ import pytest
 
 from launch.tools import runs
 from launch.tools import version_parity
+from trainers.config import Config
 from tests.conftest import ESTIMATOR_MISSING, run_module
 
 NEWEST_TF_PYTHON = os.environ.get("NEWEST_TF_PYTHON")
@@ -83,7 +84,8 @@ def _untrained_export(tmp_path) -> str:
   from trainers import model as model_lib
   model_dir = tmp_path / "untrained"
   model_dir.mkdir()
-  return keras_trainer.export_model(model_lib.build_model(seed=7), str(model_dir))
+  config = Config(seed=7)
+  return keras_trainer.export_model(config, model_lib.build(config), str(model_dir))
 
 
 def test_a_keras_python_that_is_not_a_tf_install_is_a_usage_error(tmp_path):

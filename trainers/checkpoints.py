@@ -21,6 +21,7 @@ from absl import logging
 from trainers import failures
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers.config import Config
 
 KEEP = 3  # Both backends keep this many checkpoints in model_dir.
 KERAS_PREFIX = "ckpt"  # Keras: ckpt-<step>.
@@ -125,12 +126,13 @@ def checkpoint_step(path: str) -> Tuple[str, int]:
   return whose, int(reader.get_tensor(KERAS_STEP_KEY if whose == KERAS else ESTIMATOR_STEP_KEY))
 
 
-def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]]) -> Optional[str]:
-  """How a checkpoint's weights differ from build_model's, or None if they match."""
+def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Config
+                    ) -> Optional[str]:
+  """How a checkpoint's weights differ from `config.model`'s, or None if they match."""
   # In a graph of its own: an eager op here would start TensorFlow's runtime
   # before the strategy can configure it.
   with tf.Graph().as_default():
-    layers = [layer for layer in model_lib.build_model(seed=0).layers if layer.weights]
+    layers = [layer for layer in model_lib.build(config).layers if layer.weights]
     expected = {}
     for i, layer in enumerate(layers):
       for weight in layer.weights:
@@ -145,8 +147,9 @@ def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]]) -> Optional
   return None
 
 
-def resume_problem(backend: str, model_dir: str) -> Optional[str]:
-  """Why `backend` cannot resume from model_dir's checkpoint, or None if it can (or has none).
+def resume_problem(backend: str, model_dir: str, config: Config) -> Optional[str]:
+  """Why `backend` cannot resume `config.model` from model_dir's checkpoint, or None if it
+  can (or has none).
 
   The Estimator resumes from `model_dir`'s checkpoint, Keras from its final
   checkpoint or its backup. A checkpoint of the other backend, or of another
@@ -169,10 +172,11 @@ def resume_problem(backend: str, model_dir: str) -> Optional[str]:
               f"new --model_dir, resume it with python -m trainers.{whose}_main, or carry it "
               f"across with python -m launch.convert --from_{whose}={model_dir} "
               f"--to_{backend}=NEW_MODEL_DIR.")
-    mismatch = _model_mismatch(whose, shapes)
+    mismatch = _model_mismatch(whose, shapes, config)
     if mismatch:
-      return (f"--model_dir={model_dir} holds a checkpoint of a different model ({path}: "
-              f"{mismatch}); it will not be overwritten. Choose a new --model_dir.")
+      return (f"--model_dir={model_dir} holds a checkpoint of a different model than "
+              f"--model={config.model} ({path}: {mismatch}); it will not be overwritten. "
+              f"Choose a new --model_dir, or the --model it was trained with.")
   return None
 
 

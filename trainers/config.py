@@ -4,6 +4,8 @@ import dataclasses
 import math
 from typing import Optional
 
+from trainers import model_registry
+
 AUTO_STEPS_PER_EXECUTION_MAX = 10
 
 
@@ -22,6 +24,11 @@ class Config:
   the flag's --help and the row of docs/training.md's flag table.
   """
 
+  model: str = _field(model_registry.DEFAULT, "The model: a built-in spec ("
+                      + ", ".join(model_registry.BUILT_IN) + ") or package.module:NAME, a "
+                      "ModelSpec of your own (docs/MIGRATION.md, \"Bring your model\").")
+  model_options: str = _field("", "The model's own settings, NAME=VALUE,... (cnn_bn: "
+                              "dropout=0.25); default: the spec's.")
   train_steps: int = _field(1500, "Optimizer steps; each consumes one global batch.")
   global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
                                   "divisible by the workers (96 divides 1 to 4).")
@@ -71,8 +78,11 @@ class Config:
                        self.backup_every_steps)
     return max(k for k in range(1, AUTO_STEPS_PER_EXECUTION_MAX + 1) if divides % k == 0)
 
-  def validate(self, num_replicas: int = 1) -> None:
-    """Raises ValueError naming the bad setting and its fix."""
+  def validate(self, num_replicas: int = 1, find_model: bool = True) -> None:
+    """Raises ValueError naming the bad setting and its fix (model_registry.SpecError for
+    --model and --model_options: it imports neither TensorFlow nor the model; with
+    find_model False it checks only their form, for a model that lives elsewhere)."""
+    model_registry.check(self.model, self.model_options, find=find_model)
     for name in ("train_steps", "global_batch_size", "eval_batch_size", "log_every_steps",
                  "checkpoint_every_steps", "backup_every_steps"):
       if getattr(self, name) <= 0:

@@ -11,6 +11,7 @@ import shutil
 from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
+import tf_keras
 from absl import logging
 
 from data import mnist
@@ -51,6 +52,19 @@ class _LossRecorder(tf.estimator.SessionRunHook):
     self._losses.append(float(run_values.results))
 
 
+def update_ops(model: tf_keras.Model, features: tf.Tensor) -> List[tf.Operation]:
+  """What the train op must run besides the update: the layers' own updates.
+
+  Keras layers called in a graph leave their updates (BatchNorm's moving statistics)
+  to the caller; they join UPDATE_OPS, where tf.compat.v1.layers put theirs. A train
+  op without them trains, but the moving statistics never move, and evaluation and
+  serving normalize with their initial values (docs/MIGRATION.md, "Bring your model").
+  """
+  for update in model.get_updates_for(features):
+    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, update)
+  return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+
+
 def make_model_fn(config: Config, losses: Optional[List[float]] = None):
   """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics.
 
@@ -63,10 +77,10 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
   losses = [] if losses is None else losses
 
   def model_fn(features, labels, mode):
-    model = model_lib.build_model(config.seed, initial_weights)
+    model = model_lib.build(config, initial_weights)
     logits = model(features, training=mode == _ModeKeys.TRAIN)
     if mode == _ModeKeys.PREDICT:
-      outputs = model_lib.serving_outputs(logits)
+      outputs = model_lib.serving_outputs(config, logits)
       return tf.estimator.EstimatorSpec(
           mode, predictions=outputs,
           export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)})
@@ -82,7 +96,9 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
     learning_rate = tf.compat.v1.train.cosine_decay(
         config.learning_rate, global_step, config.schedule_steps())
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
-    train_op = optimizer.minimize(loss, global_step=global_step, var_list=model.trainable_variables)
+    with tf.control_dependencies(update_ops(model, features)):
+      train_op = optimizer.minimize(loss, global_step=global_step,
+                                    var_list=model.trainable_variables)
     chief_hooks = []
     if config.record_dir:
       # The global-batch loss (as Keras reports it) needs an all-reduce that

@@ -6,10 +6,12 @@ in `Config`'s field metadata. `help_table()` renders the same texts for docs/tra
 
 import dataclasses
 import sys
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
+from absl import app
 from absl import flags
 
+from trainers import model_registry
 from trainers import runner
 from trainers.config import Config
 
@@ -46,6 +48,7 @@ _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout"
           "timeout": float, "task_log_dir": str, "mnist_idx_dir": str,
           "evaluator": bool, "allow_config_change": bool,
           "startup_timeout": float}
+ModelFlags = Tuple[flags.FlagHolder, flags.FlagHolder]
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 
@@ -113,3 +116,22 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       allow_config_change=FLAGS.allow_config_change,
       startup_timeout=FLAGS.startup_timeout,
   )
+
+
+def define_model_flags(flag_values: flags.FlagValues = flags.FLAGS) -> ModelFlags:
+  """--model and --model_options alone, for the tools: the trainer binaries' flags."""
+  helps = {f.name: f.metadata["help"] for f in dataclasses.fields(Config)}
+  return tuple(flags.DEFINE_string(name, getattr(Config, name), helps[name],
+                                   flag_values=flag_values)
+               for name in ("model", "model_options"))
+
+
+def model_settings(holders: ModelFlags) -> Dict[str, str]:
+  """--model and --model_options as Config fields; a usage error (exit 2) naming the fix
+  when they name no model (checked without importing it)."""
+  model, options = (holder.value for holder in holders)
+  try:
+    model_registry.check(model, options)
+  except model_registry.SpecError as e:
+    raise app.UsageError(str(e), exitcode=2) from None
+  return {"model": model, "model_options": options}

@@ -106,7 +106,7 @@ class _OneCollectiveModel(tf_keras.Model):
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
   weights = model_lib.initial_weights(config.init_weights)
-  model = _OneCollectiveModel(model_lib.build_model(config.seed, weights))
+  model = _OneCollectiveModel(model_lib.build(config, weights))
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
   # training either), and _OneCollectiveModel's step would not update it.
@@ -123,7 +123,7 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
                      input_fn: Optional[inputs.InputFn] = None) -> Dict[str, float]:
   """Keras `evaluate` of the given weights on the whole test split, in this process: its
   "accuracy" and "loss"."""
-  model = model_lib.build_model(config.seed, weights)
+  model = model_lib.build(config, weights)
   model.compile(**_loss_and_metrics())
   input_fn = input_fn or inputs.default_input_fn(config)
   return model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
@@ -320,7 +320,7 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.Inpu
   during an evaluation are skipped, as the Estimator's evaluator skips them;
   one deleted under it is skipped too (it logs and goes on).
   """
-  model = model_lib.build_model(config.seed)
+  model = model_lib.build(config)
   # The optimizer gives SidecarEvaluator the checkpoint's step (its iterations).
   model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
   input_fn = input_fn or inputs.default_input_fn(config)
@@ -344,8 +344,8 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
   workers, so a plain loop computes the same per-example mean loss and accuracy.
   """
 
-  def __init__(self, eval_model: tf_keras.Model, dataset: tf.data.Dataset, every: int,
-               total: int, model_dir: str):
+  def __init__(self, eval_model: Optional[tf_keras.Model], dataset: Optional[tf.data.Dataset],
+               every: int, total: int, model_dir: str):
     super().__init__()
     self._eval_model, self._dataset = eval_model, dataset
     self._every, self._total, self._model_dir = every, total, model_dir
@@ -355,19 +355,24 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
     step = int(self.model.optimizer.iterations.numpy())  # Global, also after a resume.
     if step % self._every or step >= self._total:
       return
-    self._eval_model.set_weights(self.model.get_weights())
+    # Every worker reads: a replica-local weight (BatchNorm's moving statistics) is
+    # read as the mean over the workers, a collective that every worker must join.
+    weights = self.model.get_weights()
+    if self._eval_model is None:  # Not the chief.
+      return
+    self._eval_model.set_weights(weights)
     loss, correct, count = sum(self._sums(x, y).numpy().astype(float) for x, y in self._dataset)
     metrics = {"loss": loss / count, "accuracy": correct / count}
     evaluation.log_result(step, metrics)
     evaluation.write_result(self._model_dir, step, metrics)
 
 
-def export_model(model: tf_keras.Model, model_dir: str) -> str:
+def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
   """Writes `model` as a SavedModel with the serving signature the Estimator exports."""
 
   @tf.function(input_signature=[tf.TensorSpec((None,) + mnist.IMAGE_SHAPE, tf.float32, "image")])
   def serve(image):
-    return model_lib.serving_outputs(model(image, training=False))
+    return model_lib.serving_outputs(config, model(image, training=False))
 
   return export.write_staged(model_dir, lambda directory: model.save(
       directory, save_format="tf", signatures={"serving_default": serve}))
@@ -378,6 +383,7 @@ class Backend(loop.Backend):
 
   name = "keras"
   _model: tf_keras.Model
+  _weights: model_lib.Weights  # Every weight once trained, read on every worker.
 
   def evaluate_checkpoints(self) -> None:
     run_evaluator(self.run.config, self.run.model_dir, self.run.input_fn)
@@ -414,6 +420,8 @@ class Backend(loop.Backend):
     if run.chief:
       # Left behind only by workers killed while saving: the run is over now.
       shutil.rmtree(backup_dir, ignore_errors=True)
+    # Read on every worker, as _PeriodicEval reads them; the chief evaluates and exports these.
+    self._weights = model_lib.get_weights(self._model)
     return loop.Trained(self._step(), progress.report, progress.step_losses)
 
   def _fit(self, dataset: tf.distribute.DistributedDataset, steps: int, backup_dir: str,
@@ -425,11 +433,11 @@ class Backend(loop.Backend):
     # every way out of fit; one killed before that is cleared by its restart.
     scratch = run.model_dir if run.chief else layout.worker_scratch_dir(run.model_dir, run.task)
     callbacks = training_callbacks(config, backup_dir, scratch, run.chief, progress)
-    if run.chief and run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
+    if run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       callbacks.append(_PeriodicEval(
-          model_lib.build_model(config.seed),  # Outside the strategy's scope.
-          run.input_fn(mnist.EVAL, None), config.checkpoint_every_steps, config.train_steps,
-          run.model_dir))
+          model_lib.build(config) if run.chief else None,  # Outside the strategy's scope.
+          run.input_fn(mnist.EVAL, None) if run.chief else None,
+          config.checkpoint_every_steps, config.train_steps, run.model_dir))
     try:
       self._model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     finally:
@@ -439,14 +447,13 @@ class Backend(loop.Backend):
   def evaluate(self, step: int) -> Dict[str, float]:
     # The whole test split in this process, outside the strategy: no collective
     # can wait on a worker that has finished, and uneven shards cannot skew it.
-    metrics = evaluate_weights(self.run.config, model_lib.get_weights(self._model),
-                                  self.run.input_fn)
+    metrics = evaluate_weights(self.run.config, self._weights, self.run.input_fn)
     evaluation.write_result(self.run.model_dir, step, metrics)
     return metrics
 
   def export(self) -> str:
     # A model outside the strategy's scope, holding the trained weights, compiled as
     # evaluation compiles it (a loaded export can `evaluate`).
-    model = model_lib.build_model(self.run.config.seed, model_lib.get_weights(self._model))
+    model = model_lib.build(self.run.config, self._weights)
     model.compile(**_loss_and_metrics())
-    return export_model(model, self.run.model_dir)
+    return export_model(self.run.config, model, self.run.model_dir)

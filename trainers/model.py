@@ -1,54 +1,141 @@
-"""The one model both backends train, its weights by name, and the outputs both export."""
+"""What a model is to both backends (`ModelSpec`), its weights by name, and its outputs.
 
-from typing import Dict, Mapping, Optional
+A model is data plus a few functions: a `ModelSpec` whose `build` makes the Keras
+model. Keras trains that model; the Estimator's model_fn calls the same `build` in
+its graph, so both have the same layers, the same variable names and the same
+initial weights. `build(config)` makes the model a run's `--model` names
+(`trainers/model_registry.py` finds the spec).
+
+Writing a spec (docs/MIGRATION.md, "Bring your model"):
+
+    def build(seed, init, dropout=0.5):
+      layers = tf_keras.layers
+      image = tf_keras.Input(shape=(28, 28, 1), name="image")
+      x = layers.Flatten(name="flatten")(image)
+      x = layers.Dense(128, activation="relu", name="hidden",
+                       kernel_initializer=init("hidden/kernel", GlorotUniform(seed)),
+                       bias_initializer=init("hidden/bias", "zeros"))(x)
+      ...
+      return tf_keras.Model(image, logits)
+
+    SPEC = ModelSpec(name="mlp", build=build, options={"dropout": 0.5})
+
+`build(seed, init, **options)` returns an uncompiled Keras model from float images
+(B, 28, 28, 1) to logits (B, 10). Give every layer a fixed name (a weight's name,
+"hidden/kernel", is then the same in Keras and in the Estimator's checkpoints) and
+every weight the initializer `init(name, default)` returns: `default` when the run
+starts from `--seed`, the given value when it starts from `--init_weights`.
+"""
+
+import dataclasses
+from typing import Callable, Dict, Mapping, Optional, Set
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from data import mnist
+from trainers import model_registry
+from trainers.config import Config
 
 Weights = Dict[str, np.ndarray]
+# init(weight_name, default_initializer) -> the initializer to give that weight.
+Init = Callable[[str, object], tf_keras.initializers.Initializer]
 
 
-def build_model(seed: int, initial_weights: Optional[Mapping[str, np.ndarray]] = None
-                ) -> tf_keras.Model:
-  """A small CNN: Conv2D(32, 3)-MaxPool-Flatten-Dense(64)-Dense(10) logits.
+def classification_outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
+  """Serving outputs of a classifier: classes, probabilities and logits."""
+  return {
+      "classes": tf.argmax(logits, axis=-1),
+      "probabilities": tf.nn.softmax(logits),
+      "logits": logits,
+  }
 
-  Layer names are fixed, so a weight's name ("conv/kernel", ...) is the same
-  in Keras and in the Estimator's name-based checkpoints however often the
-  model is built in a graph; initializers are seeded per layer so every
-  backend and process starts from the same weights.
 
-  Args:
-    seed: initializer seed.
-    initial_weights: if given, every weight starts from this value instead,
-      keyed by `weight_name`. Constant initializers (not a restore) make this
-      work the same in eager Keras and in the Estimator's graph.
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """Everything both backends need to know about a model.
 
-  Returns:
-    An uncompiled Keras model mapping float images (B, 28, 28, 1) to logits (B, 10).
+  Attributes:
+    name: how runs and reports name it.
+    build: `build(seed, init, **options)` -> an uncompiled `tf_keras.Model` from
+      images to logits (see the module docstring).
+    options: the model's own settings (`--model_options=NAME=VALUE,...`) and their
+      defaults, passed to `build` as keyword arguments.
+    serving_outputs: the exported signature's outputs, from the logits.
+    description: one line for `--help` and the docs.
   """
 
-  def init(name: str, offset: Optional[int]) -> tf_keras.initializers.Initializer:
-    if initial_weights is not None:
-      return tf_keras.initializers.Constant(initial_weights[name])
-    if offset is None:
-      return tf_keras.initializers.Zeros()
-    return tf_keras.initializers.GlorotUniform(seed=seed + offset)
+  name: str
+  build: Callable[..., tf_keras.Model]
+  options: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  serving_outputs: Callable[[tf.Tensor], Dict[str, tf.Tensor]] = classification_outputs
+  description: str = ""
 
-  def weights(layer: str, offset: int) -> Dict[str, tf_keras.initializers.Initializer]:
-    return {"kernel_initializer": init(f"{layer}/kernel", offset),
-            "bias_initializer": init(f"{layer}/bias", None)}
 
-  layers = tf_keras.layers
-  inputs = tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image")
-  x = layers.Conv2D(32, 3, activation="relu", name="conv", **weights("conv", 0))(inputs)
-  x = layers.MaxPooling2D(name="pool")(x)
-  x = layers.Flatten(name="flatten")(x)
-  x = layers.Dense(64, activation="relu", name="hidden", **weights("hidden", 1))(x)
-  logits = layers.Dense(mnist.NUM_CLASSES, name="logits", **weights("logits", 2))(x)
-  return tf_keras.Model(inputs, logits, name="mnist_cnn")
+def spec(config: Config) -> ModelSpec:
+  """The spec `config.model` names (model_registry.load: SpecError if it cannot)."""
+  return model_registry.load(config.model, ModelSpec)
+
+
+def build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]] = None
+          ) -> tf_keras.Model:
+  """The model `config.model` names, with `config.model_options`, seeded by `config.seed`.
+
+  Args:
+    config: the run's model, options and seed.
+    initial_weights: if given, every weight starts from this value instead, keyed by
+      `weight_name`. Constant initializers (not a restore) make this work the same in
+      eager Keras and in the Estimator's graph, and under any strategy.
+
+  Raises:
+    model_registry.SpecError: the spec cannot be loaded, an option is unknown, or its
+      `build` gives a weight no `init` initializer, or asks for one it does not make.
+  """
+  model_spec = spec(config)
+  options = {**model_spec.options,
+             **model_registry.parse_options(config.model_options, model_spec.options,
+                                            model_spec.name)}
+  asked: Set[str] = set()
+
+  def init(name: str, default) -> tf_keras.initializers.Initializer:
+    asked.add(name)
+    if initial_weights is None:
+      return tf_keras.initializers.get(default)
+    if name not in initial_weights:
+      raise model_registry.SpecError(
+          f"the initial weights have no {name}, which model {model_spec.name} asks for: "
+          f"write them from this model (launch.parity does), or start from --seed.")
+    return tf_keras.initializers.Constant(initial_weights[name])
+
+  model = model_spec.build(config.seed, init, **options)
+  names = {weight_name(w) for w in model.weights}
+  missing = sorted(names - asked)
+  if missing:
+    raise model_registry.SpecError(
+        f"model {model_spec.name}'s build gives {missing[0]} no init(...) initializer: pass "
+        f"init(\"{missing[0]}\", default) as its initializer, so --init_weights reaches it.")
+  extra = sorted(asked - names)
+  if extra:
+    raise model_registry.SpecError(
+        f"model {model_spec.name}'s build asks init(...) for {extra[0]}, which is not one of "
+        f"its weights ({', '.join(sorted(names))}): name the layer so the weight is called "
+        f"{extra[0]}, or ask for the name it has.")
+  return model
+
+
+def check(config: Config) -> None:
+  """Raises SpecError unless `config.model` loads and builds with `config.model_options`.
+
+  Built in a graph of its own: no eager state, nothing left behind.
+  """
+  with tf.Graph().as_default():
+    try:
+      build(config)
+    except model_registry.SpecError:
+      raise
+    except Exception as e:  # The spec's own code: what it raises is for its author.
+      raise model_registry.SpecError(
+          f"model {config.model!r}: its build failed: {type(e).__name__}: {e}") from e
 
 
 def weight_name(variable: tf.Variable) -> str:
@@ -60,6 +147,7 @@ def weight_name(variable: tf.Variable) -> str:
 
 
 def get_weights(model: tf_keras.Model) -> Weights:
+  """Every weight by name: trainable ones and the rest (BatchNorm's moving statistics)."""
   return {weight_name(w): w.numpy() for w in model.weights}
 
 
@@ -73,13 +161,9 @@ def load_weights_npz(path: str) -> Weights:
     return {name: data[name] for name in data.files}
 
 
-def serving_outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
+def serving_outputs(config: Config, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
   """The serving signature's outputs, the same in both backends' SavedModels."""
-  return {
-      "classes": tf.argmax(logits, axis=-1),
-      "probabilities": tf.nn.softmax(logits),
-      "logits": logits,
-  }
+  return spec(config).serving_outputs(logits)
 
 
 def eval_sums(model: tf_keras.Model, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

@@ -133,7 +133,7 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
   try:
     resumed = bool(set(os.listdir(path) if os.path.isdir(path) else ()) - _NOT_A_RUN)
     if resumed:
-      _check_resumable(backend, path, config.train_steps, writer=writer)
+      _check_resumable(backend, path, config, writer=writer)
     if writer:  # Every refusal before any write.
       current = run_record.settings(backend, config, workers)
       changed = run_record.changes(path, current, config,
@@ -163,22 +163,22 @@ def _has_checkpoint(path: str) -> bool:
   return bool(checkpoints.find(path)) or os.path.isdir(os.path.join(path, layout.BACKUP_SUBDIR))
 
 
-def _check_resumable(backend: str, path: str, train_steps: int, writer: bool) -> None:
-  """Refuses a model_dir `backend` cannot resume to `train_steps`.
+def _check_resumable(backend: str, path: str, config: Config, writer: bool) -> None:
+  """Refuses a model_dir `backend` cannot resume `config.model` in to `config.train_steps`.
 
   Raises:
     ModelDirError: naming the problem and the fix, before anything is changed.
   """
   from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
-  problem = checkpoints.resume_problem(backend, path)
+  problem = checkpoints.resume_problem(backend, path, config)
   if problem:
     raise ModelDirError(problem)
   # The writer's check: a task beside a running chief would race its backups.
   reached = checkpoints.keras_backup_step(path) if backend == "keras" and writer else None
-  if reached is not None and reached >= train_steps:
+  if reached is not None and reached >= config.train_steps:
     raise ModelDirError(
         f"--model_dir={path} holds an interrupted run at step {reached} (its Keras backup); "
-        f"--train_steps={train_steps} is at or below it, so there is nothing to train. Give "
+        f"--train_steps={config.train_steps} is at or below it, so there is nothing to train. Give "
         f"--train_steps above {reached} to finish that run. Nothing was changed.")
 
 
@@ -300,7 +300,9 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     if not launcher:
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
+      from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task)
+      model_lib.check(config)  # A user's spec: its errors exit 2 before peers wait.
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
     _ensure_data(config.data_dir, options.mnist_idx_dir)
@@ -311,7 +313,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
                                 workers=num_workers)
   except paths.MissingDataError as e:
     return _error(str(e), 1)
-  except ValueError as e:  # TFConfigError, ModelDirError, ConfigChangeError too.
+  except ValueError as e:  # TFConfigError, ModelDirError, ConfigChangeError, SpecError.
     return _error(str(e), exit_codes.USAGE)
 
   model_dir = options.model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")

@@ -79,7 +79,7 @@ class _Step:
 
   def __init__(self, config: Config):
     self._config = config
-    self.model = model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights))
+    self.model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
     self._accumulators = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
     self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -281,7 +281,7 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     tf.compat.v1.set_random_seed(config.seed)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
         input_fn(mnist.TRAIN, None)).get_next()
-    model = model_lib.build_model(config.seed, model_lib.initial_weights(config.init_weights))
+    model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, model(images, training=True))
     global_step = tf.compat.v1.train.get_or_create_global_step()
     rate = tf.compat.v1.train.cosine_decay(config.learning_rate, global_step,

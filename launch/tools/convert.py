@@ -95,11 +95,11 @@ class Conversion:
   ignored: List[Ignored]
 
 
-def _weight_shapes() -> Dict[str, Tuple[int, ...]]:
-  """The shared model's weights by name, built in a graph of its own (no eager state)."""
+def _weight_shapes(config: Config) -> Dict[str, Tuple[int, ...]]:
+  """`config.model`'s weights by name, built in a graph of its own (no eager state)."""
   with tf.Graph().as_default():
     return {model_lib.weight_name(w): tuple(w.shape.as_list())
-            for w in model_lib.build_model(seed=0).weights}
+            for w in model_lib.build(config).weights}
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -131,19 +131,20 @@ def _check_map(assignment_map: AssignmentMap, weights: Mapping[str, Tuple[int, .
     targets[new] = old
 
 
-def classify(shapes: Mapping[str, Sequence[int]],
+def classify(shapes: Mapping[str, Sequence[int]], config: Config,
              assignment_map: Optional[AssignmentMap] = None) -> List[Entry]:
   """Classifies every variable of an Estimator checkpoint, by name (sorted).
 
   Args:
     shapes: the checkpoint's variables and shapes (`tf.train.list_variables`).
+    config: its model (`config.model`) is the one converted to.
     assignment_map: old name -> model weight name, or None to drop it.
 
   Returns:
     One Entry per variable: weight, slot, step, ignored or unmapped (with why).
   """
   assignment_map = dict(assignment_map or {})
-  weights = _weight_shapes()
+  weights = _weight_shapes(config)
   _check_map(assignment_map, weights)
   absent = sorted(set(assignment_map) - set(shapes))
   if absent:  # A typo, or a map meant for another checkpoint.
@@ -178,10 +179,10 @@ def classify(shapes: Mapping[str, Sequence[int]],
   return entries
 
 
-def estimator_accounting(checkpoint_path: str,
+def estimator_accounting(checkpoint_path: str, config: Config,
                          assignment_map: Optional[AssignmentMap] = None) -> List[Entry]:
   """`classify` of an Estimator checkpoint's variables, read from `checkpoint_path`."""
-  return classify(dict(tf.train.list_variables(checkpoint_path)), assignment_map)
+  return classify(dict(tf.train.list_variables(checkpoint_path)), config, assignment_map)
 
 
 def _follows(entry: Entry) -> bool:
@@ -189,10 +190,9 @@ def _follows(entry: Entry) -> bool:
   return entry.note.startswith(_SLOT_OF_UNMAPPED)
 
 
-def _fix(entries: Sequence[Entry]) -> str:
+def _fix(entries: Sequence[Entry], weights: Mapping[str, Tuple[int, ...]]) -> str:
   """The `--assignment_map` JSON object that would map each unmapped weight-like variable,
   then why any of them is given null."""
-  weights = _weight_shapes()
   taken = {e.weight for e in entries if e.kind == WEIGHT}
   lines, notes = [], []
   for e in entries:
@@ -210,10 +210,10 @@ def _fix(entries: Sequence[Entry]) -> str:
   return "\n".join(["{", ",\n".join(lines), "}", *notes])
 
 
-def check_complete(entries: Sequence[Entry], checkpoint_path: str) -> None:
-  """Raises ConversionError unless every variable is accounted for and every model weight,
-  its momentum slot and the step get exactly one value of the right shape."""
-  weights = _weight_shapes()
+def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Config) -> None:
+  """Raises ConversionError unless every variable is accounted for and every weight of
+  `config.model`, its momentum slot and the step get exactly one value of the right shape."""
+  weights = _weight_shapes(config)
   unmapped = [e for e in entries if e.kind == UNMAPPED and not _follows(e)]
   if unmapped:
     slots = sum(1 for e in entries if e.kind == UNMAPPED and _follows(e))
@@ -222,7 +222,7 @@ def check_complete(entries: Sequence[Entry], checkpoint_path: str) -> None:
         + ", ".join(f"{e.name} {_fmt_shape(e.shape)}" for e in unmapped)
         + (f" (their {slots} Momentum slot(s) follow them)" if slots else "")
         + ". Add to the --assignment_map JSON object (old name -> model weight, or null to "
-        "drop it):\n" + _fix(entries)
+        "drop it):\n" + _fix(entries, weights)
         + "\nModel weights: " + ", ".join(f"{w} {_fmt_shape(s)}" for w, s in weights.items()))
   for kind, what in ((WEIGHT, "value"), (SLOT, "momentum accumulator")):
     received: Dict[str, str] = {}
@@ -353,10 +353,10 @@ def _read_back(path: str, expected: Mapping[str, np.ndarray]) -> None:
       raise ConversionError(f"The written checkpoint {path} holds another value at {key}.")
 
 
-def _inverse_map(assignment_map: Optional[AssignmentMap]) -> Dict[str, str]:
+def _inverse_map(assignment_map: Optional[AssignmentMap], config: Config) -> Dict[str, str]:
   """model weight -> the Estimator name to write it under (the same map, read backwards)."""
   assignment_map = dict(assignment_map or {})
-  _check_map(assignment_map, _weight_shapes())
+  _check_map(assignment_map, _weight_shapes(config))
   return {new: old for old, new in assignment_map.items() if new is not None}
 
 
@@ -381,13 +381,14 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
       unmapped, or of the wrong shape, or a model weight without a value.
   """
   _check_target(dst_model_dir)
+  config = config or Config()
   path = _latest(src_model_dir, "estimator")
-  entries = estimator_accounting(path, assignment_map)
-  check_complete(entries, path)
+  entries = estimator_accounting(path, config, assignment_map)
+  check_complete(entries, path, config)
   reader = tf.train.load_checkpoint(path)
   step = int(reader.get_tensor(STEP_VARIABLE))
 
-  model = keras_trainer.compile_model(config or Config())
+  model = keras_trainer.compile_model(config)
   sources = {(e.weight or "", e.kind): e.name for e in entries if e.kind in (WEIGHT, SLOT)}
   sources[("", STEP)] = STEP_VARIABLE
   mapped, written = [], {}
@@ -407,7 +408,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
     saved = keras_trainer.save_checkpoint(model, staging, step)
     _read_back(saved, written)
     _carry_record(src_model_dir, staging, "keras")
-    problem = checkpoints.resume_problem("keras", staging)
+    problem = checkpoints.resume_problem("keras", staging, config)
     if problem:
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
   output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
@@ -440,9 +441,10 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
       that is neither carried nor known to be derived.
   """
   _check_target(dst_model_dir)
-  names = _inverse_map(assignment_map)
+  config = config or Config()
+  names = _inverse_map(assignment_map, config)
   path = _latest(src_model_dir, "keras")
-  model = keras_trainer.compile_model(config or Config())
+  model = keras_trainer.compile_model(config)
   status = tf.train.Checkpoint(model=model).restore(path)
   state = _keras_state(model)  # Builds the slots: a deferred restore fills them.
   try:
@@ -475,7 +477,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     saved = _write_name_based(values, staging, step)
     _read_back(saved, values)
     _carry_record(src_model_dir, staging, "estimator")
-    problem = checkpoints.resume_problem("estimator", staging)
+    problem = checkpoints.resume_problem("estimator", staging, config)
     if problem and not names:  # Renamed weights are not this model's names, by design.
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
   output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
@@ -524,7 +526,7 @@ def prediction_identity(estimator_export_dir: str, keras_model_dir: str,
     (whether every predicted class is the same, max |logit difference|, images compared).
   """
   serve = tf.saved_model.load(estimator_export_dir).signatures["serving_default"]
-  model = model_lib.build_model(config.seed)
+  model = model_lib.build(config)
   path = _latest(keras_model_dir, "keras")
   # The model only: the checkpoint's optimizer state is not needed to predict.
   tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()

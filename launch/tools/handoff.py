@@ -79,8 +79,10 @@ class _Legs(harness.Runs):
 
 
 def resume_checks(name: str, summaries: Dict[str, Dict], losses: Dict[str, List[float]],
-                   backends: Dict[str, str], tolerances: Tolerances) -> List[Check]:
-  weights = {leg: harness.backend_weights(backends[leg], summaries[leg]) for leg in summaries}
+                   backends: Dict[str, str], tolerances: Tolerances, config: Config
+                   ) -> List[Check]:
+  weights = {leg: harness.backend_weights(backends[leg], summaries[leg], config)
+             for leg in summaries}
   return harness.named(harness.compare_runs(weights, losses, tolerances.weight_atol,
                                             tolerances.loss_rtol,
                                             "per-step loss rel diff after the split"),
@@ -173,14 +175,14 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     for pair in PAIRS:
       checks += resume_checks(f"{n}w {' vs '.join(pair)}", {leg: summaries[leg] for leg in pair},
                                {leg: losses[f"{n}w/{leg}"] for leg in pair},
-                               backends, tolerances)
+                               backends, tolerances, config)
 
     # Reported, not checked: a resumed run against an uninterrupted one.
     for leg, _ in PAIRS if measure_uninterrupted else ():
       backend = _resumer(leg)
       whole = run.train_to(f"{backend}-uninterrupted", backend, end)
       both = {leg: summaries[leg], "whole": whole}
-      weights = {k: harness.backend_weights(backend, s) for k, s in both.items()}
+      weights = {k: harness.backend_weights(backend, s, config) for k, s in both.items()}
       measured[f"{n}w {leg} vs uninterrupted {backend}: max |weight diff|"] = max(
           float(np.max(np.abs(weights[leg][v] - weights["whole"][v]))) for v in weights[leg])
       whole_losses = run.losses(f"{backend}-uninterrupted")[split_at:]
@@ -200,7 +202,7 @@ def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Confi
                                         run.model_dir("estimator-then-keras"), config=config)
   convert.keras_to_estimator(run.model_dir("keras-first"),
                              run.model_dir("keras-then-estimator"), config=config)
-  variables = len(convert.estimator_accounting(to_keras.source))
+  variables = len(convert.estimator_accounting(to_keras.source, config))
   accounted = len(to_keras.mapped) + len(to_keras.ignored)
   ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
   same, logit_diff, images = convert.prediction_identity(

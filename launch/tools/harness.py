@@ -49,7 +49,7 @@ def prepare(config: Config, out_dir: str) -> Config:
   `config` starting every run from it, with op determinism."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, INIT_WEIGHTS_FILE)
-  model_lib.save_weights_npz(path, model_lib.get_weights(model_lib.build_model(config.seed)))
+  model_lib.save_weights_npz(path, model_lib.get_weights(model_lib.build(config)))
   return dataclasses.replace(config, init_weights=path, deterministic=True)
 
 
@@ -94,18 +94,20 @@ class Runs:
       return json.load(f)["losses"]
 
 
-def backend_weights(backend: str, summary: Mapping[str, Any]) -> model_lib.Weights:
-  """Every final model weight by name: Keras from its SavedModel, Estimator from its checkpoint.
+def backend_weights(backend: str, summary: Mapping[str, Any], config: Config
+                    ) -> model_lib.Weights:
+  """Every final weight of `config.model` by name, trainable or not (BatchNorm's moving
+  statistics): Keras from its SavedModel, Estimator from its checkpoint.
 
   All of them, not only the names another run has: check_mapping must see a
   variable one run has and another has not.
   """
   if backend == "keras":
     loaded = tf.saved_model.load(summary["export_dir"])
-    return {model_lib.weight_name(v): v.numpy() for v in loaded.trainable_variables}
+    return {model_lib.weight_name(v): v.numpy() for v in loaded.variables}
   reader = tf.train.load_checkpoint(summary["model_dir"])
   # Weights, and whatever the conversion could not place (an extra variable).
-  names = [e.name for e in convert.classify(reader.get_variable_to_shape_map())
+  names = [e.name for e in convert.classify(reader.get_variable_to_shape_map(), config)
            if e.kind in (convert.WEIGHT, convert.UNMAPPED)]
   return {name: reader.get_tensor(name) for name in names}
 

@@ -119,7 +119,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   losses["short/reference"], ref_weights = reference.train_reference(short, workers)
   weights = {"reference": ref_weights}
   for backend in BACKENDS:
-    weights[backend] = harness.backend_weights(backend, summaries[backend])
+    weights[backend] = harness.backend_weights(backend, summaries[backend], config)
     losses[f"short/{backend}"] = trainer_runs.losses(f"short/{backend}")
   checks = harness.compare_runs(weights, {r: losses[f"short/{r}"] for r in weights},
                                 tolerances.weight_atol, tolerances.loss_rtol)
@@ -213,7 +213,7 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
   if estimator_metrics is None:
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
   keras_metrics = keras_trainer.evaluate_weights(
-      config, harness.backend_weights("estimator", summary))
+      config, harness.backend_weights("estimator", summary, config))
   acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
   loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])
   where = f"checkpoint step {step}: accuracy {estimator_metrics['accuracy']:.4f}"

@@ -5,6 +5,7 @@
   --decay_steps=N     a learning-rate schedule's length, where a tool sets one apart
   --timeout=S         seconds allowed for each trainer run a tool starts
   --data_dir, --mnist_idx_dir  where MNIST is, or is prepared from
+  --model, --model_options     the model every run trains (trainers.flags.define_model_flags)
 
 Binaries call the `define_*` functions at import time and read the holders in
 `main`; the functions here never read FLAGS. Old spellings (`--steps`) still
@@ -88,3 +89,4 @@ def define_data_flags() -> Tuple[flags.FlagHolder, flags.FlagHolder]:
   """--data_dir and --mnist_idx_dir, as the trainers spell them."""
   return (flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/."),
           flags.DEFINE_string("mnist_idx_dir", None, trainer_flags.help_text("mnist_idx_dir")))
+

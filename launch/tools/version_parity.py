@@ -162,7 +162,7 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
     weights = {NEW_KERAS: {k[len("weight:"):]: v for k, v in probe.items()
                            if k.startswith("weight:")}}
     for run in (OLD_KERAS, OLD_ESTIMATOR):
-      weights[run] = harness.backend_weights(run.split("@")[0], summaries[run])
+      weights[run] = harness.backend_weights(run.split("@")[0], summaries[run], config)
     checks += harness.named(
         harness.compare_runs(weights, {run: losses[f"{n}w/{run}"] for run in pythons},
                              tolerances.weight_atol, tolerances.loss_rtol),

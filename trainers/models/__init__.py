@@ -1,0 +1,1 @@
+"""The built-in model specs (trainers/model_registry.py names them)."""
