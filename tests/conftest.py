@@ -1,5 +1,6 @@
 """Shared fixtures: synthetic IDX files, prepared TFDS dirs, and real MNIST when present."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -177,6 +178,35 @@ def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 
     return ds.batch(batch, drop_remainder=mode == mnist.TRAIN)
 
   return input_fn
+
+
+def with_initial_weights(config, tmp_path):
+  """`config` with --init_weights: a file of `config.model`'s weights from its seed."""
+  from trainers import model as model_lib
+  path = str(tmp_path / "init.npz")
+  model_lib.save_weights_npz(path, model_lib.get_weights(model_lib.build(config)))
+  return dataclasses.replace(config, init_weights=path)
+
+
+def trained_weights(backend, config, model_dir):
+  """Every final weight of `backend` trained in this process (one replica, memory data)."""
+  import tensorflow as tf
+  from launch.tools import harness
+  from trainers import loop
+  summary = loop.train_and_evaluate(backend, config, str(model_dir),
+                                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                                    input_fn=memory_input_fn(config.global_batch_size))
+  return harness.backend_weights(backend.name, summary, config)
+
+
+def assert_ends_where_the_reference_ends(config, trained, atol: float = 1e-5) -> None:
+  """Every weight (moving statistics too) within `atol` of the reference loop's, at one
+  worker on the same memory data."""
+  from launch.tools import reference
+  _, want = reference.train_reference(config, 1, memory_input_fn(config.global_batch_size))
+  assert sorted(trained) == sorted(want)
+  diffs = {name: float(np.max(np.abs(trained[name] - value))) for name, value in want.items()}
+  assert max(diffs.values()) < atol, diffs
 
 
 def tamper_keras_checkpoint(model_dir: str, config, change: Callable) -> None:

@@ -6,15 +6,16 @@ variance included. The negative control is the classic migration bug, a model_fn
 train op leaves out the layers' updates: its moving statistics never move.
 """
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from launch.tools import harness
-from launch.tools import reference
-from tests.conftest import memory_input_fn
+from tests.conftest import (REPO, assert_ends_where_the_reference_ends, run_module,
+                            trained_weights, with_initial_weights)
 from trainers import keras_trainer
-from trainers import loop
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -23,29 +24,17 @@ MOVING = [f"{bn}/{stat}" for bn in ("bn1", "bn2", "bn_hidden")
 
 
 def _config(tmp_path) -> Config:
-  config = Config(model="cnn_bn", model_options="dropout=0", train_steps=6, global_batch_size=32,
-                  eval_batch_size=50, log_every_steps=2, checkpoint_every_steps=3,
-                  backup_every_steps=2, deterministic=True)
-  path = str(tmp_path / "init.npz")
-  model_lib.save_weights_npz(path, model_lib.get_weights(model_lib.build(config)))
-  return Config(**{**config.__dict__, "init_weights": path})
-
-
-def _train(backend, config: Config, model_dir) -> model_lib.Weights:
-  summary = loop.train_and_evaluate(backend, config, str(model_dir),
-                                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-                                    input_fn=memory_input_fn(config.global_batch_size))
-  return harness.backend_weights(backend.name, summary, config)
+  return with_initial_weights(Config(
+      model="cnn_bn", model_options="dropout=0", train_steps=6, global_batch_size=32,
+      eval_batch_size=50, log_every_steps=2, checkpoint_every_steps=3, backup_every_steps=2,
+      deterministic=True), tmp_path)
 
 
 def _check_against_the_reference(config: Config, trained: model_lib.Weights) -> None:
-  _, want = reference.train_reference(config, 1, memory_input_fn(config.global_batch_size))
-  assert sorted(trained) == sorted(want)
+  assert_ends_where_the_reference_ends(config, trained)
   initial = model_lib.load_weights_npz(config.init_weights)
   for name in MOVING:
     assert not np.allclose(trained[name], initial[name]), f"{name} never moved"
-  diffs = {name: float(np.max(np.abs(trained[name] - value))) for name, value in want.items()}
-  assert max(diffs.values()) < 1e-5, diffs
 
 
 def test_names_include_the_moving_statistics_and_dropout_is_an_option():
@@ -57,17 +46,30 @@ def test_names_include_the_moving_statistics_and_dropout_is_an_option():
   assert rates == {0.25, 0.0}
 
 
+def test_checking_it_before_the_strategy_leaves_tensorflows_runtime_unstarted():
+  # The runner and the resume check build the model before the strategy exists; a
+  # started runtime would refuse the per-process settings (and the strategy's own).
+  code = ("import tensorflow as tf\n"
+          "from trainers import model\nfrom trainers.config import Config\n"
+          "model.check(Config(model='cnn_bn'))\n"
+          "tf.config.threading.set_intra_op_parallelism_threads(1)\nprint('configurable')")
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
+  assert result.stdout.strip() == "configurable", result.stderr[-2000:]
+
+
 def test_keras_updates_the_moving_statistics_as_the_reference_does(tmp_path):
   config = _config(tmp_path)
-  _check_against_the_reference(config, _train(keras_trainer.Backend, config, tmp_path / "k"))
+  _check_against_the_reference(config, trained_weights(keras_trainer.Backend, config,
+                                                      tmp_path / "k"))
 
 
 @pytest.mark.estimator
 def test_the_estimator_runs_update_ops_and_ends_as_the_reference_does(tmp_path):
   from trainers import estimator_trainer  # noqa: PLC0415 -- needs tf.estimator.
   config = _config(tmp_path)
-  _check_against_the_reference(config, _train(estimator_trainer.Backend, config,
-                                              tmp_path / "e"))
+  _check_against_the_reference(config, trained_weights(estimator_trainer.Backend, config,
+                                                      tmp_path / "e"))
 
 
 @pytest.mark.estimator
@@ -77,8 +79,21 @@ def test_without_update_ops_the_moving_statistics_never_move(tmp_path, monkeypat
   from trainers import estimator_trainer  # noqa: PLC0415 -- needs tf.estimator.
   monkeypatch.setattr(estimator_trainer, "update_ops", lambda model, features: [])
   config = _config(tmp_path)
-  trained = _train(estimator_trainer.Backend, config, tmp_path / "e")
+  trained = trained_weights(estimator_trainer.Backend, config, tmp_path / "e")
   initial = model_lib.load_weights_npz(config.init_weights)
   for name in MOVING:
     np.testing.assert_array_equal(trained[name], initial[name], err_msg=name)
   assert not np.allclose(trained["conv1/kernel"], initial["conv1/kernel"])  # It trained.
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+@pytest.mark.estimator
+def test_parity_passes_at_one_worker_moving_statistics_included(real_data_dir, tmp_path):
+  result = run_module("launch.parity", ["--workers=1", "--model=cnn_bn",
+                                        "--model_options=dropout=0", "--long_steps=0",
+                                        f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads((tmp_path / "parity_report.json").read_text())
+  mapping = next(c for c in report["checks"] if c["name"] == "variable mapping")
+  assert all(f"{name}[" in mapping["where"] for name in MOVING), mapping

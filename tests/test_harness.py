@@ -29,7 +29,8 @@ def test_comparisons_pass_within_their_limits_and_name_the_worst_case():
   assert by_name["variable mapping"].passed
   assert by_name["max |weight diff| x vs z"].passed
   worst = by_name["max |weight diff| x vs y"]
-  assert not worst.passed and worst.measured == 0.5 and worst.where == "variable w"
+  # Relative to 1.5: above 1 in magnitude.
+  assert not worst.passed and worst.measured == 0.5 / 1.5 and worst.where == "variable w"
   loss = by_name["per-step loss rel diff x vs y"]
   assert not loss.passed and loss.where == "step 2"
   table = harness.format_checks("T", checks)
@@ -80,3 +81,14 @@ def test_an_extra_variable_on_either_side_fails_the_mapping(tmp_path):
                   {"keras": {**keras, "extra/bias": np.zeros(2)}, "estimator": keras}):
     check = harness.check_mapping(weights)
     assert not check.passed and "extra/" in check.where
+
+
+def test_weights_compare_absolutely_up_to_1_and_relatively_above():
+  two_ulps_at_8 = np.nextafter(np.nextafter(np.float32(8), np.float32(9)), np.float32(9))
+  base = {"variance": np.array([0.5, 8.0], np.float32)}
+  rounded = {"variance": np.array([0.5, two_ulps_at_8], np.float32)}  # 1.9e-6 apart.
+  moved = {"variance": np.array([0.5 + 2e-6, 8.0], np.float32)}
+  (check,) = harness.compare_weights({"a": base, "b": rounded}, 1e-6)
+  assert check.passed and check.measured < 3e-7, check
+  (check,) = harness.compare_weights({"a": base, "b": moved}, 1e-6)
+  assert not check.passed and check.where == "variable variance", check

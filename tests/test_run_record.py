@@ -38,6 +38,7 @@ def test_the_first_start_records_the_settings_and_the_same_settings_resume(tmp_p
     ({"seed": 2}, "--seed: 1 in the run, 2 now"),
     ({"momentum": 0.5}, "--momentum: 0.9 in the run, 0.5 now"),
     ({"decay_steps": 300}, "--decay_steps: 100 in the run, 300 now"),
+    ({"model_options": "dropout=0"}, "--model_options:  in the run, dropout=0 now"),
 ])
 def test_a_resume_with_other_settings_is_refused_and_nothing_is_written(change, line, tmp_path):
   _start(tmp_path, has_checkpoint=False)

@@ -129,16 +129,15 @@ def checkpoint_step(path: str) -> Tuple[str, int]:
 def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Config
                     ) -> Optional[str]:
   """How a checkpoint's weights differ from `config.model`'s, or None if they match."""
-  # In a graph of its own: an eager op here would start TensorFlow's runtime
-  # before the strategy can configure it.
-  with tf.Graph().as_default():
-    layers = [layer for layer in model_lib.build(config).layers if layer.weights]
-    expected = {}
-    for i, layer in enumerate(layers):
-      for weight in layer.weights:
-        name = model_lib.weight_name(weight)
-        key = name if whose == ESTIMATOR else keras_weight_key(i, name.split("/")[-1])
-        expected[key] = weight.shape.as_list()
+  # graph_model: an eager op here would start TensorFlow's runtime before the
+  # strategy can configure it.
+  model, weight_shapes = model_lib.graph_model(config)
+  if whose == ESTIMATOR:
+    expected = {name: list(shape) for name, shape in weight_shapes.items()}
+  else:
+    layers = [layer for layer in model.layers if layer.weights]
+    expected = {keras_weight_key(i, model_lib.weight_name(w).split("/")[-1]): w.shape.as_list()
+                for i, layer in enumerate(layers) for w in layer.weights}
   for key, shape in expected.items():
     if key not in shapes:
       return f"it has no variable {key}"

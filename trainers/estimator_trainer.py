@@ -96,9 +96,11 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
     learning_rate = tf.compat.v1.train.cosine_decay(
         config.learning_rate, global_step, config.schedule_steps())
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
+    # The graph's, which are the model's: a Keras model built in a graph does not track
+    # what tf.compat.v1.layers create in it (for Keras layers the lists are equal).
+    trainable = tf.compat.v1.trainable_variables()
     with tf.control_dependencies(update_ops(model, features)):
-      train_op = optimizer.minimize(loss, global_step=global_step,
-                                    var_list=model.trainable_variables)
+      train_op = optimizer.minimize(loss, global_step=global_step, var_list=trainable)
     chief_hooks = []
     if config.record_dir:
       # The global-batch loss (as Keras reports it) needs an all-reduce that
@@ -115,7 +117,7 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
     with tf.control_dependencies([train_op]):
       tf.compat.v1.add_to_collection(_WEIGHTS_FINITE, tf.cond(
           tf.equal(global_step.read_value() % every, 0),
-          lambda: failures.weights_finite(model.trainable_variables),
+          lambda: failures.weights_finite(trainable),
           lambda: tf.constant(True)))
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
                                       training_chief_hooks=chief_hooks)

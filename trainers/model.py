@@ -28,7 +28,8 @@ starts from `--seed`, the given value when it starts from `--init_weights`.
 """
 
 import dataclasses
-from typing import Callable, Dict, Mapping, Optional, Set
+import warnings
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -91,6 +92,12 @@ def build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]] = 
     model_registry.SpecError: the spec cannot be loaded, an option is unknown, or its
       `build` gives a weight no `init` initializer, or asks for one it does not make.
   """
+  return _build(config, initial_weights)[0]
+
+
+def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
+           ) -> Tuple[tf_keras.Model, List[tf.Variable]]:
+  """`build`, and the weights it made."""
   model_spec = spec(config)
   options = {**model_spec.options,
              **model_registry.parse_options(config.model_options, model_spec.options,
@@ -107,8 +114,8 @@ def build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]] = 
           f"write them from this model (launch.parity does), or start from --seed.")
     return tf_keras.initializers.Constant(initial_weights[name])
 
-  model = model_spec.build(config.seed, init, **options)
-  names = {weight_name(w) for w in model.weights}
+  model, weights = _build_tracking_weights(lambda: model_spec.build(config.seed, init, **options))
+  names = {weight_name(w) for w in weights}
   missing = sorted(names - asked)
   if missing:
     raise model_registry.SpecError(
@@ -120,22 +127,52 @@ def build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]] = 
         f"model {model_spec.name}'s build asks init(...) for {extra[0]}, which is not one of "
         f"its weights ({', '.join(sorted(names))}): name the layer so the weight is called "
         f"{extra[0]}, or ask for the name it has.")
-  return model
+  return model, weights
+
+
+def _build_tracking_weights(make: Callable[[], tf_keras.Model]
+                            ) -> Tuple[tf_keras.Model, List[tf.Variable]]:
+  """The model `make` builds, and the weights it made.
+
+  In a graph (the Estimator's) those are the graph's new global variables: a Keras
+  model built there does not track what tf.compat.v1.layers create in it (it does when
+  eager, through track_tf1_style_variables).
+  """
+  if tf.executing_eagerly():
+    model = make()
+    return model, model.weights
+  before = {id(v) for v in tf.compat.v1.global_variables()}
+  model = make()
+  return model, [v for v in tf.compat.v1.global_variables() if id(v) not in before]
+
+
+def graph_model(config: Config) -> Tuple[tf_keras.Model, Dict[str, Tuple[int, ...]]]:
+  """`config.model` built in a graph of its own, and its weights' shapes by name.
+
+  What a checkpoint of the model holds, read without starting TensorFlow's runtime,
+  which must wait for the strategy: built in the inference phase, as a BatchNorm
+  called with the symbolic learning phase makes a function, and that starts it.
+
+  Raises:
+    model_registry.SpecError: as `build`, and if the spec's `build` raises.
+  """
+  with tf.Graph().as_default(), warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "`tf.keras.backend.learning_phase_scope` is deprecated")
+    with tf_keras.backend.learning_phase_scope(0):
+      try:
+        model, weights = _build(config, None)
+      except model_registry.SpecError:
+        raise
+      except Exception as e:  # The spec's own code: what it raises is for its author.
+        raise model_registry.SpecError(
+            f"model {config.model!r}: its build failed: {type(e).__name__}: {e}") from e
+  return model, {weight_name(w): tuple(w.shape.as_list()) for w in weights}
 
 
 def check(config: Config) -> None:
-  """Raises SpecError unless `config.model` loads and builds with `config.model_options`.
-
-  Built in a graph of its own: no eager state, nothing left behind.
-  """
-  with tf.Graph().as_default():
-    try:
-      build(config)
-    except model_registry.SpecError:
-      raise
-    except Exception as e:  # The spec's own code: what it raises is for its author.
-      raise model_registry.SpecError(
-          f"model {config.model!r}: its build failed: {type(e).__name__}: {e}") from e
+  """Raises SpecError unless `config.model` loads and builds with `config.model_options`
+  (`graph_model`: no eager state, nothing left behind)."""
+  graph_model(config)
 
 
 def weight_name(variable: tf.Variable) -> str:

@@ -9,8 +9,8 @@ settings with that record:
   `--decay_steps=0` the schedule follows it, so the learning rates change from
   the step reached on: that is said, not refused.
 - The worker count may change while the global batch stays: it is recorded.
-- Anything else (backend, batch, learning rate, momentum, seed, the schedule's
-  length) is refused with exit 2 listing each difference, unless
+- Anything else (backend, model and its options, batch, learning rate, momentum,
+  seed, the schedule's length) is refused with exit 2 listing each difference, unless
   `--allow_config_change` is given: then the change is recorded in
   `progress.jsonl` and the record updated.
 
@@ -29,7 +29,8 @@ from trainers.config import Config
 RECORD_FILE = "run.json"
 # The settings compared, with the flag that sets each ("schedule" is the
 # learning-rate schedule's length: --decay_steps, or --train_steps when 0).
-_FLAGS = {"backend": "the backend", "global_batch_size": "--global_batch_size",
+_FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--model_options",
+          "global_batch_size": "--global_batch_size",
           "learning_rate": "--learning_rate", "momentum": "--momentum", "seed": "--seed",
           "schedule": "--decay_steps"}
 
@@ -40,8 +41,8 @@ class ConfigChangeError(ValueError):
 
 def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   """The record of a run of `backend` with `config` on `workers` workers."""
-  return {"backend": backend, "workers": workers,
-          "global_batch_size": config.global_batch_size,
+  return {"backend": backend, "workers": workers, "model": config.model,
+          "model_options": config.model_options, "global_batch_size": config.global_batch_size,
           "learning_rate": config.learning_rate, "momentum": config.momentum,
           "seed": config.seed, "schedule": config.schedule_steps(),
           "train_steps": config.train_steps}

@@ -96,10 +96,8 @@ class Conversion:
 
 
 def _weight_shapes(config: Config) -> Dict[str, Tuple[int, ...]]:
-  """`config.model`'s weights by name, built in a graph of its own (no eager state)."""
-  with tf.Graph().as_default():
-    return {model_lib.weight_name(w): tuple(w.shape.as_list())
-            for w in model_lib.build(config).weights}
+  """`config.model`'s weights by name (no eager state)."""
+  return model_lib.graph_model(config)[1]
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:

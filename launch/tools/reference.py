@@ -4,8 +4,8 @@ It takes one step per global batch, made of the N workers' per-replica batches i
 worker order, with the update of tf.compat.v1.train.MomentumOptimizer and cosine
 decay written out by hand. Each worker's batch goes through the model on its own,
 as each replica's does under the strategy: BatchNorm normalizes it with its own
-statistics, and the moving statistics become the mean of the replicas' (what both
-backends save: each replica keeps its own, and a read averages them).
+statistics and updates that replica's own moving statistics, and the weights returned
+hold their mean over the replicas (what both backends save: a read averages them).
 """
 
 import math
@@ -46,34 +46,37 @@ def train_reference(config: Config, num_workers: int,
   model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
   variables, statistics = model.trainable_variables, model.non_trainable_variables
   accumulators = [tf.Variable(tf.zeros_like(v)) for v in variables]
+  replica_statistics = [[tf.Variable(s) for s in statistics] for _ in pipelines]
 
   # Compiled, as both backends' steps are: on CPU, Grappler fuses a convolution with its
   # BatchNorm, which rounds otherwise than eager ops do (1.8e-5 apart after 6 steps).
   @tf.function
   def step(batches, rate):
-    start = [tf.identity(s) for s in statistics]
-    moved = []  # Each replica's moving statistics after its batch.
-    with tf.GradientTape() as tape:
-      replica_losses = []
-      for images, labels in batches:
-        for statistic, value in zip(statistics, start):
-          statistic.assign(value)
+    # As each replica does under the strategy: the gradient of its own batch's mean
+    # loss over the replicas, then the sum of the replicas' gradients, in worker order.
+    replica_losses, replica_gradients = [], []
+    for (images, labels), own in zip(batches, replica_statistics):
+      for statistic, value in zip(statistics, own):
+        statistic.assign(value)
+      with tf.GradientTape() as tape:
         logits = model(images, training=True)
-        replica_losses.append(tf.reduce_mean(
-            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)))
-        moved.append([tf.identity(s) for s in statistics])
-      # Equal per-replica batches: the mean of their means is the global batch's mean.
-      loss = tf.add_n(replica_losses) / len(replica_losses)
-    for statistic, *values in zip(statistics, *moved):
-      statistic.assign(tf.add_n(values) / len(values))
-    gradients = tape.gradient(loss, variables)
-    for variable, accumulator, gradient in zip(variables, accumulators, gradients):
-      accumulator.assign(config.momentum * accumulator + gradient)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        scaled = loss / len(batches)
+      replica_gradients.append(tape.gradient(scaled, variables))
+      replica_losses.append(loss)
+      for statistic, value in zip(statistics, own):
+        value.assign(statistic)
+    for variable, accumulator, *gradients in zip(variables, accumulators, *replica_gradients):
+      accumulator.assign(config.momentum * accumulator + tf.add_n(gradients))
       variable.assign_sub(rate * accumulator)
-    return loss
+    # Equal per-replica batches: the mean of their means is the global batch's mean.
+    return tf.add_n(replica_losses) / len(replica_losses)
 
   losses = []
   for i in range(config.train_steps):
     batches = [next(p) for p in pipelines]
     losses.append(float(step(batches, tf.constant(v1_cosine_rate(config, i), tf.float32))))
+  for statistic, *values in zip(statistics, *replica_statistics):
+    statistic.assign(tf.add_n(values) / len(values))
   return losses, model_lib.get_weights(model)
