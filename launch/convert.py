@@ -13,6 +13,8 @@ state to carry; any variable left unmapped is an error naming the entry that
 fixes it. Prints what went where, what was not carried, the step and the
 output directory. The target must be new (or empty); it appears only when
 complete. Exits 2, writing nothing, if the checkpoint cannot be converted.
+The model is the one the source's run.json names; --model and --model_options
+give it for a model_dir without one.
 """
 
 import sys
@@ -23,6 +25,7 @@ from absl import flags
 
 from launch import console
 from trainers import flags as trainer_flags
+from trainers import run_record
 from trainers.config import Config
 
 _FROM_ESTIMATOR = flags.DEFINE_string("from_estimator", None, "The Estimator model_dir to "
@@ -50,11 +53,14 @@ def main(argv: Sequence[str]) -> None:
   from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
   source, target = to_keras if any(to_keras) else to_estimator
   run = convert.estimator_to_keras if any(to_keras) else convert.keras_to_estimator
+  model = trainer_flags.model_settings(_MODEL)
+  recorded = run_record.read(source) or {}
+  if "model" in recorded and not any(holder.present for holder in _MODEL):
+    model = {"model": recorded["model"], "model_options": recorded.get("model_options", "")}
   try:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
-    conversion = run(source, target, assignment_map=assignment_map,
-                     config=Config(**trainer_flags.model_settings(_MODEL)))
+    conversion = run(source, target, assignment_map=assignment_map, config=Config(**model))
   except convert.ConversionError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -254,3 +254,31 @@ def test_cli_rejects_bad_directions_and_bad_maps(estimator_dir, tmp_path):
   assert result.returncode == 2
   assert f"error: --assignment_map={bad}" in result.stderr
   assert not (tmp_path / "k").exists() and not (tmp_path / "e").exists()
+
+
+def test_a_batchnorm_model_round_trips_its_moving_statistics_without_slots(tiny_data_dir,
+                                                                           tmp_path):
+  model_dir = tmp_path / "estimator"
+  result = run_module("trainers.estimator_main", [
+      f"--model_dir={model_dir}", f"--data_dir={tiny_data_dir}", f"--train_steps={STEPS}",
+      "--model=cnn_bn", *TRAIN_FLAGS])
+  assert result.returncode == 0, result.stderr[-3000:]
+  config = Config(model="cnn_bn")
+  original = _read_checkpoint(str(model_dir))
+  assert not np.array_equal(original["bn1/moving_mean"], np.zeros(32))  # Trained: state.
+  assert "bn1/moving_mean/Momentum" not in original
+  keras = tmp_path / "keras"
+  # As a user converts it: the model comes from the source's run.json.
+  result = run_module("launch.convert", [f"--from_estimator={model_dir}", f"--to_keras={keras}"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "bn1/moving_mean" in result.stdout
+  assert checkpoints.resume_problem("keras", str(keras), config) is None
+  back = tmp_path / "back"
+  convert.keras_to_estimator(str(keras), str(back), config=config)
+  restored = _read_checkpoint(str(back))
+  assert sorted(restored) == sorted(original)
+  assert all(np.array_equal(restored[name], value) for name, value in original.items())
+  # 17 weights (6 moving statistics), 11 momentum slots, the step.
+  kinds = [m.kind for m in convert.keras_to_estimator(str(keras), str(tmp_path / "again"),
+                                                      config=config).mapped]
+  assert (kinds.count("weight"), kinds.count("slot"), kinds.count("step")) == (17, 11, 1)

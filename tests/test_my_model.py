@@ -35,7 +35,7 @@ def _config(tmp_path) -> Config:
 def test_the_weights_keep_the_model_fns_names_in_both_backends():
   config = Config(model="my_model:SPEC")
   assert sorted(model_lib.get_weights(model_lib.build(config))) == NAMES  # Keras, eager.
-  assert sorted(model_lib.graph_model(config)[1]) == NAMES  # The Estimator's graph.
+  assert sorted(model_lib.graph_model(config).shapes) == NAMES  # The Estimator's graph.
 
 
 def test_keras_trains_it_as_the_reference_does(tmp_path):

@@ -131,11 +131,11 @@ def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Con
   """How a checkpoint's weights differ from `config.model`'s, or None if they match."""
   # graph_model: an eager op here would start TensorFlow's runtime before the
   # strategy can configure it.
-  model, weight_shapes = model_lib.graph_model(config)
+  built = model_lib.graph_model(config)
   if whose == ESTIMATOR:
-    expected = {name: list(shape) for name, shape in weight_shapes.items()}
+    expected = {name: list(shape) for name, shape in built.shapes.items()}
   else:
-    layers = [layer for layer in model.layers if layer.weights]
+    layers = [layer for layer in built.model.layers if layer.weights]
     expected = {keras_weight_key(i, model_lib.weight_name(w).split("/")[-1]): w.shape.as_list()
                 for i, layer in enumerate(layers) for w in layer.weights}
   for key, shape in expected.items():

@@ -29,7 +29,7 @@ starts from `--seed`, the given value when it starts from `--init_weights`.
 
 import dataclasses
 import warnings
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -146,8 +146,15 @@ def _build_tracking_weights(make: Callable[[], tf_keras.Model]
   return model, [v for v in tf.compat.v1.global_variables() if id(v) not in before]
 
 
-def graph_model(config: Config) -> Tuple[tf_keras.Model, Dict[str, Tuple[int, ...]]]:
-  """`config.model` built in a graph of its own, and its weights' shapes by name.
+class GraphModel(NamedTuple):
+  """A model built in a graph of its own, and what a checkpoint of it holds."""
+  model: tf_keras.Model
+  shapes: Dict[str, Tuple[int, ...]]  # Every weight's, by name.
+  trainable: List[str]  # The names of those the optimizer updates (and keeps slots for).
+
+
+def graph_model(config: Config) -> GraphModel:
+  """`config.model` built in a graph of its own, and its weights' names and shapes.
 
   What a checkpoint of the model holds, read without starting TensorFlow's runtime,
   which must wait for the strategy: built in the inference phase, as a BatchNorm
@@ -166,7 +173,8 @@ def graph_model(config: Config) -> Tuple[tf_keras.Model, Dict[str, Tuple[int, ..
       except Exception as e:  # The spec's own code: what it raises is for its author.
         raise model_registry.SpecError(
             f"model {config.model!r}: its build failed: {type(e).__name__}: {e}") from e
-  return model, {weight_name(w): tuple(w.shape.as_list()) for w in weights}
+  return GraphModel(model, {weight_name(w): tuple(w.shape.as_list()) for w in weights},
+                    [weight_name(w) for w in weights if w.trainable])
 
 
 def check(config: Config) -> None:

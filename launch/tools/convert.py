@@ -97,7 +97,7 @@ class Conversion:
 
 def _weight_shapes(config: Config) -> Dict[str, Tuple[int, ...]]:
   """`config.model`'s weights by name (no eager state)."""
-  return model_lib.graph_model(config)[1]
+  return model_lib.graph_model(config).shapes
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -211,7 +211,8 @@ def _fix(entries: Sequence[Entry], weights: Mapping[str, Tuple[int, ...]]) -> st
 def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Config) -> None:
   """Raises ConversionError unless every variable is accounted for and every weight of
   `config.model`, its momentum slot and the step get exactly one value of the right shape."""
-  weights = _weight_shapes(config)
+  built = model_lib.graph_model(config)
+  weights = built.shapes
   unmapped = [e for e in entries if e.kind == UNMAPPED and not _follows(e)]
   if unmapped:
     slots = sum(1 for e in entries if e.kind == UNMAPPED and _follows(e))
@@ -233,7 +234,9 @@ def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Confi
         raise ConversionError(
             f"{checkpoint_path}: {e.name} has shape {_fmt_shape(e.shape)}, but the model weight "
             f"{e.weight} it maps to has shape {_fmt_shape(weights[e.weight])}.")
-    for weight in weights:
+    # Only what the optimizer updates has a momentum accumulator (not BatchNorm's
+    # moving statistics).
+    for weight in weights if kind == WEIGHT else built.trainable:
       if weight not in received:
         raise ConversionError(
             f"{checkpoint_path}: no variable gives the model weight {weight} its {what}"
@@ -331,6 +334,8 @@ def _keras_state(model: tf_keras.Model) -> List[Tuple[str, tf.Variable, str, str
       name = model_lib.weight_name(weight)
       attribute = name.split("/")[-1]
       state.append((checkpoints.keras_weight_key(i, attribute), weight, name, WEIGHT))
+      if id(weight) not in slots:  # Not trained by the optimizer (a moving statistic).
+        continue
       slot = slots[id(weight)]
       if slot.shape != weight.shape:
         raise ConversionError(f"The Keras optimizer's slot for {name} has shape {slot.shape}.")
