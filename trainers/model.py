@@ -63,14 +63,12 @@ class ModelSpec:
     options: the model's own settings (`--model_options=NAME=VALUE,...`) and their
       defaults, passed to `build` as keyword arguments.
     serving_outputs: the exported signature's outputs, from the logits.
-    description: one line for `--help` and the docs.
   """
 
   name: str
   build: Callable[..., tf_keras.Model]
   options: Mapping[str, float] = dataclasses.field(default_factory=dict)
   serving_outputs: Callable[[tf.Tensor], Dict[str, tf.Tensor]] = classification_outputs
-  description: str = ""
 
 
 def spec(config: Config) -> ModelSpec:

@@ -63,5 +63,4 @@ def build(seed: int, init: Init, dropout: float = 0.4) -> tf_keras.Model:
   return tf_keras.Model(images, logits, name="legacy_cnn")
 
 
-SPEC = ModelSpec(name="legacy_cnn", build=build, options={"dropout": 0.4},
-                 description="A tf.compat.v1.layers model_fn's layers, reused in Keras.")
+SPEC = ModelSpec(name="legacy_cnn", build=build, options={"dropout": 0.4})

@@ -286,8 +286,11 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     global_step = tf.compat.v1.train.get_or_create_global_step()
     rate = tf.compat.v1.train.cosine_decay(config.learning_rate, global_step,
                                            config.schedule_steps())
-    train_op = tf.compat.v1.train.MomentumOptimizer(rate, config.momentum).minimize(
-        loss, global_step=global_step, var_list=model.trainable_variables)
+    # As the Estimator's model_fn: the graph's trainable variables, and the layers'
+    # updates (BatchNorm's moving statistics) run with the train op.
+    with tf.control_dependencies(model.get_updates_for(images)):
+      train_op = tf.compat.v1.train.MomentumOptimizer(rate, config.momentum).minimize(
+          loss, global_step=global_step, var_list=tf.compat.v1.trainable_variables())
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
       return _median_ms_per_step(lambda: session.run([train_op, loss]), 1, warmup_calls)

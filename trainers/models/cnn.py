@@ -24,5 +24,4 @@ def build(seed: int, init: model.Init) -> tf_keras.Model:
   return tf_keras.Model(inputs, logits, name="mnist_cnn")
 
 
-SPEC = model.ModelSpec(name="cnn", build=build, description="Conv2D(32, 3)-MaxPool-Dense(64)-"
-                       "Dense(10); trained with momentum, the project's first model.")
+SPEC = model.ModelSpec(name="cnn", build=build)

@@ -48,6 +48,4 @@ def build(seed: int, init: model.Init, dropout: float = 0.25) -> tf_keras.Model:
   return tf_keras.Model(inputs, logits, name="mnist_cnn_bn")
 
 
-SPEC = model.ModelSpec(name="cnn_bn", build=build, options={"dropout": 0.25},
-                       description="Two Conv2D-BatchNorm blocks, Dense(128)-BatchNorm, Dropout, "
-                       "Dense(10): the moving statistics a model_fn updates through UPDATE_OPS.")
+SPEC = model.ModelSpec(name="cnn_bn", build=build, options={"dropout": 0.25})
