@@ -1,6 +1,7 @@
 r"""Proves, number by number, that the Keras and Estimator backends train the same model.
 
   python -m launch.parity --workers=2 [--train_steps=10] [--long_steps=N] [--out=DIR]
+  python -m launch.parity --model=cnn_bn --model_options=dropout=0 --measure_seeds=3
 
 Trains Keras (Model.fit, N local workers), the Estimator (train_and_evaluate,
 N local workers) and a single-process GradientTape reference from one
@@ -9,6 +10,9 @@ losses, shards, accuracy and evaluation. Prints the table, writes
 parity_report.{md,json} and loss_curves.png to --out, and exits 0 only if
 every check passes. With several worker counts (--workers=1,2) it runs the
 suite at each, into --out/workers-<N>, and passes only if every one passes.
+Dropout's masks come from each backend's own random ops, so parity needs its
+rate at 0; --measure_seeds=N then also trains both backends N times with dropout
+on and reports each test accuracy, measured and not checked.
 """
 
 import dataclasses
@@ -38,6 +42,13 @@ _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _MODEL = trainer_flags.define_model_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
+_MEASURE_SEEDS = flags.DEFINE_integer(
+    "measure_seeds", 0, "Also train both backends with seeds 1..N for the long run's steps "
+    "(one epoch if it is skipped), with --measure_model_options, and report each test "
+    "accuracy, unchecked: with dropout on, each backend draws its own masks.")
+_MEASURE_OPTIONS = flags.DEFINE_string(
+    "measure_model_options", "", "--model_options of the --measure_seeds runs (default: the "
+    "model's own, dropout on).")
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
                for f in dataclasses.fields(parity.Tolerances)}
 
@@ -51,6 +62,9 @@ def main(argv: Sequence[str]) -> None:
   timeout = tool_flags.timeout(_TIMEOUT)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
                   **trainer_flags.model_settings(_MODEL))
+  if _MEASURE_SEEDS.value < 0:
+    raise app.UsageError("--measure_seeds must be >= 0.", exitcode=2)
+  trainer_flags.model_settings((_MODEL[0], _MEASURE_OPTIONS))  # Exit 2 if malformed.
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
@@ -61,6 +75,7 @@ def main(argv: Sequence[str]) -> None:
       report = parity.run_parity(
           config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
           tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
+          measure_seeds=_MEASURE_SEEDS.value, measure_model_options=_MEASURE_OPTIONS.value,
           timeout=timeout)
     except runs.RunError as e:  # A backend run failed: its log is named in the message.
       sys.exit(f"error: {e}")

@@ -45,6 +45,8 @@ class Report:
   long_steps: int
   checks: List[Check]
   losses: Dict[str, List[float]]  # "short/keras", "long/estimator", ...
+  # Reported, not checked: each measured run's test accuracy ("seed 2, keras").
+  measured: Dict[str, float] = dataclasses.field(default_factory=dict)
 
   @property
   def passed(self) -> bool:
@@ -81,6 +83,7 @@ def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional
 def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                long_steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
+               measure_seeds: int = 0, measure_model_options: str = "",
                timeout: float = runs.TIMEOUT_SECONDS) -> Report:
   """Trains three ways and compares them.
 
@@ -95,6 +98,12 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     tolerances: the limits every check uses.
     backend_flags: extra flags for one backend's binary (tests use them to
       break one thing on purpose).
+    measure_seeds: also train both backends with seeds 1..N for the long run's
+      steps (one epoch if it is skipped), with `measure_model_options`, and report
+      each test accuracy, unchecked: with dropout on, each backend draws its masks
+      from its own random ops, so only the distribution can be compared.
+    measure_model_options: --model_options of the measured runs ("" = the spec's
+      defaults, dropout on).
     timeout: seconds for each backend run.
 
   Returns:
@@ -102,8 +111,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   """
   backend_flags = backend_flags or {}
   config = harness.prepare(config, out_dir)
-  if long_steps is None:
-    long_steps = mnist.num_examples("train", config.data_dir) // config.global_batch_size
+  epoch = mnist.num_examples("train", config.data_dir) // config.global_batch_size
+  long_steps = epoch if long_steps is None else long_steps
   trainer_runs = harness.Runs(config, out_dir, timeout)
 
   def train_both(phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
@@ -152,7 +161,14 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
   checks += _eval_parity(config, eval_summary, tolerances.eval_loss_atol)
-  return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses)
+  measured = {}
+  for seed in range(1, measure_seeds + 1):
+    for backend, summary in train_both(
+        f"seed-{seed}", train_steps=long_steps or epoch, seed=seed, init_weights=None,
+        model_options=measure_model_options).items():
+      measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
+  return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
+                measured=measured)
 
 
 def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],
@@ -224,8 +240,17 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
 
 
 def format_table(report: Report) -> str:
-  return harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
-                               f"short run, {report.long_steps}-step long run", report.checks)
+  table = harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
+                                f"short run, {report.long_steps}-step long run", report.checks)
+  if not report.measured:
+    return table
+  rows = ["", "Test accuracy by seed (measured, not checked: each backend draws its own "
+          "dropout masks)", "| run | test accuracy |", "| --- | --- |"]
+  rows += [f"| {run} | {accuracy:.4f} |" for run, accuracy in report.measured.items()]
+  for backend in BACKENDS:
+    values = [v for run, v in report.measured.items() if run.endswith(f", {backend}")]
+    rows.append(f"| mean, {backend} | {np.mean(values):.4f} |")
+  return table + "\n" + "\n".join(rows)
 
 
 def write_report(report: Report, out_dir: str) -> None:
