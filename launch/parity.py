@@ -10,9 +10,9 @@ losses, shards, accuracy and evaluation. Prints the table, writes
 parity_report.{md,json} and loss_curves.png to --out, and exits 0 only if
 every check passes. With several worker counts (--workers=1,2) it runs the
 suite at each, into --out/workers-<N>, and passes only if every one passes.
-Dropout's masks come from each backend's own random ops, so parity needs its
-rate at 0; --measure_seeds=N then also trains both backends N times with dropout
-on and reports each test accuracy, measured and not checked.
+The reference cannot draw a backend's dropout masks, so parity needs the rate at
+0; --measure_seeds=N then also trains both backends N times with dropout on and
+reports each test accuracy, measured and not checked.
 """
 
 import dataclasses
@@ -45,7 +45,7 @@ _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_SEEDS = flags.DEFINE_integer(
     "measure_seeds", 0, "Also train both backends with seeds 1..N for the long run's steps "
     "(one epoch if it is skipped), with --measure_model_options, and report each test "
-    "accuracy, unchecked: with dropout on, each backend draws its own masks.")
+    "accuracy, unchecked: the reference cannot draw a backend's dropout masks.")
 _MEASURE_OPTIONS = flags.DEFINE_string(
     "measure_model_options", "", "--model_options of the --measure_seeds runs (default: the "
     "model's own, dropout on).")
