@@ -1,11 +1,12 @@
 """trainers.model_registry: --model names a built-in or a user's spec; bad ones say the fix."""
 
+import subprocess
 import sys
 from fractions import Fraction
 
 import pytest
 
-from tests.conftest import run_module
+from tests.conftest import REPO, run_module
 from trainers import model_registry
 from trainers.model_registry import SpecError
 
@@ -23,10 +24,13 @@ def test_a_name_that_finds_no_spec_says_which_forms_work(name, said):
 
 
 def test_the_built_in_names_are_found_without_importing_tensorflow():
-  before = "tensorflow" in sys.modules
-  for name in model_registry.BUILT_IN:
-    model_registry.check(name, "")
-  assert before == ("tensorflow" in sys.modules)
+  # In a fresh process: this one may have imported TensorFlow already.
+  code = ("import sys\nfrom trainers import model_registry\n"
+          "for name in model_registry.BUILT_IN:\n  model_registry.check(name, '')\n"
+          "print('tensorflow' in sys.modules)")
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+  assert result.stdout.strip() == "False", result.stderr[-2000:]
 
 
 def test_a_users_spec_loads_and_each_way_it_can_be_wrong_is_named(tmp_path, monkeypatch):
