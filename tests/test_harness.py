@@ -92,3 +92,16 @@ def test_weights_compare_absolutely_up_to_1_and_relatively_above():
   assert check.passed and check.measured < 3e-7, check
   (check,) = harness.compare_weights({"a": base, "b": moved}, 1e-6)
   assert not check.passed and check.where == "variable variance", check
+
+
+def test_a_run_with_its_own_limit_is_held_to_it_against_every_other_run():
+  base = {"w": np.array([0.0], np.float32)}
+  off = {"w": np.array([5e-6], np.float32)}
+  checks = {c.name: c for c in harness.compare_weights(
+      {"reference": base, "keras": off, "estimator": off}, 1e-6, {"reference": 1e-5})}
+  assert checks["max |weight diff| reference vs keras"].passed
+  assert checks["max |weight diff| reference vs keras"].limit == 1e-5
+  assert checks["max |weight diff| keras vs estimator"].limit == 1e-6
+  # A run's own limit never loosens below the common one.
+  (check,) = harness.compare_weights({"reference": base, "keras": off}, 1e-6, {"reference": 0.0})
+  assert not check.passed and check.limit == 1e-6

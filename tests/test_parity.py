@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from launch.tools import parity
@@ -77,3 +78,19 @@ def test_a_halved_estimator_gradient_is_reported_at_a_variable(tiny_data_dir, tm
   loss_check = checks["per-step loss rel diff reference vs estimator"]
   assert not loss_check.passed and loss_check.where != "step 1"
   assert "FAIL" in parity.format_table(report)
+
+
+def test_the_reference_is_held_to_its_rounding_floor_and_the_backends_to_weight_atol():
+  zero, off = {"w": np.zeros(1)}, {"w": np.full(1, 3e-6)}
+  weights = {"reference": zero, "keras": off, "estimator": zero}
+  losses = {run: [1.0] for run in weights}
+  checks = {c.name: c for c in parity.compare_short_runs(weights, losses, 2e-6,
+                                                         parity.Tolerances())}
+  held = checks["max |weight diff| reference vs keras"]
+  assert held.passed and held.limit == 4e-6
+  assert "2 x the reference's rounding floor 2e-06" in held.where
+  assert not checks["max |weight diff| keras vs estimator"].passed
+  # A floor below weight_atol/2 leaves every limit at weight_atol, and says nothing.
+  checks = parity.compare_short_runs(weights, losses, 1e-7, parity.Tolerances())
+  assert not any("floor" in c.where for c in checks)
+  assert not next(c for c in checks if c.name.endswith("reference vs keras")).passed

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from launch.tools import reference
@@ -23,9 +24,11 @@ def _gradients(weights, images, labels):
                        for v, g in zip(model.trainable_variables, grads)}
 
 
-def test_two_workers_step_on_their_concatenated_batches_with_v1_momentum():
+@pytest.mark.parametrize("any_batch_size", [False, True])
+def test_two_workers_step_on_their_concatenated_batches_with_v1_momentum(any_batch_size):
   input_fn = memory_input_fn(CONFIG.global_batch_size)
-  losses, got = reference.train_reference(CONFIG, 2, input_fn=input_fn)
+  losses, got = reference.train_reference(CONFIG, 2, input_fn=input_fn,
+                                          any_batch_size=any_batch_size)
   shards = [iter(input_fn("train", tf.distribute.InputContext(2, i, 2))) for i in range(2)]
   weights = model_lib.get_weights(model_lib.build(CONFIG))
   accum = {n: np.zeros_like(w) for n, w in weights.items()}

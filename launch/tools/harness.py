@@ -125,12 +125,18 @@ def check_mapping(weights: Mapping[str, model_lib.Weights]) -> Check:
                ", ".join(f"{n}{list(s)}" for n, s in first))
 
 
-def compare_weights(weights: Mapping[str, model_lib.Weights], atol: float) -> List[Check]:
+def compare_weights(weights: Mapping[str, model_lib.Weights], atol: float,
+                    limits: Mapping[str, float] = {}) -> List[Check]:
   """The max |weight difference| of every pair of runs, worst variable named.
 
   Relative where a value exceeds 1 in magnitude: float32's spacing there grows past
   the limit (4.8e-7 at 4 to 8, where BatchNorm's moving variances are), so an absolute
   limit would fail values the same to a few roundings.
+
+  Args:
+    weights: each run's weights by name.
+    atol: the limit of every pair.
+    limits: a run's own limit, which applies to its pairs where it exceeds `atol`.
   """
   checks = []
   for a, b in itertools.combinations(weights, 2):
@@ -138,8 +144,9 @@ def compare_weights(weights: Mapping[str, model_lib.Weights], atol: float) -> Li
                              / np.maximum(1.0, np.abs(weights[b][n]))))
              for n in weights[a]}
     worst = max(diffs, key=diffs.get)
-    checks.append(Check(f"max |weight diff| {a} vs {b}", diffs[worst] <= atol, diffs[worst],
-                        atol, f"variable {worst}"))
+    limit = max(atol, limits.get(a, atol), limits.get(b, atol))
+    checks.append(Check(f"max |weight diff| {a} vs {b}", diffs[worst] <= limit, diffs[worst],
+                        limit, f"variable {worst}"))
   return checks
 
 
@@ -162,12 +169,14 @@ def compare_losses(losses: Mapping[str, Sequence[float]], rtol: float, name: str
 
 def compare_runs(weights: Mapping[str, model_lib.Weights],
                  losses: Mapping[str, Sequence[float]], weight_atol: float, loss_rtol: float,
-                 loss_name: str = "per-step loss rel diff") -> List[Check]:
-  """The variable mapping, then (if it holds) the weights, then the per-step losses."""
+                 loss_name: str = "per-step loss rel diff",
+                 weight_limits: Mapping[str, float] = {}) -> List[Check]:
+  """The variable mapping, then (if it holds) the weights (`compare_weights`), then
+  the per-step losses."""
   mapping = check_mapping(weights)
   checks = [mapping]
   if mapping.passed:
-    checks += compare_weights(weights, weight_atol)
+    checks += compare_weights(weights, weight_atol, weight_limits)
   return checks + compare_losses(losses, loss_rtol, loss_name)
 
 

@@ -21,6 +21,7 @@ from launch.tools import reference
 from launch.tools import runs
 from trainers import evaluation
 from trainers import keras_trainer
+from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers.config import Config
 
@@ -36,6 +37,8 @@ class Tolerances:
   accuracy_pp: float = 0.3
   curve_rtol: float = 0.05
   eval_loss_atol: float = 1e-6
+  # The reference's weight limit, if above weight_atol: this many times its rounding floor.
+  reference_floor_factor: float = 2.0
 
 
 @dataclasses.dataclass
@@ -47,6 +50,7 @@ class Report:
   losses: Dict[str, List[float]]  # "short/keras", "long/estimator", ...
   # Reported, not checked: each measured run's test accuracy ("seed 2, keras").
   measured: Dict[str, float] = dataclasses.field(default_factory=dict)
+  reference_floor: float = 0.0  # reference_floor's measure.
 
   @property
   def passed(self) -> bool:
@@ -130,8 +134,9 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   for backend in BACKENDS:
     weights[backend] = harness.backend_weights(backend, summaries[backend], config)
     losses[f"short/{backend}"] = trainer_runs.losses(f"short/{backend}")
-  checks = harness.compare_runs(weights, {r: losses[f"short/{r}"] for r in weights},
-                                tolerances.weight_atol, tolerances.loss_rtol)
+  floor = reference_floor(short, workers, ref_weights)
+  checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
+                              tolerances)
   # The progress records (what users see as "loss" in each backend's progress
   # lines) must be the same quantity: the window mean of the global-batch loss.
   progress = {b: [r["loss"] for r in runs.read_progress(summaries[b]["model_dir"])
@@ -168,7 +173,34 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
         model_options=measure_model_options).items():
       measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
-                measured=measured)
+                measured=measured, reference_floor=floor)
+
+
+def compare_short_runs(weights: Dict[str, model_lib.Weights], losses: Dict[str, List[float]],
+                       floor: float, tolerances: Tolerances) -> List[Check]:
+  """harness.compare_runs, the reference's weights held to `reference_floor_factor` x
+  its rounding `floor` where that exceeds weight_atol (reference_floor says why)."""
+  limit = tolerances.reference_floor_factor * floor
+  checks = harness.compare_runs(weights, losses, tolerances.weight_atol, tolerances.loss_rtol,
+                                weight_limits={"reference": limit})
+  return [dataclasses.replace(c, where=f"{c.where}; limit {tolerances.reference_floor_factor:g} x "
+                              f"the reference's rounding floor {floor:.3g}")
+          if c.name.startswith("max |weight diff| reference") and c.limit == limit
+          and limit > tolerances.weight_atol else c for c in checks]
+
+
+def reference_floor(config: Config, workers: int, weights: model_lib.Weights) -> float:
+  """How far the reference (`weights`) ends from itself compiled for any batch size.
+
+  Both compilations are right; they order float32 sums otherwise. After a few steps of
+  a model that normalizes small batches (BatchNorm at 2 workers), that rounding grows
+  past 1e-6, so neither backend, compiled otherwise again, can be held closer to the
+  reference than a few times this. Keras and the Estimator run the same kernels, so
+  they are still held to weight_atol.
+  """
+  _, other = reference.train_reference(config, workers, any_batch_size=True)
+  (check,) = harness.compare_weights({"reference": weights, "any batch size": other}, 0.0)
+  return check.measured
 
 
 def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],

@@ -26,7 +26,7 @@ def v1_cosine_rate(config: Config, step: int) -> float:
 
 
 def train_reference(config: Config, num_workers: int,
-                    input_fn: Optional[inputs.InputFn] = None
+                    input_fn: Optional[inputs.InputFn] = None, *, any_batch_size: bool = False
                     ) -> Tuple[List[float], model_lib.Weights]:
   """Trains `config.train_steps` steps as N workers' data would.
 
@@ -34,6 +34,9 @@ def train_reference(config: Config, num_workers: int,
     config: hyperparameters (init_weights, seed and data as the backends use them).
     num_workers: how many worker pipelines to read, one batch of each per step.
     input_fn: defaults to the shared MNIST input_fn.
+    any_batch_size: compile the step for batches of any size rather than the one it
+      is given: the same arithmetic, which Grappler and the kernels order otherwise.
+      How far the two end apart is the reference's rounding floor (launch.parity).
 
   Returns:
     Each step's global-batch loss (before its update) and the final weights.
@@ -50,7 +53,6 @@ def train_reference(config: Config, num_workers: int,
 
   # Compiled, as both backends' steps are: on CPU, Grappler fuses a convolution with its
   # BatchNorm, which rounds otherwise than eager ops do (1.8e-5 apart after 6 steps).
-  @tf.function
   def step(batches, rate):
     # As each replica does under the strategy: the gradient of its own batch's mean
     # loss over the replicas, then the sum of the replicas' gradients, in worker order.
@@ -73,6 +75,12 @@ def train_reference(config: Config, num_workers: int,
     # Equal per-replica batches: the mean of their means is the global batch's mean.
     return tf.add_n(replica_losses) / len(replica_losses)
 
+  signature = None
+  if any_batch_size:
+    signature = [[tf.nest.map_structure(lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
+                                        p.element_spec) for p in pipelines],
+                 tf.TensorSpec([], tf.float32)]
+  step = tf.function(step, input_signature=signature)
   losses = []
   for i in range(config.train_steps):
     batches = [next(p) for p in pipelines]
