@@ -129,7 +129,7 @@ ONE_COLLECTIVE_SCRIPT = textwrap.dedent("""
       ours = keras_trainer.compile_model(config)
       stock = model_lib.build(config)
       stock.compile(optimizer=keras_trainer.make_optimizer(config),
-                    loss=keras_trainer.make_loss(), steps_per_execution=5)
+                    loss=keras_trainer.make_loss(config), steps_per_execution=5)
       stock.distribute_reduction_method = "first"
     for name, model in (("ours", ours), ("stock", stock)):
       model.make_train_function()

@@ -15,14 +15,15 @@ SPECS = """
 import tf_keras
 from trainers.model import ModelSpec
 
-def build(seed, init, skip="", extra=""):
+def build(seed, init, skip="", extra="", regularizer=None):
   kernel = init("dense/kernel", "glorot_uniform") if skip != "kernel" else "zeros"
   if extra:
     init(extra, "zeros")
   image = tf_keras.Input((28, 28, 1), name="image")
   x = tf_keras.layers.Flatten(name="flatten")(image)
   logits = tf_keras.layers.Dense(10, name="dense", kernel_initializer=kernel,
-                                 bias_initializer=init("dense/bias", "zeros"))(x)
+                                 bias_initializer=init("dense/bias", "zeros"),
+                                 kernel_regularizer=regularizer)(x)
   return tf_keras.Model(image, logits)
 
 def failing(seed, init):
@@ -32,6 +33,8 @@ GOOD = ModelSpec(name="good", build=build)
 UNSEEDED = ModelSpec(name="unseeded", build=lambda seed, init: build(seed, init, skip="kernel"))
 TYPO = ModelSpec(name="typo", build=lambda seed, init: build(seed, init, extra="dense/kernal"))
 FAILING = ModelSpec(name="failing", build=failing)
+REGULARIZED = ModelSpec(name="regularized", build=lambda seed, init: build(seed, init,
+                                                                           regularizer="l2"))
 """
 
 
@@ -56,10 +59,17 @@ def test_a_user_spec_builds_and_takes_initial_weights_by_name(user_specs):
     ("UNSEEDED", r"gives dense/kernel no init\(...\) initializer"),
     ("TYPO", r"asks init\(...\) for dense/kernal, which is not one of its weights"),
     ("FAILING", "its build failed: RuntimeError: no GPU here"),
+    ("REGULARIZED", "adds losses of its own .a kernel_regularizer"),
 ])
 def test_a_spec_whose_build_is_wrong_is_named_before_any_training(user_specs, name, said):
   with pytest.raises(SpecError, match=said):
     model_lib.check(Config(model=f"user_specs:{name}"))
+
+
+def test_a_loss_reduction_is_mean_or_sum():
+  with pytest.raises(SpecError, match="loss_reduction='sum_over_batch_size'; use one of mean, sum"):
+    model_lib.ModelSpec(name="x", build=lambda seed, init: None,
+                        loss_reduction="sum_over_batch_size")
 
 
 def test_initial_weights_round_trip_through_npz(tmp_path):
@@ -77,7 +87,8 @@ def test_serving_outputs_and_eval_sums():
   outputs = model_lib.serving_outputs(Config(), model(images))
   assert set(outputs) == {"classes", "probabilities", "logits"}
   np.testing.assert_allclose(tf.reduce_sum(outputs["probabilities"], -1), np.ones(5), rtol=1e-6)
-  loss_sum, correct, count = model_lib.eval_sums(model, images, labels).numpy()
+  loss_sum, correct, count = model_lib.eval_sums(
+      model, model_lib.sparse_softmax_cross_entropy, images, labels).numpy()
   logits = model(images)
   want = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
   np.testing.assert_allclose(loss_sum, float(tf.reduce_sum(want)), rtol=1e-5)

@@ -84,14 +84,11 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
       return tf.estimator.EstimatorSpec(
           mode, predictions=outputs,
           export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)})
-    # Mean over this replica's batch only. Under train_distribute the v1
-    # optimizer divides the loss by the number of replicas before the replica
-    # gradients are summed, giving the gradient of the global-batch mean, as
-    # in Keras. Dividing by the global batch here would halve it at 2 workers.
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
     if mode == _ModeKeys.EVAL:
+      loss = model_lib.v1_loss(config, labels, logits, reduction=model_lib.MEAN)
       accuracy = tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, axis=-1))
       return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
+    loss = model_lib.v1_loss(config, labels, logits)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.cosine_decay(
         config.learning_rate, global_step, config.schedule_steps())
@@ -106,7 +103,8 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
       # The global-batch loss (as Keras reports it) needs an all-reduce that
       # every worker runs each step: the train op depends on it.
       global_loss = tf.distribute.get_replica_context().all_reduce(
-          tf.distribute.ReduceOp.MEAN, loss)
+          tf.distribute.ReduceOp.SUM if model_lib.spec(config).loss_reduction == model_lib.SUM
+          else tf.distribute.ReduceOp.MEAN, loss)
       train_op = tf.group(train_op, global_loss)
       chief_hooks.append(_LossRecorder(global_loss, losses))
     # Read after the update, in the same run: _Progress stops on NaN or Inf weights

@@ -3,7 +3,7 @@
 import math
 import os
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -51,16 +51,35 @@ def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
   return V1MomentumSGD(learning_rate_schedule(config), momentum=config.momentum)
 
 
-def make_loss() -> tf_keras.losses.Loss:
-  """The training and evaluation loss, as `compile` takes it."""
-  # With a strategy, Keras divides this loss's sum by the global batch size,
-  # so the summed replica gradients are the gradient of the global-batch mean.
-  return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+class SpecLoss(tf_keras.losses.Loss):
+  """A spec's per-example loss (`ModelSpec.loss`), as `compile` takes it."""
+
+  def __init__(self, loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], reduction: str):
+    super().__init__(reduction=reduction, name="loss")
+    self._loss = loss
+
+  def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    # compile gives labels of shape (B,) a last axis to match the logits' rank; the
+    # spec takes them as the input_fn gives them, and as the Estimator passes them.
+    if y_true.shape.rank == y_pred.shape.rank:
+      y_true = tf.squeeze(y_true, axis=-1)
+    return self._loss(y_true, y_pred)
 
 
-def _loss_and_metrics() -> Dict[str, Any]:
-  """What evaluation compiles with: the loss, and the accuracy it reports."""
-  return {"loss": make_loss(),
+def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
+  """The model's loss, reduced as it trains (`training`) or as it is evaluated (the mean)."""
+  model_spec = model_lib.spec(config)
+  # With a strategy, Keras divides the mean's sum by the global batch size, so the
+  # summed replica gradients are the gradient of the global-batch mean; a sum it
+  # leaves as it is, and they are the gradient of the global-batch sum.
+  summed = training and model_spec.loss_reduction == model_lib.SUM
+  return SpecLoss(model_spec.loss, tf_keras.losses.Reduction.SUM if summed
+                  else tf_keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
+
+
+def _loss_and_metrics(config: Config) -> Dict[str, Any]:
+  """What evaluation compiles with: the loss (the mean), and the accuracy it reports."""
+  return {"loss": make_loss(config, training=False),
           "metrics": [tf_keras.metrics.SparseCategoricalAccuracy("accuracy")]}
 
 
@@ -110,7 +129,7 @@ def compile_model(config: Config) -> tf_keras.Model:
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
   # training either), and _OneCollectiveModel's step would not update it.
-  model.compile(optimizer=make_optimizer(config), loss=make_loss(),
+  model.compile(optimizer=make_optimizer(config), loss=make_loss(config),
                 steps_per_execution=config.keras_steps_per_execution())
   # The logged loss is already the global batch's, the same on every worker;
   # tf-keras 2.15's default ("auto" = "sum" under MultiWorkerMirroredStrategy)
@@ -124,7 +143,7 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
   """Keras `evaluate` of the given weights on the whole test split, in this process: its
   "accuracy" and "loss"."""
   model = model_lib.build(config, weights)
-  model.compile(**_loss_and_metrics())
+  model.compile(**_loss_and_metrics(config))
   input_fn = input_fn or inputs.default_input_fn(config)
   return model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
 
@@ -322,7 +341,7 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.Inpu
   """
   model = model_lib.build(config)
   # The optimizer gives SidecarEvaluator the checkpoint's step (its iterations).
-  model.compile(optimizer=make_optimizer(config), **_loss_and_metrics())
+  model.compile(optimizer=make_optimizer(config), **_loss_and_metrics(config))
   input_fn = input_fn or inputs.default_input_fn(config)
   logging.info("Evaluating each new checkpoint in %s up to step %d.", model_dir,
                config.train_steps)
@@ -344,12 +363,14 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
   workers, so a plain loop computes the same per-example mean loss and accuracy.
   """
 
-  def __init__(self, eval_model: Optional[tf_keras.Model], dataset: Optional[tf.data.Dataset],
-               every: int, total: int, model_dir: str):
+  def __init__(self, config: Config, eval_model: Optional[tf_keras.Model],
+               dataset: Optional[tf.data.Dataset], model_dir: str):
     super().__init__()
     self._eval_model, self._dataset = eval_model, dataset
-    self._every, self._total, self._model_dir = every, total, model_dir
-    self._sums = tf.function(lambda x, y: model_lib.eval_sums(eval_model, x, y))
+    self._every, self._total = config.checkpoint_every_steps, config.train_steps
+    self._model_dir = model_dir
+    loss = model_lib.spec(config).loss
+    self._sums = tf.function(lambda x, y: model_lib.eval_sums(eval_model, loss, x, y))
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Global, also after a resume.
@@ -435,9 +456,8 @@ class Backend(loop.Backend):
     callbacks = training_callbacks(config, backup_dir, scratch, run.chief, progress)
     if run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       callbacks.append(_PeriodicEval(
-          model_lib.build(config) if run.chief else None,  # Outside the strategy's scope.
-          run.input_fn(mnist.EVAL, None) if run.chief else None,
-          config.checkpoint_every_steps, config.train_steps, run.model_dir))
+          config, model_lib.build(config) if run.chief else None,  # Outside the strategy.
+          run.input_fn(mnist.EVAL, None) if run.chief else None, run.model_dir))
     try:
       self._model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     finally:
@@ -455,5 +475,5 @@ class Backend(loop.Backend):
     # A model outside the strategy's scope, holding the trained weights, compiled as
     # evaluation compiles it (a loaded export can `evaluate`).
     model = model_lib.build(self.run.config, self._weights)
-    model.compile(**_loss_and_metrics())
+    model.compile(**_loss_and_metrics(self.run.config))
     return export_model(self.run.config, model, self.run.model_dir)

@@ -43,6 +43,18 @@ Weights = Dict[str, np.ndarray]
 Init = Callable[[str, object], tf_keras.initializers.Initializer]
 
 
+def sparse_softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+  """Each example's cross-entropy of its integer label and the logits (the default loss)."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int64),
+                                                        logits=logits)
+
+
+# How a spec's per-example losses make the training loss.
+MEAN = "mean"  # The global batch's mean: Keras's default, and tf.compat.v1.losses'.
+SUM = "sum"    # Its sum: tf.compat.v1.losses.Reduction.SUM, the v1 canned Estimators'.
+REDUCTIONS = (MEAN, SUM)
+
+
 def classification_outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
   """Serving outputs of a classifier: classes, probabilities and logits."""
   return {
@@ -63,12 +75,25 @@ class ModelSpec:
     options: the model's own settings (`--model_options=NAME=VALUE,...`) and their
       defaults, passed to `build` as keyword arguments.
     serving_outputs: the exported signature's outputs, from the logits.
+    loss: `loss(labels, logits)` -> each example's loss, a (B,) float tensor.
+    loss_reduction: how training reduces them over the global batch: `MEAN` or `SUM`
+      (the gradient is then the sum's: as `tf.compat.v1.losses.Reduction.SUM` does
+      under a strategy, and a Keras loss with `reduction="sum"`). Evaluation always
+      reports the mean.
   """
 
   name: str
   build: Callable[..., tf_keras.Model]
   options: Mapping[str, float] = dataclasses.field(default_factory=dict)
   serving_outputs: Callable[[tf.Tensor], Dict[str, tf.Tensor]] = classification_outputs
+  loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = sparse_softmax_cross_entropy
+  loss_reduction: str = MEAN
+
+  def __post_init__(self):
+    if self.loss_reduction not in REDUCTIONS:
+      raise model_registry.SpecError(
+          f"model {self.name}: loss_reduction={self.loss_reduction!r}; use one of "
+          f"{', '.join(REDUCTIONS)} (trainers.model.MEAN or SUM).")
 
 
 def spec(config: Config) -> ModelSpec:
@@ -125,6 +150,13 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
         f"model {model_spec.name}'s build asks init(...) for {extra[0]}, which is not one of "
         f"its weights ({', '.join(sorted(names))}): name the layer so the weight is called "
         f"{extra[0]}, or ask for the name it has.")
+  # A graph's collection holds what tf.compat.v1.layers' regularizers add.
+  if model.losses or (not tf.executing_eagerly()
+                      and tf.compat.v1.losses.get_regularization_losses()):
+    raise model_registry.SpecError(
+        f"model {model_spec.name} adds losses of its own (a kernel_regularizer, an "
+        f"activity_regularizer or add_loss), which the two backends do not yet train alike: "
+        f"take them out of its build; the spec's loss is ModelSpec.loss.")
   return model, weights
 
 
@@ -209,14 +241,33 @@ def serving_outputs(config: Config, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
   return spec(config).serving_outputs(logits)
 
 
-def eval_sums(model: tf_keras.Model, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-  """[summed cross-entropy, correct predictions, examples] of one test batch.
+def v1_loss(config: Config, labels: tf.Tensor, logits: tf.Tensor,
+            reduction: Optional[str] = None) -> tf.Tensor:
+  """The spec's loss over this replica's batch, reduced as the spec says (or `reduction`)
+  by tf.compat.v1.losses: the Estimator's, and any v1 graph's.
+
+  tf.compat.v1.losses tells the v1 optimizer how to scale it: under train_distribute
+  it divides a mean by the number of replicas before their gradients are summed,
+  giving the gradient of the global-batch mean, as in Keras, and leaves a sum as it
+  is. Dividing by the global batch here would halve the mean at 2 workers.
+  """
+  model_spec = spec(config)
+  return tf.compat.v1.losses.compute_weighted_loss(
+      model_spec.loss(labels, logits),
+      reduction=(tf.compat.v1.losses.Reduction.SUM
+                 if (reduction or model_spec.loss_reduction) == SUM
+                 else tf.compat.v1.losses.Reduction.SUM_BY_NONZERO_WEIGHTS))
+
+
+def eval_sums(model: tf_keras.Model, loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+              images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+  """[summed `loss` (the spec's), correct predictions, examples] of one test batch.
 
   Summed over batches and divided by the example count, these give the same
   per-example mean loss and accuracy as Keras `evaluate`.
   """
   logits = model(images, training=False)
-  losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+  losses = loss(labels, logits)
   correct = tf.cast(tf.equal(tf.argmax(logits, -1), labels), tf.float32)
   return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(correct),
                    tf.cast(tf.size(labels), tf.float32)])

@@ -78,7 +78,7 @@ class _Step:
   """
 
   def __init__(self, config: Config):
-    self._config = config
+    self._config, self._spec = config, model_lib.spec(config)
     self.model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
     self._accumulators = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
@@ -87,8 +87,9 @@ class _Step:
   def gradients(self, images: tf.Tensor, labels: tf.Tensor):
     with tf.GradientTape() as tape:
       logits = self.model(images, training=True)
-      loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
-          labels=labels, logits=logits)) / self._config.global_batch_size
+      loss = tf.reduce_sum(self._spec.loss(labels, logits))
+      if self._spec.loss_reduction == model_lib.MEAN:
+        loss /= self._config.global_batch_size
     return loss, tape.gradient(loss, self.variables)
 
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
@@ -181,8 +182,9 @@ def train_ceiling_loop(config: Config, model_dir: str,
   loops = _Loops(config, strategy, input_fn)
   k = loops.steps_per_call
   train_call = loops.train(k)
-  eval_step = tf.function(lambda images, labels: model_lib.eval_sums(loops.step.model, images,
-                                                                     labels))
+  loss = model_lib.spec(config).loss
+  eval_step = tf.function(lambda images, labels: model_lib.eval_sums(loops.step.model, loss,
+                                                                     images, labels))
 
   def evaluate() -> Dict[str, float]:
     totals = [0.0, 0.0, 0.0]
@@ -282,7 +284,7 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
         input_fn(mnist.TRAIN, None)).get_next()
     model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, model(images, training=True))
+    loss = model_lib.v1_loss(config, labels, model(images, training=True))
     global_step = tf.compat.v1.train.get_or_create_global_step()
     rate = tf.compat.v1.train.cosine_decay(config.learning_rate, global_step,
                                            config.schedule_steps())

@@ -47,6 +47,8 @@ def train_reference(config: Config, num_workers: int,
                                                                      num_workers)))
                for i in range(num_workers)]
   model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
+  model_spec = model_lib.spec(config)
+  summed = model_spec.loss_reduction == model_lib.SUM
   variables, statistics = model.trainable_variables, model.non_trainable_variables
   accumulators = [tf.Variable(tf.zeros_like(v)) for v in variables]
   replica_statistics = [[tf.Variable(s) for s in statistics] for _ in pipelines]
@@ -55,16 +57,19 @@ def train_reference(config: Config, num_workers: int,
   # BatchNorm, which rounds otherwise than eager ops do (1.8e-5 apart after 6 steps).
   def step(batches, rate):
     # As each replica does under the strategy: the gradient of its own batch's mean
-    # loss over the replicas, then the sum of the replicas' gradients, in worker order.
+    # loss over the replicas (or of its sum), then the sum of the replicas' gradients,
+    # in worker order.
     replica_losses, replica_gradients = [], []
     for (images, labels), own in zip(batches, replica_statistics):
       for statistic, value in zip(statistics, own):
         statistic.assign(value)
       with tf.GradientTape() as tape:
         logits = model(images, training=True)
-        loss = tf.reduce_mean(
-            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        scaled = loss / len(batches)
+        if summed:
+          loss = scaled = tf.reduce_sum(model_spec.loss(labels, logits))
+        else:
+          loss = tf.reduce_mean(model_spec.loss(labels, logits))
+          scaled = loss / len(batches)
       replica_gradients.append(tape.gradient(scaled, variables))
       replica_losses.append(loss)
       for statistic, value in zip(statistics, own):
@@ -73,7 +78,7 @@ def train_reference(config: Config, num_workers: int,
       accumulator.assign(config.momentum * accumulator + tf.add_n(gradients))
       variable.assign_sub(rate * accumulator)
     # Equal per-replica batches: the mean of their means is the global batch's mean.
-    return tf.add_n(replica_losses) / len(replica_losses)
+    return tf.add_n(replica_losses) / (1 if summed else len(replica_losses))
 
   signature = None
   if any_batch_size:
