@@ -43,9 +43,12 @@ _MODEL = trainer_flags.define_model_flags()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_SEEDS = flags.DEFINE_integer(
-    "measure_seeds", 0, "Also train both backends with seeds 1..N for the long run's steps "
-    "(one epoch if it is skipped), with --measure_model_options, and report each test "
-    "accuracy, unchecked: the reference cannot draw a backend's dropout masks.")
+    "measure_seeds", 0, "Also train both backends with seeds 1..N for --measure_steps, with "
+    "--measure_model_options, and report each test accuracy, unchecked: the reference "
+    "cannot draw a backend's dropout masks.")
+_MEASURE_STEPS = flags.DEFINE_integer(
+    "measure_steps", None, "Steps of each --measure_seeds run (default: the long run's, or "
+    "one epoch if it is skipped).")
 _MEASURE_OPTIONS = flags.DEFINE_string(
     "measure_model_options", "", "--model_options of the --measure_seeds runs (default: the "
     "model's own, dropout on).")
@@ -64,6 +67,8 @@ def main(argv: Sequence[str]) -> None:
                   **trainer_flags.model_settings(_MODEL))
   if _MEASURE_SEEDS.value < 0:
     raise app.UsageError("--measure_seeds must be >= 0.", exitcode=2)
+  if _MEASURE_STEPS.value is not None and _MEASURE_STEPS.value < 1:
+    raise app.UsageError("--measure_steps must be >= 1.", exitcode=2)
   trainer_flags.model_settings((_MODEL[0], _MEASURE_OPTIONS))  # Exit 2 if malformed.
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
@@ -75,7 +80,8 @@ def main(argv: Sequence[str]) -> None:
       report = parity.run_parity(
           config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
           tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
-          measure_seeds=_MEASURE_SEEDS.value, measure_model_options=_MEASURE_OPTIONS.value,
+          measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
+          measure_model_options=_MEASURE_OPTIONS.value,
           timeout=timeout)
     except runs.RunError as e:  # A backend run failed: its log is named in the message.
       sys.exit(f"error: {e}")

@@ -92,13 +92,14 @@ def test_without_update_ops_the_moving_statistics_never_move(tmp_path, monkeypat
 def test_parity_passes_at_one_worker_and_measures_dropout_on(real_data_dir, tmp_path):
   result = run_module("launch.parity", ["--workers=1", "--model=cnn_bn",
                                         "--model_options=dropout=0", "--long_steps=0",
-                                        "--measure_seeds=1", "--measure_model_options=",
+                                        "--measure_seeds=1", "--measure_steps=60",
+                                        "--measure_model_options=",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   report = json.loads((tmp_path / "parity_report.json").read_text())
   mapping = next(c for c in report["checks"] if c["name"] == "variable mapping")
   assert all(f"{name}[" in mapping["where"] for name in MOVING), mapping
-  # Dropout on (the spec's 0.25), one epoch: reported, not checked.
+  # Dropout on (the spec's 0.25), 60 steps: reported, not checked.
   assert set(report["measured"]) == {"seed 1, keras", "seed 1, estimator"}
-  assert all(0.9 < accuracy <= 1.0 for accuracy in report["measured"].values()), report
+  assert all(0.8 < accuracy <= 1.0 for accuracy in report["measured"].values()), report
   assert "Test accuracy by seed (measured, not checked" in result.stdout

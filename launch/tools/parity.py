@@ -87,7 +87,8 @@ def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional
 def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                long_steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
-               measure_seeds: int = 0, measure_model_options: str = "",
+               measure_seeds: int = 0, measure_steps: Optional[int] = None,
+               measure_model_options: str = "",
                timeout: float = runs.TIMEOUT_SECONDS) -> Report:
   """Trains three ways and compares them.
 
@@ -102,10 +103,12 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     tolerances: the limits every check uses.
     backend_flags: extra flags for one backend's binary (tests use them to
       break one thing on purpose).
-    measure_seeds: also train both backends with seeds 1..N for the long run's
-      steps (one epoch if it is skipped), with `measure_model_options`, and report
-      each test accuracy, unchecked: the reference cannot draw a backend's dropout
-      masks, so these runs are outside the checks.
+    measure_seeds: also train both backends with seeds 1..N for `measure_steps`,
+      with `measure_model_options`, and report each test accuracy, unchecked: the
+      reference cannot draw a backend's dropout masks, so these runs are outside the
+      checks.
+    measure_steps: steps of each measured run; None = the long run's, or one epoch
+      if it is skipped.
     measure_model_options: --model_options of the measured runs ("" = the spec's
       defaults, dropout on).
     timeout: seconds for each backend run.
@@ -169,8 +172,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   measured = {}
   for seed in range(1, measure_seeds + 1):
     for backend, summary in train_both(
-        f"seed-{seed}", train_steps=long_steps or epoch, seed=seed, init_weights=None,
-        model_options=measure_model_options).items():
+        f"seed-{seed}", train_steps=measure_steps or long_steps or epoch, seed=seed,
+        init_weights=None, model_options=measure_model_options).items():
       measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
                 measured=measured, reference_floor=floor)
