@@ -70,14 +70,20 @@ class Runs:
     return os.path.join(self.run_dir(name), "model")
 
   def train(self, name: str, backend: str, workers: int, *, python: str = runs.PYTHON,
-            extra_flags: Sequence[str] = (), **changes: Any) -> Dict[str, Any]:
+            extra_flags: Sequence[str] = (), record: bool = True,
+            **changes: Any) -> Dict[str, Any]:
     """Trains `backend` on `workers` as run `name`; `changes` override the config's fields.
+
+    Args:
+      record: keep every step's loss and each worker's shard (`losses`); a run without
+        them is not slowed to one step per execution.
 
     Returns:
       The run's summary.json.
     """
     os.makedirs(self.run_dir(name), exist_ok=True)
-    config = dataclasses.replace(self.config, record_dir=self.run_dir(name), **changes)
+    config = dataclasses.replace(self.config, record_dir=self.run_dir(name) if record else None,
+                                 **changes)
     logging.info("Training %s: %s, %d worker(s), to step %d.", name, backend, workers,
                  config.train_steps)
     started = time.monotonic()

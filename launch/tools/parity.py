@@ -173,7 +173,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   for seed in range(1, measure_seeds + 1):
     for backend, summary in train_both(
         f"seed-{seed}", train_steps=measure_steps or long_steps or epoch, seed=seed,
-        init_weights=None, model_options=measure_model_options).items():
+        init_weights=None, model_options=measure_model_options, record=False).items():
       measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
                 measured=measured, reference_floor=floor)
