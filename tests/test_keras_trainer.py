@@ -12,12 +12,14 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from data import mnist
 from launch.tools import runs
 from tests.conftest import memory_input_fn, run_in_local_cluster, tamper_keras_checkpoint
 from trainers import evaluation
 from trainers import failures
 from trainers import keras_trainer
 from trainers import loop
+from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers.config import Config
 
@@ -198,3 +200,16 @@ def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
   results = evaluation.read_results(str(model_dir / layout.EVAL_SUBDIR))
   assert sorted(results) == [6]
   assert results[6] == evaluation.read_results(str(src / layout.EVAL_SUBDIR))[6]
+
+
+def test_the_export_loads_in_keras_compiled_and_evaluates_as_the_trainer_does(tmp_path):
+  weights = model_lib.get_weights(model_lib.build(CONFIG))
+  model = model_lib.build(CONFIG, weights)
+  model.compile(**keras_trainer._loss_and_metrics(CONFIG))
+  export_dir = keras_trainer.export_model(CONFIG, model, str(tmp_path / "model"))
+  loaded = tf_keras.models.load_model(export_dir)
+  input_fn = memory_input_fn(CONFIG.global_batch_size)
+  want = keras_trainer.evaluate_weights(CONFIG, weights, input_fn)
+  got = loaded.evaluate(input_fn(mnist.EVAL), verbose=0, return_dict=True)
+  assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)
+  assert got["accuracy"] == want["accuracy"]

@@ -73,8 +73,13 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
   # summed replica gradients are the gradient of the global-batch mean; a sum it
   # leaves as it is, and they are the gradient of the global-batch sum.
   summed = training and model_spec.loss_reduction == model_lib.SUM
-  return SpecLoss(model_spec.loss, tf_keras.losses.Reduction.SUM if summed
-                  else tf_keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
+  reduction = (tf_keras.losses.Reduction.SUM if summed
+               else tf_keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
+  if model_spec.loss is model_lib.sparse_softmax_cross_entropy:
+    # Keras's own, the same numbers: an export compiled with it loads in
+    # tf_keras.models.load_model, which cannot rebuild a SpecLoss.
+    return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+  return SpecLoss(model_spec.loss, reduction)
 
 
 def _loss_and_metrics(config: Config) -> Dict[str, Any]:
