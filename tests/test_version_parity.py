@@ -94,3 +94,20 @@ def test_a_keras_python_that_is_not_a_tf_install_is_a_usage_error(tmp_path):
   assert result.returncode == 2, result.stderr[-3000:]
   assert "--keras_python:" in result.stderr and "[tf221]" in result.stderr
   assert not (tmp_path / "out").exists()
+
+
+def test_the_probe_reads_every_weight_of_a_keras_export_moving_statistics_too(tmp_path):
+  import numpy as np  # noqa: PLC0415 -- as light as the rest of this file until here.
+  from trainers import keras_trainer  # noqa: PLC0415
+  from trainers import model as model_lib  # noqa: PLC0415
+
+  config = Config(model="cnn_bn")
+  model = model_lib.build(config)
+  export_dir = keras_trainer.export_model(config, model, str(tmp_path / "model"))
+  np.save(tmp_path / "images.npy", np.zeros((3, 28, 28, 1), np.float32))
+  version_parity.probe_export(export_dir, str(tmp_path / "images.npy"), str(tmp_path / "p.npz"))
+  with np.load(tmp_path / "p.npz") as probe:
+    assert probe["logits"].shape == (3, 10)
+    weights = {k[len("weight:"):] for k in probe.files if k.startswith("weight:")}
+  assert weights == set(model_lib.get_weights(model))
+  assert "bn1/moving_variance" in weights

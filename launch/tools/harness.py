@@ -109,13 +109,17 @@ def backend_weights(backend: str, summary: Mapping[str, Any], config: Config
   variable one run has and another has not.
   """
   if backend == "keras":
-    loaded = tf.saved_model.load(summary["export_dir"])
-    return {model_lib.weight_name(v): v.numpy() for v in loaded.variables}
+    return export_weights(tf.saved_model.load(summary["export_dir"]))
   reader = tf.train.load_checkpoint(summary["model_dir"])
   # Weights, and whatever the conversion could not place (an extra variable).
   names = [e.name for e in convert.classify(reader.get_variable_to_shape_map(), config)
            if e.kind in (convert.WEIGHT, convert.UNMAPPED)]
   return {name: reader.get_tensor(name) for name in names}
+
+
+def export_weights(loaded: Any) -> model_lib.Weights:
+  """Every weight of a loaded Keras export by name, trainable or not."""
+  return {model_lib.weight_name(v): v.numpy() for v in loaded.variables}
 
 
 def check_mapping(weights: Mapping[str, model_lib.Weights]) -> Check:

@@ -17,7 +17,6 @@ from data import mnist
 from launch.tools import harness
 from launch.tools import runs
 from trainers import inputs
-from trainers import model as model_lib
 from trainers.config import Config
 
 # The runs compared, each as (backend, which install).
@@ -69,14 +68,13 @@ def stack_versions(python: str) -> str:
 
 
 def probe_export(export_dir: str, images_path: str, out_path: str) -> None:
-  """Writes an export's trainable weights (Keras exports) and its logits for `images_path`."""
+  """Writes an export's logits for `images_path`, and (a Keras export's) every weight."""
   loaded = tf.saved_model.load(export_dir)
   serve = loaded.signatures["serving_default"]
   images = np.load(images_path)
   logits = np.concatenate([serve(image=tf.constant(images[i:i + 1000]))["logits"].numpy()
                            for i in range(0, len(images), 1000)])
-  weights = {model_lib.weight_name(v): v.numpy()
-             for v in getattr(loaded, "trainable_variables", ())}
+  weights = harness.export_weights(loaded) if hasattr(loaded, "variables") else {}
   np.savez(out_path, logits=logits, **{f"weight:{k}": v for k, v in weights.items()})
 
 
