@@ -21,6 +21,7 @@ from trainers import keras_trainer
 from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import optimizers
 from trainers.config import Config
 
 CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
@@ -162,7 +163,7 @@ def test_a_training_step_makes_one_collective_where_keras_makes_three(tmp_path):
 
 def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():
   schedule = tf_keras.optimizers.schedules.PiecewiseConstantDecay([0, 1], [0.5, 0.1, 0.05])
-  optimizer = keras_trainer.V1MomentumSGD(schedule, momentum=0.9)
+  optimizer = optimizers.V1MomentumSGD(schedule, momentum=0.9)
   var = tf.Variable([1.0])
   accum, want = 0.0, 1.0
   for rate, grad in zip([0.5, 0.1, 0.05], [1.0, 2.0, -1.0]):

@@ -18,27 +18,9 @@ from trainers import inputs
 from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import optimizers
 from trainers import progress as progress_lib
 from trainers.config import Config
-
-
-class V1MomentumSGD(tf_keras.optimizers.SGD):
-  """SGD with momentum, updating exactly as tf.compat.v1.train.MomentumOptimizer.
-
-  v1: accum = momentum * accum + grad; var -= lr * accum.
-  Keras SGD: velocity = momentum * velocity - lr * grad; var += velocity.
-  The two agree while the learning rate is constant; under a schedule, v1
-  applies today's rate to the whole accumulator, Keras folds each step's rate
-  into the velocity. The Estimator trains with the v1 optimizer, so this one
-  keeps the two backends step-for-step identical.
-  """
-
-  def update_step(self, gradient, variable):
-    lr = tf.cast(self.learning_rate, variable.dtype)
-    momentum = tf.cast(self.momentum, variable.dtype)
-    accum = self.momentums[self._index_dict[self._var_key(variable)]]
-    accum.assign(momentum * accum + gradient)
-    variable.assign_sub(lr * accum)
 
 
 def learning_rate_schedule(config: Config) -> tf_keras.optimizers.schedules.LearningRateSchedule:
@@ -48,7 +30,7 @@ def learning_rate_schedule(config: Config) -> tf_keras.optimizers.schedules.Lear
 
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
   """The Keras twin of the Estimator's MomentumOptimizer with cosine_decay."""
-  return V1MomentumSGD(learning_rate_schedule(config), momentum=config.momentum)
+  return optimizers.V1MomentumSGD(learning_rate_schedule(config), momentum=config.momentum)
 
 
 class SpecLoss(tf_keras.losses.Loss):

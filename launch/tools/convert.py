@@ -8,7 +8,7 @@ fails naming it and the `--assignment_map` entry that fixes it:
   model weight name);
 - slot: `<variable>/Momentum`, the v1 MomentumOptimizer's accumulator, which
   goes to the Keras optimizer's momentum slot of its variable's weight (the
-  Keras trainer's V1MomentumSGD keeps the v1 accumulator there);
+  Keras trainer's optimizers.V1MomentumSGD keeps the v1 accumulator there);
 - step: `global_step`, which becomes the Keras optimizer's `iterations` (the
   cosine schedule reads it);
 - ignored: only what the assignment map drops with null (`"beta1_power": null`).

@@ -1,0 +1,69 @@
+"""trainers.optimizers: each tf_keras optimizer steps as its tf.compat.v1.train namesake.
+
+Ten steps of a cosine schedule, with gradients that shrink from 1 to 1e-4 (where an
+epsilon shows): the v1 optimizer in a graph session, as the Estimator runs it, the
+Keras one eagerly. The matched optimizer must land within 1e-6; the stock one is the
+negative control where a setting or override matters, and within 1e-6 where none does.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from trainers import optimizers
+
+STEPS, RATE, DECAY_STEPS = 10, 0.05, 20
+_RNG = np.random.default_rng(0)
+INITIAL = _RNG.normal(size=(200,)).astype(np.float32)
+GRADIENTS = [_RNG.normal(scale=s, size=(200,)).astype(np.float32)
+             for s in np.geomspace(1.0, 1e-4, STEPS)]
+# How far the stock tf_keras optimizer lands, at least, where it differs.
+STOCK_APART = {"momentum": 1e-4, "adam": 1e-5, "rmsprop": 0.1}
+
+
+def _v1(make) -> np.ndarray:
+  with tf.Graph().as_default():
+    variable = tf.compat.v1.get_variable("w", initializer=INITIAL, use_resource=True)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    gradient = tf.compat.v1.placeholder(tf.float32, INITIAL.shape)
+    rate = tf.compat.v1.train.cosine_decay(RATE, step, DECAY_STEPS)
+    update = make(rate).apply_gradients([(gradient, variable)], global_step=step)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      for value in GRADIENTS:
+        session.run(update, {gradient: value})
+      return session.run(variable)
+
+
+def _keras(make) -> np.ndarray:
+  variable = tf.Variable(INITIAL)
+  optimizer = make(tf_keras.optimizers.schedules.CosineDecay(RATE, DECAY_STEPS))
+  for value in GRADIENTS:
+    optimizer.apply_gradients([(tf.constant(value), variable)])
+  return variable.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(optimizers.OPTIMIZERS))
+def test_the_matched_keras_optimizer_steps_as_v1_and_the_stock_one_where_it_must_not(name):
+  pair = optimizers.OPTIMIZERS[name]
+  want = _v1(pair.v1)
+  assert np.max(np.abs(want - INITIAL)) > 0.05  # It trained.
+  matched = np.max(np.abs(_keras(pair.keras) - want))
+  assert matched <= 1e-6, matched
+  stock = np.max(np.abs(_keras(pair.stock) - want))
+  if name in STOCK_APART:
+    assert stock >= STOCK_APART[name], stock
+  else:
+    assert stock <= 1e-6, stock
+
+
+def test_v1_adam_keeps_its_powers_across_steps_and_in_its_variables():
+  optimizer = optimizers.V1Adam(0.1)
+  variable = tf.Variable([1.0, 2.0])
+  for _ in range(3):
+    optimizer.apply_gradients([(tf.constant([0.5, -0.5]), variable)])
+  powers = {v.name.split("/")[-1].split(":")[0]: v.numpy() for v in optimizer.variables
+            if "power" in v.name}
+  np.testing.assert_allclose(powers["beta1_power"], 0.9 ** 4, rtol=1e-6)
+  np.testing.assert_allclose(powers["beta2_power"], 0.999 ** 4, rtol=1e-6)

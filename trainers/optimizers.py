@@ -1,0 +1,127 @@
+"""The tf.compat.v1.train optimizers and the tf_keras optimizers that update as they do.
+
+An Estimator `model_fn` trains with a v1 optimizer; its tf_keras namesake updates
+otherwise, and a team that swaps one for the other sees its numbers drift. Each name
+here gives the v1 optimizer (`v1`), the tf_keras optimizer set or subclassed to follow
+the same update rule (`keras`), and the stock tf_keras one for comparison (`stock`).
+`tests/test_optimizers.py` proves each pair within 1e-6 over 10 scheduled steps, and
+measures how far the stock optimizer lands. What differs, and the setting or override
+that removes it:
+
+- sgd: nothing.
+- momentum: v1 multiplies its accumulator by the current rate; Keras folds each step's
+  rate into its velocity, so under a schedule they part (`V1MomentumSGD`).
+- adagrad: Keras adds epsilon (1e-7) inside the square root, v1 adds none; next to the
+  0.1 initial accumulator it is below float32's resolution (epsilon=0 all the same).
+- adam: epsilon 1e-8 in v1, 1e-7 in Keras; v1 computes 1 - beta in float32 and keeps
+  beta^t as a running product, Keras takes 1 - beta in double and tf.pow (`V1Adam`).
+- ftrl: the same rule and defaults, written with pow where v1's kernel takes sqrt.
+- rmsprop: v1 starts its mean square at ones, Keras at zeros; epsilon 1e-10 against
+  1e-7 (`V1RMSprop`).
+
+The learning rate is a schedule in both: Keras reads it at `iterations`, v1 at the
+global step, the same step.
+"""
+
+from typing import Any, Callable, Dict, NamedTuple
+
+import tensorflow as tf
+import tf_keras
+
+
+class V1MomentumSGD(tf_keras.optimizers.SGD):
+  """SGD with momentum, updating exactly as tf.compat.v1.train.MomentumOptimizer.
+
+  v1: accum = momentum * accum + grad; var -= lr * accum.
+  Keras SGD: velocity = momentum * velocity - lr * grad; var += velocity.
+  The two agree while the learning rate is constant; under a schedule, v1
+  applies today's rate to the whole accumulator, Keras folds each step's rate
+  into the velocity.
+  """
+
+  def update_step(self, gradient, variable):
+    lr = tf.cast(self.learning_rate, variable.dtype)
+    momentum = tf.cast(self.momentum, variable.dtype)
+    accum = self.momentums[self._index_dict[self._var_key(variable)]]
+    accum.assign(momentum * accum + gradient)
+    variable.assign_sub(lr * accum)
+
+
+class V1Adam(tf_keras.optimizers.Adam):
+  """Adam updating exactly as tf.compat.v1.train.AdamOptimizer (epsilon 1e-8).
+
+  v1 keeps beta1^t and beta2^t as variables, multiplied by beta once a step after the
+  last weight's update, and computes 1 - beta in float32. Keras takes tf.pow of the
+  step and 1 - beta in double: 6e-7 apart after 10 steps even with v1's epsilon.
+  """
+
+  def __init__(self, learning_rate: Any = 0.001, epsilon: float = 1e-8, **kwargs):
+    super().__init__(learning_rate, epsilon=epsilon, **kwargs)
+
+  def build(self, var_list):
+    # tf-keras calls build on every apply_gradients: make the powers once.
+    if getattr(self, "_built", False):
+      return
+    super().build(var_list)
+    self._powers = [self.add_variable((), initializer=tf_keras.initializers.Constant(beta),
+                                      name=name)
+                    for name, beta in (("beta1_power", self.beta_1), ("beta2_power", self.beta_2))]
+    self._last_index = len(var_list) - 1
+
+  def update_step(self, gradient, variable):
+    dtype = variable.dtype
+    lr = tf.cast(self.learning_rate, dtype)
+    beta_1, beta_2 = tf.constant(self.beta_1, dtype), tf.constant(self.beta_2, dtype)
+    beta_1_power, beta_2_power = self._powers
+    index = self._index_dict[self._var_key(variable)]
+    m, v = self._momentums[index], self._velocities[index]
+    alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+    m.assign_add((gradient - m) * (1 - beta_1))
+    v.assign_add((tf.square(gradient) - v) * (1 - beta_2))
+    variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
+    if index == self._last_index:  # Weights update in order: this one is the step's last.
+      beta_1_power.assign(beta_1_power * beta_1)
+      beta_2_power.assign(beta_2_power * beta_2)
+
+
+class V1RMSprop(tf_keras.optimizers.RMSprop):
+  """RMSprop updating as tf.compat.v1.train.RMSPropOptimizer: the mean square starts at
+  ones (Keras: zeros, a first step 3x larger), epsilon 1e-10."""
+
+  def __init__(self, learning_rate: Any = 0.001, epsilon: float = 1e-10, **kwargs):
+    super().__init__(learning_rate, epsilon=epsilon, **kwargs)
+
+  def build(self, var_list):
+    # tf-keras calls build on every apply_gradients: start the mean square once.
+    if getattr(self, "_built", False):
+      return
+    super().build(var_list)
+    for velocity in self._velocities:
+      velocity.assign(tf.ones_like(velocity))
+
+
+class Pair(NamedTuple):
+  """One optimizer, each of its three ways, from a learning rate (or schedule)."""
+  v1: Callable[[Any], tf.compat.v1.train.Optimizer]
+  keras: Callable[[Any], tf_keras.optimizers.Optimizer]
+  stock: Callable[[Any], tf_keras.optimizers.Optimizer]
+
+
+MOMENTUM = 0.9  # This project's default; v1 has none.
+
+OPTIMIZERS: Dict[str, Pair] = {
+    "sgd": Pair(tf.compat.v1.train.GradientDescentOptimizer, tf_keras.optimizers.SGD,
+                tf_keras.optimizers.SGD),
+    "momentum": Pair(lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM),
+                     lambda lr: V1MomentumSGD(lr, momentum=MOMENTUM),
+                     lambda lr: tf_keras.optimizers.SGD(lr, momentum=MOMENTUM)),
+    "adagrad": Pair(tf.compat.v1.train.AdagradOptimizer,
+                    lambda lr: tf_keras.optimizers.Adagrad(lr, initial_accumulator_value=0.1,
+                                                           epsilon=0.0),
+                    tf_keras.optimizers.Adagrad),
+    "adam": Pair(tf.compat.v1.train.AdamOptimizer, V1Adam, tf_keras.optimizers.Adam),
+    "ftrl": Pair(tf.compat.v1.train.FtrlOptimizer, tf_keras.optimizers.Ftrl,
+                 tf_keras.optimizers.Ftrl),
+    "rmsprop": Pair(tf.compat.v1.train.RMSPropOptimizer, V1RMSprop,
+                    tf_keras.optimizers.RMSprop),
+}
