@@ -43,7 +43,7 @@ _TRAIN_STEPS = tool_flags.define_train_steps(
     "figure is meaningful).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_MODEL = trainer_flags.define_model_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.MODEL_FIELDS)
 _TIMEOUT = tool_flags.define_timeout()
 _BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
                               "estimator (each with its evaluator task in a cluster), and "
@@ -76,7 +76,7 @@ def main(argv: Sequence[str]) -> None:
   log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, train_steps // 10))
   config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
                   checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps),
-                  **trainer_flags.model_settings(_MODEL))
+                  **trainer_flags.config_settings(_CONFIG))
   backends = [bench_run.ENTRIES[e][0] for e in entries]
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)

@@ -50,7 +50,7 @@ _TRAIN_STEPS = tool_flags.define_train_steps(300, "Steps of each trial's run.")
 _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups and Estimator "
                                      "checkpoints, in steps: the most a kill can cost.")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_MODEL = trainer_flags.define_model_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _OUT = flags.DEFINE_string("out", None, "Where each trial's model_dir goes (default: a new "
                            "temporary directory).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and victim.")
@@ -77,7 +77,7 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value,
                   backup_every_steps=every, checkpoint_every_steps=every,
                   log_every_steps=max(1, min(5, every)),
-                  **trainer_flags.model_settings(_MODEL))
+                  **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")

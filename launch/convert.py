@@ -6,7 +6,8 @@ r"""Converts a training checkpoint to the other backend, so the run goes on ther
       [--assignment_map=map.json]
   python -m trainers.keras_main --model_dir=KERAS_MODEL_DIR --train_steps=1500  # Resumes.
 
-Carries the newest checkpoint's weights, momentum accumulators and step.
+Carries the newest checkpoint's weights, momentum accumulators and step; a run
+trained with another --optimizer is refused (exit 2).
 --assignment_map is a JSON object of old checkpoint name -> model weight name
 ({"dense_1/kernel": "hidden/kernel"}), or null to drop a variable that is not
 state to carry; any variable left unmapped is an error naming the entry that
@@ -35,7 +36,7 @@ _FROM_KERAS = flags.DEFINE_string("from_keras", None, "The Keras model_dir to co
                                   "newest ckpt-<step>).")
 _TO_ESTIMATOR = flags.DEFINE_string("to_estimator", None, "The new Estimator model_dir to "
                                     "write.")
-_MODEL = trainer_flags.define_model_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.MODEL_FIELDS)
 _ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an object of old "
                                       "checkpoint name -> model weight name, or null to drop it.")
 
@@ -53,10 +54,15 @@ def main(argv: Sequence[str]) -> None:
   from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
   source, target = to_keras if any(to_keras) else to_estimator
   run = convert.estimator_to_keras if any(to_keras) else convert.keras_to_estimator
-  model = trainer_flags.model_settings(_MODEL)
+  model = trainer_flags.config_settings(_CONFIG)
   recorded = run_record.read(source) or {}
-  if "model" in recorded and not any(holder.present for holder in _MODEL):
+  if "model" in recorded and not any(holder.present for holder in _CONFIG.values()):
     model = {"model": recorded["model"], "model_options": recorded.get("model_options", "")}
+  if recorded.get("optimizer", "momentum") != "momentum":
+    print(f"error: {source} was trained with --optimizer={recorded['optimizer']}; launch.convert "
+          "carries only momentum's state so far. Go on training it with its own backend.",
+          file=sys.stderr)
+    sys.exit(2)
   try:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)

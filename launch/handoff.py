@@ -48,7 +48,7 @@ _RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --t
                                      "(--split_at + this) instead.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_MODEL = trainer_flags.define_model_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.MODEL_FIELDS)
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
@@ -105,7 +105,7 @@ def main(argv: Sequence[str]) -> None:
   split_at, train_steps, decay_steps = _steps()
   timeout = tool_flags.timeout(_TIMEOUT)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
-                  **trainer_flags.model_settings(_MODEL))
+                  **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")

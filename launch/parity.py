@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 import tempfile
-from typing import Sequence
+from typing import List, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -31,6 +31,8 @@ from launch.tools import parity  # noqa: E402 -- after quiet_tool_process
 from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
 from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import config as config_lib  # noqa: E402 -- after quiet_tool_process
+from trainers import model_registry  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Local worker counts, each run by both backends.")
@@ -39,7 +41,12 @@ _LONG_STEPS = flags.DEFINE_integer("long_steps", None, "Steps of the long run (d
                                    "epoch of the training split; 0 skips it).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_MODEL = trainer_flags.define_model_flags()
+_MODELS = flags.DEFINE_list("model", [Config.model], "Models to prove, comma-separated: built-in "
+                            "names or package.module:NAME; all: every built-in.")
+_OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to prove each model "
+                                "with, comma-separated; all: " + ", ".join(config_lib.OPTIMIZERS)
+                                + ".")
+_CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS))
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_SEEDS = flags.DEFINE_integer(
@@ -56,6 +63,19 @@ _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}."
                for f in dataclasses.fields(parity.Tolerances)}
 
 
+def _matrix() -> List[Tuple[str, str]]:
+  """The (model, optimizer) pairs --model and --optimizer name; a usage error (exit 2)
+  for an empty list, or --model_options with several models."""
+  models = list(model_registry.BUILT_IN) if _MODELS.value == ["all"] else _MODELS.value
+  optimizers = list(config_lib.OPTIMIZERS) if _OPTIMIZERS.value == ["all"] else _OPTIMIZERS.value
+  if not models or not optimizers:
+    raise app.UsageError("--model and --optimizer each need at least one name.", exitcode=2)
+  if len(models) > 1 and _CONFIG["model_options"].value:
+    raise app.UsageError("--model_options goes with one --model: the options are a model's "
+                         "own.", exitcode=2)
+  return [(m, o) for m in dict.fromkeys(models) for o in dict.fromkeys(optimizers)]
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
@@ -63,33 +83,45 @@ def main(argv: Sequence[str]) -> None:
   workers = tool_flags.worker_counts(_WORKERS)
   train_steps = tool_flags.train_steps(_TRAIN_STEPS)
   timeout = tool_flags.timeout(_TIMEOUT)
-  config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
-                  **trainer_flags.model_settings(_MODEL))
+  configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
+                    **trainer_flags.config_settings(_CONFIG, model=m, optimizer=o))
+             for m, o in _matrix()]
   if _MEASURE_SEEDS.value < 0:
     raise app.UsageError("--measure_seeds must be >= 0.", exitcode=2)
   if _MEASURE_STEPS.value is not None and _MEASURE_STEPS.value < 1:
     raise app.UsageError("--measure_steps must be >= 1.", exitcode=2)
-  trainer_flags.model_settings((_MODEL[0], _MEASURE_OPTIONS))  # Exit 2 if malformed.
-  for n in workers:
-    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
+  for config in configs:
+    trainer_flags.config_settings({}, model=config.model,  # Exit 2 if malformed.
+                                  model_options=_MEASURE_OPTIONS.value)
+    for n in workers:
+      runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
-  passed = True
-  for n in workers:
-    where = out if len(workers) == 1 else os.path.join(out, f"workers-{n}")
-    try:
-      report = parity.run_parity(
-          config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
-          tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
-          measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
-          measure_model_options=_MEASURE_OPTIONS.value,
-          timeout=timeout)
-    except runs.RunError as e:  # A backend run failed: its log is named in the message.
-      sys.exit(f"error: {e}")
-    parity.write_report(report, where)
-    print(parity.format_table(report))
-    print(f"Report: {where}/parity_report.md, parity_report.json, loss_curves.png")
-    passed = passed and report.passed
-  sys.exit(0 if passed else 1)
+  reports = []
+  for config in configs:
+    for n in workers:
+      where = out
+      if len(configs) > 1:
+        where = os.path.join(where, parity.cell_name(config))
+      if len(workers) > 1:
+        where = os.path.join(where, f"workers-{n}")
+      try:
+        report = parity.run_parity(
+            config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
+            tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
+            measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
+            measure_model_options=_MEASURE_OPTIONS.value,
+            timeout=timeout)
+      except runs.RunError as e:  # A backend run failed: its log is named in the message.
+        sys.exit(f"error: {e}")
+      parity.write_report(report, where)
+      print(parity.format_table(report))
+      print(f"Report: {where}/parity_report.md, parity_report.json, loss_curves.png")
+      reports.append(report)
+  if len(reports) > 1:
+    parity.write_matrix(reports, out)
+    print(parity.format_matrix(reports))
+    print(f"Matrix: {out}/parity_matrix.md, parity_matrix.json")
+  sys.exit(0 if all(r.passed for r in reports) else 1)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ _WORKERS = tool_flags.define_workers([1, 2], "Local worker counts to compare at.
 _TRAIN_STEPS = tool_flags.define_train_steps(10, "Training steps of each run.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_MODEL = trainer_flags.define_model_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> None:
   except runs.RunError as e:
     raise app.UsageError(f"--keras_python: {e}", exitcode=2) from e
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
-                  **trainer_flags.model_settings(_MODEL))
+                  **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="version-parity-")

@@ -9,8 +9,18 @@ from trainers.config import Config
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"learning_rate": float("nan")}, "--learning_rate must be positive and finite"),
-    ({"learning_rate": float("inf")}, "--learning_rate must be positive and finite"),
+    ({"learning_rate": float("nan")}, "--learning_rate must be in (0, inf), got nan"),
+    ({"learning_rate": float("inf")}, "--learning_rate must be in (0, inf), got inf"),
+    ({"learning_rate": 0.0}, "--learning_rate must be in (0, inf), got 0.0"),
+    ({"optimizer": "adadelta"}, "--optimizer=adadelta is not one of sgd, momentum"),
+    ({"beta1": 0.8}, "--beta1 is not a setting of --optimizer=momentum, which takes "
+     "--learning_rate, --momentum: leave it out"),
+    ({"optimizer": "adam", "beta2": 1.0}, "--beta2 must be in [0, 1), got 1.0"),
+    ({"optimizer": "ftrl", "learning_rate_power": 0.5}, "--learning_rate_power must be in "
+     "(-inf, 0], got 0.5"),
+    ({"optimizer": "ftrl", "l1": -1.0}, "--l1 must be in [0, inf), got -1.0"),
+    ({"optimizer": "adagrad", "initial_accumulator_value": 0.0},
+     "--initial_accumulator_value must be in (0, inf)"),
     ({"momentum": 1.0}, "--momentum must be in [0, 1)"),
     ({"momentum": float("nan")}, "--momentum must be in [0, 1)"),
     ({"train_steps": 0}, "--train_steps must be positive"),
@@ -34,6 +44,14 @@ def test_auto_steps_per_execution_divides_every_interval():
                 backup_every_steps=6).keras_steps_per_execution() == 2
   assert Config(record_dir="/tmp/r").keras_steps_per_execution() == 1
   assert Config(steps_per_execution=5).keras_steps_per_execution() == 5
+
+
+def test_each_optimizer_reads_its_own_defaults_and_what_is_given():
+  assert Config().hyperparameters() == {"learning_rate": 0.1, "momentum": 0.9}
+  assert Config(optimizer="adam", beta2=0.99).hyperparameters() == {
+      "learning_rate": 0.001, "beta1": 0.9, "beta2": 0.99, "epsilon": 1e-8}
+  assert Config(optimizer="rmsprop").hyperparameters()["momentum"] == 0.0
+  assert Config(optimizer="ftrl", learning_rate=0.5).initial_learning_rate() == 0.5
 
 
 def test_every_field_has_its_help():

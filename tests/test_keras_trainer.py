@@ -1,5 +1,6 @@
 """trainers.keras_trainer in this process: an injected strategy and input_fn, v1 momentum."""
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -46,6 +47,29 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 6]
+
+
+def _scalar_optimizer_variables(model_dir):
+  """The scalars a Keras checkpoint's optimizer keeps in its variables (V1Adam's powers)."""
+  reader = tf.train.load_checkpoint(model_dir)
+  return sorted(float(reader.get_tensor(key)) for key, shape in
+                reader.get_variable_to_shape_map().items()
+                if key.startswith("model/optimizer/_variables/") and shape == [])
+
+
+def test_adams_powers_of_beta_are_checkpointed_and_go_on_after_a_resume(tmp_path):
+  config = dataclasses.replace(CONFIG, optimizer="adam")
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  input_fn = memory_input_fn(config.global_batch_size)
+  loop.train_and_evaluate(keras_trainer.Backend, config, str(tmp_path), strategy=strategy,
+                          input_fn=input_fn)
+  # Each starts at beta and is multiplied by it once a step.
+  np.testing.assert_allclose(_scalar_optimizer_variables(str(tmp_path)),
+                             [0.9 ** 7, 0.999 ** 7], rtol=1e-6)
+  loop.train_and_evaluate(keras_trainer.Backend, dataclasses.replace(config, train_steps=8),
+                          str(tmp_path), strategy=strategy, input_fn=input_fn)
+  np.testing.assert_allclose(_scalar_optimizer_variables(str(tmp_path)),
+                             [0.9 ** 9, 0.999 ** 9], rtol=1e-6)
 
 
 class _Crash(tf_keras.callbacks.Callback):

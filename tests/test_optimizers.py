@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from trainers import config as config_lib
 from trainers import optimizers
 
 STEPS, RATE, DECAY_STEPS = 10, 0.05, 20
@@ -20,9 +21,22 @@ GRADIENTS = [_RNG.normal(scale=s, size=(200,)).astype(np.float32)
              for s in np.geomspace(1.0, 1e-4, STEPS)]
 # How far the stock tf_keras optimizer lands, at least, where it differs.
 STOCK_APART = {"momentum": 1e-4, "adam": 1e-5, "rmsprop": 0.1}
+# Hyperparameters other than the defaults, each of which the matched optimizer must follow.
+OTHER_SETTINGS = {"sgd": {}, "momentum": {"momentum": 0.5},
+                  "adagrad": {"initial_accumulator_value": 0.3},
+                  "adam": {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-3},
+                  "ftrl": {"learning_rate_power": -0.7, "initial_accumulator_value": 0.2,
+                           "l1": 0.001, "l2": 0.01},
+                  "rmsprop": {"rho": 0.8, "momentum": 0.5, "epsilon": 1e-4}}
 
 
-def _v1(make) -> np.ndarray:
+def hyperparameters(name, changes=None):
+  """The optimizer's hyperparameters but the learning rate: its defaults, then `changes`."""
+  defaults = {k: v for k, v in config_lib.OPTIMIZERS[name].items() if k != "learning_rate"}
+  return {**defaults, **(changes or {})}
+
+
+def v1_steps(make) -> np.ndarray:
   with tf.Graph().as_default():
     variable = tf.compat.v1.get_variable("w", initializer=INITIAL, use_resource=True)
     step = tf.compat.v1.train.get_or_create_global_step()
@@ -44,18 +58,32 @@ def _keras(make) -> np.ndarray:
   return variable.numpy()
 
 
+def test_every_optimizer_has_its_three_ways_and_its_defaults():
+  assert sorted(optimizers.OPTIMIZERS) == sorted(config_lib.OPTIMIZERS)
+
+
 @pytest.mark.parametrize("name", sorted(optimizers.OPTIMIZERS))
 def test_the_matched_keras_optimizer_steps_as_v1_and_the_stock_one_where_it_must_not(name):
-  pair = optimizers.OPTIMIZERS[name]
-  want = _v1(pair.v1)
+  pair, settings = optimizers.OPTIMIZERS[name], hyperparameters(name)
+  want = v1_steps(lambda rate: pair.v1(rate, **settings))
   assert np.max(np.abs(want - INITIAL)) > 0.05  # It trained.
-  matched = np.max(np.abs(_keras(pair.keras) - want))
+  matched = np.max(np.abs(_keras(lambda rate: pair.keras(rate, **settings)) - want))
   assert matched <= 1e-6, matched
-  stock = np.max(np.abs(_keras(pair.stock) - want))
+  stock = np.max(np.abs(_keras(lambda rate: pair.stock(rate, **settings)) - want))
   if name in STOCK_APART:
     assert stock >= STOCK_APART[name], stock
   else:
     assert stock <= 1e-6, stock
+
+
+@pytest.mark.parametrize("name", sorted(n for n in OTHER_SETTINGS if OTHER_SETTINGS[n]))
+def test_the_matched_optimizer_follows_every_hyperparameter(name):
+  pair, settings = optimizers.OPTIMIZERS[name], hyperparameters(name, OTHER_SETTINGS[name])
+  want = v1_steps(lambda rate: pair.v1(rate, **settings))
+  defaults = v1_steps(lambda rate: pair.v1(rate, **hyperparameters(name)))
+  assert np.max(np.abs(want - defaults)) > 1e-4  # The settings change the steps.
+  matched = np.max(np.abs(_keras(lambda rate: pair.keras(rate, **settings)) - want))
+  assert matched <= 1e-6, matched
 
 
 def test_v1_adam_keeps_its_powers_across_steps_and_in_its_variables():

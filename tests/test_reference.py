@@ -1,4 +1,5 @@
-"""launch.tools.reference: the hand-written v1 momentum + cosine loop, checked by hand."""
+"""launch.tools.reference: the hand-written loop, checked by hand, and each written-out
+update rule against its tf.compat.v1.train optimizer."""
 
 import math
 
@@ -7,7 +8,9 @@ import pytest
 import tensorflow as tf
 
 from launch.tools import reference
+from tests import test_optimizers
 from tests.conftest import memory_input_fn
+from trainers import optimizers
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -45,3 +48,19 @@ def test_two_workers_step_on_their_concatenated_batches_with_v1_momentum(any_bat
   np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
   for n in weights:
     np.testing.assert_allclose(got[n], weights[n], atol=1e-6, err_msg=n)
+
+
+@pytest.mark.parametrize("name", sorted(reference.UPDATES))
+def test_each_written_out_rule_steps_as_its_v1_optimizer(name):
+  settings = test_optimizers.hyperparameters(name, test_optimizers.OTHER_SETTINGS[name])
+  pair = optimizers.OPTIMIZERS[name]
+  want = test_optimizers.v1_steps(lambda rate: pair.v1(rate, **settings))
+  update = reference.UPDATES[name]
+  variable = tf.Variable(test_optimizers.INITIAL)
+  slots = [tf.Variable(s) for s in update.slots(variable, settings)]
+  config = Config(train_steps=test_optimizers.STEPS, decay_steps=test_optimizers.DECAY_STEPS,
+                  learning_rate=test_optimizers.RATE)
+  for step, gradient in enumerate(test_optimizers.GRADIENTS):
+    rate = tf.constant(reference.v1_cosine_rate(config, step), tf.float32)
+    update.apply(variable, tf.constant(gradient), slots, rate, settings)
+  np.testing.assert_allclose(variable.numpy(), want, atol=1e-6)

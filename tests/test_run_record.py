@@ -99,3 +99,34 @@ def test_only_the_settings_a_record_holds_are_compared(tmp_path):
   run_record.write(str(tmp_path), record)
   assert _start(tmp_path, workers=4) == []
   assert run_record.read(str(tmp_path))["workers"] == 4
+
+
+def test_giving_an_optimizers_default_is_no_change(tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  assert _start(tmp_path, dataclasses.replace(CONFIG, learning_rate=0.1, momentum=0.9)) == []
+
+
+def test_an_adam_hyperparameter_change_is_refused_then_allowed(tmp_path):
+  adam = dataclasses.replace(CONFIG, optimizer="adam")
+  _start(tmp_path, adam, has_checkpoint=False)
+  with pytest.raises(run_record.ConfigChangeError, match="--beta2: 0.999 in the run, 0.99 now"):
+    _start(tmp_path, dataclasses.replace(adam, beta2=0.99))
+  assert _start(tmp_path, dataclasses.replace(adam, beta2=0.99), allow_change=True) == [
+      "--beta2: 0.999 in the run, 0.99 now"]
+
+
+def test_another_optimizer_is_refused_even_when_changes_are_allowed(tmp_path):
+  _start(tmp_path, has_checkpoint=False)
+  before = (tmp_path / run_record.RECORD_FILE).read_bytes()
+  with pytest.raises(run_record.ConfigChangeError,
+                     match="trained with --optimizer=momentum, .* asks for --optimizer=adam"):
+    _start(tmp_path, dataclasses.replace(CONFIG, optimizer="adam"), allow_change=True)
+  assert (tmp_path / run_record.RECORD_FILE).read_bytes() == before
+
+
+def test_a_record_from_before_optimizers_were_chosen_resumes_as_momentum(tmp_path):
+  old = {k: v for k, v in run_record.settings("keras", CONFIG, 2).items() if k != "optimizer"}
+  run_record.write(str(tmp_path), old)
+  assert _start(tmp_path) == []
+  with pytest.raises(run_record.ConfigChangeError, match="--optimizer=momentum"):
+    _start(tmp_path, dataclasses.replace(CONFIG, optimizer="sgd"))

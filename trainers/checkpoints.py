@@ -28,6 +28,11 @@ KERAS_PREFIX = "ckpt"  # Keras: ckpt-<step>.
 ESTIMATOR_PREFIX = "model.ckpt"  # The Estimator: model.ckpt-<step>.
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # Only object-based checkpoints have it.
 ESTIMATOR_STEP_KEY = "global_step"
+# What a tf.compat.v1.train optimizer adds to an Estimator checkpoint: slots named
+# `<variable>/<its name>` (a second slot gets `_1`), and Adam's two powers of beta.
+V1_SLOT_SUFFIXES = ("/Momentum", "/Adagrad", "/Adam", "/Adam_1", "/Ftrl", "/Ftrl_1", "/RMSProp",
+                    "/RMSProp_1")
+V1_OPTIMIZER_VARIABLES = ("beta1_power", "beta2_power")
 KERAS = "keras"
 ESTIMATOR = "estimator"
 

@@ -2,11 +2,33 @@
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Dict, Optional
 
 from trainers import model_registry
 
 AUTO_STEPS_PER_EXECUTION_MAX = 10
+
+# Each optimizer's hyperparameters (the Config fields it reads) and their defaults: the
+# tf.compat.v1.train optimizer's own, and, where v1 has none (the learning rate, the
+# momentum), the value that trains the built-in models (docs/training.md).
+OPTIMIZERS = {
+    "sgd": {"learning_rate": 0.1},
+    "momentum": {"learning_rate": 0.1, "momentum": 0.9},
+    "adagrad": {"learning_rate": 0.1, "initial_accumulator_value": 0.1},
+    "adam": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+    "ftrl": {"learning_rate": 0.1, "learning_rate_power": -0.5, "initial_accumulator_value": 0.1,
+             "l1": 0.0, "l2": 0.0},
+    "rmsprop": {"learning_rate": 0.001, "rho": 0.9, "momentum": 0.0, "epsilon": 1e-10},
+}
+HYPERPARAMETERS = ("learning_rate", "momentum", "initial_accumulator_value", "beta1", "beta2",
+                   "epsilon", "rho", "learning_rate_power", "l1", "l2")
+# The range each must lie in: (low, high, low is allowed, high is allowed).
+_RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True, False),
+           "initial_accumulator_value": (0, math.inf, False, False),
+           "beta1": (0, 1, True, False), "beta2": (0, 1, True, False),
+           "epsilon": (0, math.inf, True, False), "rho": (0, 1, True, False),
+           "learning_rate_power": (-math.inf, 0, False, True), "l1": (0, math.inf, True, False),
+           "l2": (0, math.inf, True, False)}
 
 
 def _field(default, help_text: str):
@@ -32,9 +54,29 @@ class Config:
   train_steps: int = _field(1500, "Optimizer steps; each consumes one global batch.")
   global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
                                   "divisible by the workers (96 divides 1 to 4).")
-  learning_rate: float = _field(0.1, "Initial SGD learning rate, cosine-decayed to 0 over "
-                                "--decay_steps (default: --train_steps).")
-  momentum: float = _field(0.9, "SGD momentum.")
+  optimizer: str = _field("momentum", "The tf.compat.v1.train optimizer the Estimator trains "
+                          "with, and its Keras twin: " + ", ".join(OPTIMIZERS) + " "
+                          "(docs/MIGRATION.md, item 2).")
+  learning_rate: Optional[float] = _field(None, "Initial learning rate, cosine-decayed to 0 "
+                                          "over --decay_steps (default: --train_steps). "
+                                          "Default: 0.1 for sgd, momentum, adagrad and ftrl; "
+                                          "0.001 for adam and rmsprop.")
+  momentum: Optional[float] = _field(None, "momentum (default 0.9) and rmsprop (default 0): "
+                                     "the momentum.")
+  initial_accumulator_value: Optional[float] = _field(None, "adagrad and ftrl: the starting "
+                                                      "value of the squared-gradient sums "
+                                                      "(default 0.1).")
+  beta1: Optional[float] = _field(None, "adam: the decay of the gradient mean (default 0.9).")
+  beta2: Optional[float] = _field(None, "adam: the decay of the squared-gradient mean "
+                                  "(default 0.999).")
+  epsilon: Optional[float] = _field(None, "adam (default 1e-8) and rmsprop (default 1e-10): "
+                                    "added to the denominator, as in tf.compat.v1.train.")
+  rho: Optional[float] = _field(None, "rmsprop: the decay of the squared-gradient mean (v1's "
+                                "decay; default 0.9).")
+  learning_rate_power: Optional[float] = _field(None, "ftrl: how the rate falls with the "
+                                                "squared-gradient sum (<= 0; default -0.5).")
+  l1: Optional[float] = _field(None, "ftrl: the L1 regularization strength (default 0).")
+  l2: Optional[float] = _field(None, "ftrl: the L2 regularization strength (default 0).")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
@@ -63,6 +105,33 @@ class Config:
                                     "backup intervals must be multiples of it. 0: the largest "
                                     "that fits, up to 10 (1 with --record_dir).")
 
+  def hyperparameters(self) -> Dict[str, float]:
+    """The optimizer's hyperparameters, each as given or its default (`OPTIMIZERS`)."""
+    return {name: default if getattr(self, name) is None else getattr(self, name)
+            for name, default in OPTIMIZERS[self.optimizer].items()}
+
+  def validate_optimizer(self) -> None:
+    """Raises ValueError naming the fix for an unknown --optimizer, a hyperparameter it
+    does not read, or one out of its range."""
+    if self.optimizer not in OPTIMIZERS:
+      raise ValueError(f"--optimizer={self.optimizer} is not one of {', '.join(OPTIMIZERS)}.")
+    takes = OPTIMIZERS[self.optimizer]
+    for name in HYPERPARAMETERS:
+      if getattr(self, name) is not None and name not in takes:
+        raise ValueError(f"--{name} is not a setting of --optimizer={self.optimizer}, which "
+                         f"takes {', '.join('--' + n for n in takes)}: leave it out.")
+    for name, value in self.hyperparameters().items():
+      low, high, with_low, with_high = _RANGES[name]
+      inside = (low < value or with_low and value == low) and (
+          value < high or with_high and value == high)
+      if math.isnan(value) or not inside:
+        raise ValueError(f"--{name} must be in {'[' if with_low else '('}{low}, {high}"
+                         f"{']' if with_high else ')'}, got {value}.")
+
+  def initial_learning_rate(self) -> float:
+    """The rate the cosine schedule starts from: --learning_rate or the optimizer's."""
+    return self.hyperparameters()["learning_rate"]
+
   def schedule_steps(self) -> int:
     """The learning-rate schedule's length: decay_steps, or train_steps when 0."""
     return self.decay_steps or self.train_steps
@@ -87,10 +156,7 @@ class Config:
                  "checkpoint_every_steps", "backup_every_steps"):
       if getattr(self, name) <= 0:
         raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
-    if not math.isfinite(self.learning_rate) or self.learning_rate <= 0:
-      raise ValueError(f"--learning_rate must be positive and finite, got {self.learning_rate}.")
-    if not 0 <= self.momentum < 1:
-      raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}.")
+    self.validate_optimizer()
     if self.decay_steps < 0:
       raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
     if self.steps_per_execution < 0:

@@ -22,6 +22,7 @@ from trainers import failures
 from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import optimizers
 from trainers import progress as progress_lib
 from trainers.config import Config
 
@@ -91,8 +92,8 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
     loss = model_lib.v1_loss(config, labels, logits)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.cosine_decay(
-        config.learning_rate, global_step, config.schedule_steps())
-    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
+        config.initial_learning_rate(), global_step, config.schedule_steps())
+    optimizer = optimizers.v1_optimizer(config, learning_rate)
     # The graph's, which are the model's: a Keras model built in a graph does not track
     # what tf.compat.v1.layers create in it (for Keras layers the lists are equal).
     trainable = tf.compat.v1.trainable_variables()

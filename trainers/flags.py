@@ -6,13 +6,15 @@ in `Config`'s field metadata. `help_table()` renders the same texts for docs/tra
 
 import dataclasses
 import sys
-from typing import Dict, List, Tuple
+import typing
+from typing import Any, Dict, List, Sequence, Tuple
 
 from absl import app
 from absl import flags
 
 from trainers import model_registry
 from trainers import runner
+from trainers import config as config_lib
 from trainers.config import Config
 
 FLAGS = flags.FLAGS
@@ -49,7 +51,11 @@ _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout"
           "timeout": float, "task_log_dir": str, "mnist_idx_dir": str,
           "evaluator": bool, "allow_config_change": bool,
           "startup_timeout": float}
-ModelFlags = Tuple[flags.FlagHolder, flags.FlagHolder]
+ConfigFlags = Dict[str, flags.FlagHolder]
+# The Config fields that name the model, and the optimizer with its hyperparameters.
+MODEL_FIELDS = ("model", "model_options")
+OPTIMIZER_FIELDS = ("optimizer", *config_lib.HYPERPARAMETERS)
+TRAINING_FIELDS = MODEL_FIELDS + OPTIMIZER_FIELDS
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 
@@ -58,7 +64,8 @@ def _all_flags() -> List[Tuple[str, type, object, str]]:
   """(name, type, default, help) of every trainer flag, run flags first."""
   rows = [(name, _TYPES[name], default, text) for name, default, text in RUN_FLAGS]
   for field in dataclasses.fields(Config):
-    kind = field.type if field.type in (int, float, bool) else str  # Optional[str] too.
+    kind = next(t for t in (int, float, bool, str)  # Optional[float] is a float flag.
+                if field.type is t or t in typing.get_args(field.type))
     rows.append((field.name, kind, field.default, field.metadata["help"]))
   return rows
 
@@ -119,20 +126,28 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
   )
 
 
-def define_model_flags(flag_values: flags.FlagValues = flags.FLAGS) -> ModelFlags:
-  """--model and --model_options alone, for the tools: the trainer binaries' flags."""
-  helps = {f.name: f.metadata["help"] for f in dataclasses.fields(Config)}
-  return tuple(flags.DEFINE_string(name, getattr(Config, name), helps[name],
-                                   flag_values=flag_values)
-               for name in ("model", "model_options"))
+def define_config_flags(names: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS
+                        ) -> ConfigFlags:
+  """The trainer binaries' flags of these Config fields alone, for the tools
+  (`MODEL_FIELDS`, `OPTIMIZER_FIELDS`)."""
+  rows = {name: (kind, default, text) for name, kind, default, text in _all_flags()}
+  return {name: _DEFINE[rows[name][0]](name, rows[name][1], rows[name][2],
+                                       flag_values=flag_values)
+          for name in names}
 
 
-def model_settings(holders: ModelFlags) -> Dict[str, str]:
-  """--model and --model_options as Config fields; a usage error (exit 2) naming the fix
-  when they name no model (checked without importing it)."""
-  model, options = (holder.value for holder in holders)
+def config_settings(holders: ConfigFlags, **values: Any) -> Dict[str, Any]:
+  """The flags (with `values` in place of some) as Config fields; a usage error (exit 2)
+  naming the fix when they name no model (checked without importing it), or an
+  optimizer setting that does not fit."""
+  settings = {name: holder.value for name, holder in holders.items()}
+  settings.update(values)
+  config = Config(**settings)
   try:
-    model_registry.check(model, options)
-  except model_registry.SpecError as e:
+    if "model" in settings:
+      model_registry.check(config.model, config.model_options)
+    if "optimizer" in settings:
+      config.validate_optimizer()
+  except ValueError as e:  # SpecError too.
     raise app.UsageError(str(e), exitcode=2) from None
-  return {"model": model, "model_options": options}
+  return settings

@@ -25,12 +25,13 @@ from trainers.config import Config
 
 def learning_rate_schedule(config: Config) -> tf_keras.optimizers.schedules.LearningRateSchedule:
   """The twin of the Estimator's v1 cosine_decay: the rate at `optimizer.iterations`."""
-  return tf_keras.optimizers.schedules.CosineDecay(config.learning_rate, config.schedule_steps())
+  return tf_keras.optimizers.schedules.CosineDecay(config.initial_learning_rate(),
+                                                   config.schedule_steps())
 
 
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
-  """The Keras twin of the Estimator's MomentumOptimizer with cosine_decay."""
-  return optimizers.V1MomentumSGD(learning_rate_schedule(config), momentum=config.momentum)
+  """The Keras twin of the Estimator's v1 optimizer with cosine_decay."""
+  return optimizers.keras_optimizer(config, learning_rate_schedule(config))
 
 
 class SpecLoss(tf_keras.losses.Loss):

@@ -80,6 +80,9 @@ class ModelSpec:
       (the gradient is then the sum's: as `tf.compat.v1.losses.Reduction.SUM` does
       under a strategy, and a Keras loss with `reduction="sum"`). Evaluation always
       reports the mean.
+    deterministic_options: the options that take chance out of training (every
+      dropout rate at 0), which launch.parity trains with: its reference cannot draw
+      a backend's random masks.
   """
 
   name: str
@@ -88,6 +91,7 @@ class ModelSpec:
   serving_outputs: Callable[[tf.Tensor], Dict[str, tf.Tensor]] = classification_outputs
   loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = sparse_softmax_cross_entropy
   loss_reduction: str = MEAN
+  deterministic_options: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.loss_reduction not in REDUCTIONS:

@@ -28,6 +28,8 @@ from typing import Any, Callable, Dict, NamedTuple
 import tensorflow as tf
 import tf_keras
 
+from trainers.config import Config
+
 
 class V1MomentumSGD(tf_keras.optimizers.SGD):
   """SGD with momentum, updating exactly as tf.compat.v1.train.MomentumOptimizer.
@@ -101,27 +103,55 @@ class V1RMSprop(tf_keras.optimizers.RMSprop):
 
 
 class Pair(NamedTuple):
-  """One optimizer, each of its three ways, from a learning rate (or schedule)."""
-  v1: Callable[[Any], tf.compat.v1.train.Optimizer]
-  keras: Callable[[Any], tf_keras.optimizers.Optimizer]
-  stock: Callable[[Any], tf_keras.optimizers.Optimizer]
+  """One optimizer, each of its three ways, from a learning rate (or schedule) and the
+  optimizer's hyperparameters as keywords named as Config's fields."""
+  v1: Callable[..., tf.compat.v1.train.Optimizer]
+  keras: Callable[..., tf_keras.optimizers.Optimizer]
+  stock: Callable[..., tf_keras.optimizers.Optimizer]
 
-
-MOMENTUM = 0.9  # This project's default; v1 has none.
 
 OPTIMIZERS: Dict[str, Pair] = {
     "sgd": Pair(tf.compat.v1.train.GradientDescentOptimizer, tf_keras.optimizers.SGD,
                 tf_keras.optimizers.SGD),
-    "momentum": Pair(lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, MOMENTUM),
-                     lambda lr: V1MomentumSGD(lr, momentum=MOMENTUM),
-                     lambda lr: tf_keras.optimizers.SGD(lr, momentum=MOMENTUM)),
+    "momentum": Pair(tf.compat.v1.train.MomentumOptimizer, V1MomentumSGD,
+                     tf_keras.optimizers.SGD),
     "adagrad": Pair(tf.compat.v1.train.AdagradOptimizer,
-                    lambda lr: tf_keras.optimizers.Adagrad(lr, initial_accumulator_value=0.1,
-                                                           epsilon=0.0),
+                    lambda lr, **kw: tf_keras.optimizers.Adagrad(lr, epsilon=0.0, **kw),
                     tf_keras.optimizers.Adagrad),
-    "adam": Pair(tf.compat.v1.train.AdamOptimizer, V1Adam, tf_keras.optimizers.Adam),
-    "ftrl": Pair(tf.compat.v1.train.FtrlOptimizer, tf_keras.optimizers.Ftrl,
-                 tf_keras.optimizers.Ftrl),
-    "rmsprop": Pair(tf.compat.v1.train.RMSPropOptimizer, V1RMSprop,
-                    tf_keras.optimizers.RMSprop),
+    "adam": Pair(lambda lr, beta1, beta2, epsilon: tf.compat.v1.train.AdamOptimizer(
+                     lr, beta1, beta2, epsilon),
+                 lambda lr, beta1, beta2, epsilon: V1Adam(lr, beta_1=beta1, beta_2=beta2,
+                                                          epsilon=epsilon),
+                 # Keras's own epsilon: what a team gets by swapping the name.
+                 lambda lr, beta1, beta2, epsilon: tf_keras.optimizers.Adam(
+                     lr, beta_1=beta1, beta_2=beta2)),
+    "ftrl": Pair(lambda lr, l1, l2, **kw: tf.compat.v1.train.FtrlOptimizer(
+                     lr, l1_regularization_strength=l1, l2_regularization_strength=l2, **kw),
+                 lambda lr, l1, l2, **kw: tf_keras.optimizers.Ftrl(
+                     lr, l1_regularization_strength=l1, l2_regularization_strength=l2, **kw),
+                 lambda lr, l1, l2, **kw: tf_keras.optimizers.Ftrl(
+                     lr, l1_regularization_strength=l1, l2_regularization_strength=l2, **kw)),
+    "rmsprop": Pair(lambda lr, rho, momentum, epsilon: tf.compat.v1.train.RMSPropOptimizer(
+                        lr, decay=rho, momentum=momentum, epsilon=epsilon),
+                    lambda lr, rho, momentum, epsilon: V1RMSprop(
+                        lr, rho=rho, momentum=momentum, epsilon=epsilon),
+                    lambda lr, rho, momentum, epsilon: tf_keras.optimizers.RMSprop(
+                        lr, rho=rho, momentum=momentum)),
 }
+
+
+def _others(config: Config) -> Dict[str, float]:
+  """The optimizer's hyperparameters but the learning rate (a schedule's, given apart)."""
+  return {k: v for k, v in config.hyperparameters().items() if k != "learning_rate"}
+
+
+def v1_optimizer(config: Config, learning_rate: Any) -> tf.compat.v1.train.Optimizer:
+  """`config.optimizer` as tf.compat.v1.train makes it (the Estimator's), at `learning_rate`
+  (a tensor: the schedule's rate at the global step)."""
+  return OPTIMIZERS[config.optimizer].v1(learning_rate, **_others(config))
+
+
+def keras_optimizer(config: Config, learning_rate: Any) -> tf_keras.optimizers.Optimizer:
+  """The tf_keras optimizer that updates as `v1_optimizer(config, ...)` does, at
+  `learning_rate` (a schedule, read at its `iterations`)."""
+  return OPTIMIZERS[config.optimizer].keras(learning_rate, **_others(config))

@@ -9,10 +9,12 @@ settings with that record:
   `--decay_steps=0` the schedule follows it, so the learning rates change from
   the step reached on: that is said, not refused.
 - The worker count may change while the global batch stays: it is recorded.
-- Anything else (backend, model and its options, batch, learning rate, momentum,
-  seed, the schedule's length) is refused with exit 2 listing each difference, unless
-  `--allow_config_change` is given: then the change is recorded in
-  `progress.jsonl` and the record updated.
+- The optimizer may not change: the checkpoint holds its state, which another
+  optimizer has no place for.
+- Anything else (backend, model and its options, batch, the optimizer's
+  hyperparameters, seed, the schedule's length) is refused with exit 2 listing each
+  difference, unless `--allow_config_change` is given: then the change is recorded
+  in `progress.jsonl` and the record updated.
 
 A model_dir with no checkpoint has nothing to resume: its record is rewritten.
 The writer calls `changes` with every other check, before it writes anything,
@@ -24,15 +26,16 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
+from trainers import config as config_lib
 from trainers.config import Config
 
 RECORD_FILE = "run.json"
 # The settings compared, with the flag that sets each ("schedule" is the
 # learning-rate schedule's length: --decay_steps, or --train_steps when 0).
 _FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--model_options",
-          "global_batch_size": "--global_batch_size",
-          "learning_rate": "--learning_rate", "momentum": "--momentum", "seed": "--seed",
-          "schedule": "--decay_steps"}
+          "global_batch_size": "--global_batch_size", "optimizer": "--optimizer",
+          **{name: f"--{name}" for name in config_lib.HYPERPARAMETERS},
+          "seed": "--seed", "schedule": "--decay_steps"}
 
 
 class ConfigChangeError(ValueError):
@@ -43,9 +46,8 @@ def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   """The record of a run of `backend` with `config` on `workers` workers."""
   return {"backend": backend, "workers": workers, "model": config.model,
           "model_options": config.model_options, "global_batch_size": config.global_batch_size,
-          "learning_rate": config.learning_rate, "momentum": config.momentum,
-          "seed": config.seed, "schedule": config.schedule_steps(),
-          "train_steps": config.train_steps}
+          "optimizer": config.optimizer, **config.hyperparameters(), "seed": config.seed,
+          "schedule": config.schedule_steps(), "train_steps": config.train_steps}
 
 
 def read(model_dir: str) -> Optional[Dict[str, Any]]:
@@ -70,11 +72,11 @@ def _refused(recorded: Dict[str, Any], current: Dict[str, Any], config: Config) 
   """The differences that need --allow_config_change, one line each."""
   lines = []
   for key, flag in _FLAGS.items():
-    if key not in recorded or recorded[key] == current[key]:
+    if key not in recorded or recorded[key] == current.get(key):
       continue
     if key == "schedule" and not config.decay_steps:
       continue  # Follows --train_steps, which may change; said by `changes`.
-    lines.append(f"{flag}: {recorded[key]} in the run, {current[key]} now")
+    lines.append(f"{flag}: {recorded[key]} in the run, {current.get(key, 'not read')} now")
   return lines
 
 
@@ -99,6 +101,13 @@ def changes(model_dir: str, current: Dict[str, Any], config: Config, *,
   if recorded is None:
     return []
   refused = _refused(recorded, current, config)
+  # A record without one is older than --optimizer: its run trained with momentum.
+  if recorded.get("optimizer", "momentum") != current["optimizer"]:
+    raise ConfigChangeError(
+        f"--model_dir={model_dir} holds a run trained with --optimizer="
+        f"{recorded.get('optimizer', 'momentum')}, whose state its checkpoint holds; this "
+        f"start asks for --optimizer={current['optimizer']}. Give that --optimizer to resume "
+        f"it, or choose another --model_dir.")
   if refused and not allow_change:
     raise ConfigChangeError(
         f"--model_dir={model_dir} holds a run trained with other settings "

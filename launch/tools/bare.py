@@ -94,9 +94,9 @@ class _Step:
 
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
     done = tf.minimum(tf.cast(self._step, tf.float32) / self._config.schedule_steps(), 1.0)
-    rate = self._config.learning_rate * 0.5 * (1.0 + tf.cos(math.pi * done))
+    rate = self._config.initial_learning_rate() * 0.5 * (1.0 + tf.cos(math.pi * done))
     for variable, accumulator, gradient in zip(self.variables, self._accumulators, gradients):
-      accumulator.assign(self._config.momentum * accumulator + gradient)
+      accumulator.assign(self._config.hyperparameters()["momentum"] * accumulator + gradient)
       variable.assign_sub(rate * accumulator)
     self._step.assign_add(1)
 
@@ -286,12 +286,13 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     loss = model_lib.v1_loss(config, labels, model(images, training=True))
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    rate = tf.compat.v1.train.cosine_decay(config.learning_rate, global_step,
+    rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(), global_step,
                                            config.schedule_steps())
     # As the Estimator's model_fn: the graph's trainable variables, and the layers'
     # updates (BatchNorm's moving statistics) run with the train op.
     with tf.control_dependencies(model.get_updates_for(images)):
-      train_op = tf.compat.v1.train.MomentumOptimizer(rate, config.momentum).minimize(
+      optimizer = tf.compat.v1.train.MomentumOptimizer(rate, config.hyperparameters()["momentum"])
+      train_op = optimizer.minimize(
           loss, global_step=global_step, var_list=tf.compat.v1.trainable_variables())
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())

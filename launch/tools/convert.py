@@ -105,7 +105,9 @@ def _fmt_shape(shape: Sequence[int]) -> str:
 
 
 def _slot_base(name: str) -> Optional[str]:
-  return name[:-len(MOMENTUM_SUFFIX)] if name.endswith(MOMENTUM_SUFFIX) else None
+  """The variable whose v1 optimizer slot `name` is, or None."""
+  suffix = next((s for s in checkpoints.V1_SLOT_SUFFIXES if name.endswith(s)), None)
+  return name[:-len(suffix)] if suffix else None
 
 
 def _check_map(assignment_map: AssignmentMap, weights: Mapping[str, Tuple[int, ...]]) -> None:
@@ -162,6 +164,8 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
       entries.append(Entry(name, shape, IGNORED, None, "dropped by --assignment_map (null)"))
     elif name == STEP_VARIABLE:
       entries.append(Entry(name, shape, STEP, None))
+    elif name in checkpoints.V1_OPTIMIZER_VARIABLES:
+      entries.append(Entry(name, shape, IGNORED, None, "Adam's state, not carried yet"))
     elif base is not None and base in shapes:
       weight = weight_of(base)
       if weight:

@@ -106,8 +106,8 @@ def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, flo
     return int(step.numpy()), float(keras_trainer.learning_rate_schedule(config)(step))
   step = int(tf.train.load_checkpoint(path).get_tensor("global_step"))
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-    rate = tf.compat.v1.train.cosine_decay(config.learning_rate, tf.constant(step, tf.int64),
-                                           config.schedule_steps())
+    rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(),
+                                           tf.constant(step, tf.int64), config.schedule_steps())
     return step, float(session.run(rate))
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -23,6 +24,7 @@ from trainers import evaluation
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import model_registry
 from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
@@ -51,6 +53,8 @@ class Report:
   # Reported, not checked: each measured run's test accuracy ("seed 2, keras").
   measured: Dict[str, float] = dataclasses.field(default_factory=dict)
   reference_floor: float = 0.0  # reference_floor's measure.
+  model: str = ""
+  optimizer: str = ""
 
   @property
   def passed(self) -> bool:
@@ -117,7 +121,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     The report; `report.passed` only if every check passed.
   """
   backend_flags = backend_flags or {}
-  config = harness.prepare(config, out_dir)
+  config = harness.prepare(deterministic(config), out_dir)
   epoch = mnist.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
   trainer_runs = harness.Runs(config, out_dir, timeout)
@@ -137,7 +141,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   for backend in BACKENDS:
     weights[backend] = harness.backend_weights(backend, summaries[backend], config)
     losses[f"short/{backend}"] = trainer_runs.losses(f"short/{backend}")
-  floor = reference_floor(short, workers, ref_weights)
+  floor = reference_floor(short, workers, ref_weights, out_dir)
   checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
                               tolerances)
   # The progress records (what users see as "loss" in each backend's progress
@@ -176,7 +180,17 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
         init_weights=None, model_options=measure_model_options, record=False).items():
       measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
-                measured=measured, reference_floor=floor)
+                measured=measured, reference_floor=floor, model=config.model,
+                optimizer=config.optimizer)
+
+
+def deterministic(config: Config) -> Config:
+  """`config` with its model's `deterministic_options` where --model_options sets none."""
+  model_spec = model_lib.spec(config)
+  given = model_registry.parse_options(config.model_options, model_spec.options, model_spec.name)
+  options = {**model_spec.deterministic_options, **given}
+  return dataclasses.replace(config, model_options=",".join(f"{k}={v}"
+                                                            for k, v in options.items()))
 
 
 def compare_short_runs(weights: Dict[str, model_lib.Weights], losses: Dict[str, List[float]],
@@ -192,18 +206,27 @@ def compare_short_runs(weights: Dict[str, model_lib.Weights], losses: Dict[str, 
           and limit > tolerances.weight_atol else c for c in checks]
 
 
-def reference_floor(config: Config, workers: int, weights: model_lib.Weights) -> float:
-  """How far the reference (`weights`) ends from itself compiled for any batch size.
+def reference_floor(config: Config, workers: int, weights: model_lib.Weights,
+                    out_dir: str) -> float:
+  """How far the reference (`weights`) ends from itself rounded otherwise, at most: once
+  compiled for any batch size, once started one float32 step (ulp) up from every
+  initial weight (written to `out_dir`).
 
-  Both compilations are right; they order float32 sums otherwise. After a few steps of
-  a model that normalizes small batches (BatchNorm at 2 workers), that rounding grows
-  past 1e-6, so neither backend, compiled otherwise again, can be held closer to the
-  reference than a few times this. Keras and the Estimator run the same kernels, so
-  they are still held to weight_atol.
+  Both are right to rounding. After a few steps of a model that normalizes small batches
+  (BatchNorm at 2 workers), or of an optimizer that normalizes its steps (Adagrad at
+  rate 0.1), that rounding grows past 1e-6, so neither backend, compiled otherwise
+  again, can be held closer to the reference than a few times this. Keras and the
+  Estimator run the same kernels, so they are still held to weight_atol.
   """
-  _, other = reference.train_reference(config, workers, any_batch_size=True)
-  (check,) = harness.compare_weights({"reference": weights, "any batch size": other}, 0.0)
-  return check.measured
+  _, recompiled = reference.train_reference(config, workers, any_batch_size=True)
+  nudged_path = os.path.join(out_dir, "init_weights_one_ulp_up.npz")
+  model_lib.save_weights_npz(nudged_path, {
+      name: np.nextafter(value, np.inf, dtype=value.dtype)
+      for name, value in model_lib.load_weights_npz(config.init_weights).items()})
+  _, nudged = reference.train_reference(
+      dataclasses.replace(config, init_weights=nudged_path), workers)
+  return max(harness.compare_weights({"reference": weights, "other": other}, 0.0)[0].measured
+             for other in (recompiled, nudged))
 
 
 def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],
@@ -286,6 +309,43 @@ def format_table(report: Report) -> str:
     values = [v for run, v in report.measured.items() if run.endswith(f", {backend}")]
     rows.append(f"| mean, {backend} | {np.mean(values):.4f} |")
   return table + "\n" + "\n".join(rows)
+
+
+def cell_name(config: Config) -> str:
+  """The directory of one (model, optimizer) of a matrix: `cnn-adam`."""
+  return re.sub(r"[^\w.-]", "_", f"{config.model}-{config.optimizer}")
+
+
+def _keras_vs_estimator(report: Report) -> str:
+  check = next((c for c in report.checks
+                if c.name == "max |weight diff| keras vs estimator"), None)
+  return f"{check.measured:.2g}" if check else "-"
+
+
+def format_matrix(reports: Sequence[Report]) -> str:
+  """One row per (model, optimizer, workers): passed or the checks that failed."""
+  rows = ["| model | optimizer | workers | result | keras vs estimator, max weight diff "
+          "| reference floor | failed checks |", "| --- | --- | --- | --- | --- | --- | --- |"]
+  for r in reports:
+    failed = "; ".join(c.name for c in r.checks if not c.passed) or "none"
+    rows.append(f"| {r.model} | {r.optimizer} | {r.workers} | {'PASS' if r.passed else 'FAIL'} "
+                f"| {_keras_vs_estimator(r)} | {r.reference_floor:.2g} | {failed} |")
+  passed = sum(r.passed for r in reports)
+  rows.append(f"\nOverall: {'PASS' if passed == len(reports) else 'FAIL'} "
+              f"({passed}/{len(reports)} cells)")
+  return "\n".join(rows)
+
+
+def write_matrix(reports: Sequence[Report], out_dir: str) -> None:
+  """parity_matrix.md (format_matrix) and parity_matrix.json (every cell's checks)."""
+  with open(os.path.join(out_dir, "parity_matrix.md"), "w") as f:
+    f.write(f"# Parity matrix\n\n{format_matrix(reports)}\n")
+  with open(os.path.join(out_dir, "parity_matrix.json"), "w") as f:
+    json.dump({"passed": all(r.passed for r in reports),
+               "cells": [{"model": r.model, "optimizer": r.optimizer, "workers": r.workers,
+                          "passed": r.passed, "reference_floor": r.reference_floor,
+                          "checks": [dataclasses.asdict(c) for c in r.checks]}
+                         for r in reports]}, f, indent=2)
 
 
 def write_report(report: Report, out_dir: str) -> None:

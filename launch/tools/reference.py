@@ -1,15 +1,16 @@
 """The independent reference: a plain GradientTape loop in one process, no strategy.
 
 It takes one step per global batch, made of the N workers' per-replica batches in
-worker order, with the update of tf.compat.v1.train.MomentumOptimizer and cosine
-decay written out by hand. Each worker's batch goes through the model on its own,
+worker order, with the update of the run's tf.compat.v1.train optimizer and cosine
+decay written out by hand, from their documented formulas (`UPDATES`), not from
+either backend's code. Each worker's batch goes through the model on its own,
 as each replica's does under the strategy: BatchNorm normalizes it with its own
 statistics and updates that replica's own moving statistics, and the weights returned
 hold their mean over the replicas (what both backends save: a read averages them).
 """
 
 import math
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -22,7 +23,75 @@ from trainers.config import Config
 def v1_cosine_rate(config: Config, step: int) -> float:
   """tf.compat.v1.train.cosine_decay's rate at `step` (0-based), written out."""
   done = min(step, config.schedule_steps()) / config.schedule_steps()
-  return config.learning_rate * 0.5 * (1 + math.cos(math.pi * done))
+  return config.initial_learning_rate() * 0.5 * (1 + math.cos(math.pi * done))
+
+
+class Update(NamedTuple):
+  """One optimizer's rule: `slots(variable, h)` gives each slot's initial value;
+  `apply(variable, gradient, slots, rate, h)` takes one step with hyperparameters h."""
+  slots: Callable[[tf.Variable, Dict[str, float]], List[tf.Tensor]]
+  apply: Callable[..., None]
+
+
+def _ftrl(variable, g, slots, rate, h):
+  accum, linear = slots
+  new_accum = accum + tf.square(g)
+  power = -h["learning_rate_power"]
+  sigma = (tf.pow(new_accum, power) - tf.pow(accum, power)) / rate
+  linear.assign(linear + g - sigma * variable)
+  quadratic = tf.pow(new_accum, power) / rate + 2 * h["l2"]
+  shrunk = (tf.sign(linear) * h["l1"] - linear) / quadratic
+  variable.assign(tf.where(tf.abs(linear) > h["l1"], shrunk, tf.zeros_like(shrunk)))
+  accum.assign(new_accum)
+
+
+def _adam(variable, g, slots, rate, h):
+  # As the v1 kernel evaluates it: 1 - beta in float32, beta^t as a running product
+  # (each variable keeps its own copy of beta1^t and beta2^t, equal to v1's one). Adam
+  # divides by sqrt(v), so rounding otherwise moves weights by 1e-6 within 10 steps.
+  m, v, beta1_power, beta2_power = slots
+  beta1, beta2 = tf.constant(h["beta1"], tf.float32), tf.constant(h["beta2"], tf.float32)
+  step_rate = rate * tf.sqrt(1 - beta2_power) / (1 - beta1_power)
+  m.assign_add((g - m) * (1 - beta1))
+  v.assign_add((tf.square(g) - v) * (1 - beta2))
+  variable.assign_sub((m * step_rate) / (tf.sqrt(v) + h["epsilon"]))
+  beta1_power.assign(beta1_power * beta1)
+  beta2_power.assign(beta2_power * beta2)
+
+
+def _rmsprop(variable, g, slots, rate, h):
+  mean_square, moment = slots
+  mean_square.assign(h["rho"] * mean_square + (1 - h["rho"]) * tf.square(g))
+  moment.assign(h["momentum"] * moment + rate * g / tf.sqrt(mean_square + h["epsilon"]))
+  variable.assign_sub(moment)
+
+
+def _zeros(n):
+  return lambda variable, h: [tf.zeros_like(variable)] * n
+
+
+# tf.compat.v1.train's update rules, as its optimizers' docstrings and papers give them.
+UPDATES: Dict[str, Update] = {
+    "sgd": Update(_zeros(0), lambda variable, g, slots, rate, h: variable.assign_sub(rate * g)),
+    "momentum": Update(_zeros(1), lambda variable, g, slots, rate, h: (
+        slots[0].assign(h["momentum"] * slots[0] + g),
+        variable.assign_sub(rate * slots[0]))),
+    "adagrad": Update(
+        lambda variable, h: [tf.fill(variable.shape, h["initial_accumulator_value"])],
+        lambda variable, g, slots, rate, h: (
+            slots[0].assign_add(tf.square(g)),
+            variable.assign_sub(g * rate * tf.math.rsqrt(slots[0])))),
+    "adam": Update(lambda variable, h: [tf.zeros_like(variable), tf.zeros_like(variable),
+                                        tf.constant(h["beta1"], tf.float32),
+                                        tf.constant(h["beta2"], tf.float32)], _adam),
+    "ftrl": Update(
+        lambda variable, h: [tf.fill(variable.shape, h["initial_accumulator_value"]),
+                             tf.zeros_like(variable)],
+        _ftrl),
+    # v1 starts the mean square at ones, not zeros.
+    "rmsprop": Update(lambda variable, h: [tf.ones_like(variable), tf.zeros_like(variable)],
+                      _rmsprop),
+}
 
 
 def train_reference(config: Config, num_workers: int,
@@ -50,7 +119,8 @@ def train_reference(config: Config, num_workers: int,
   model_spec = model_lib.spec(config)
   summed = model_spec.loss_reduction == model_lib.SUM
   variables, statistics = model.trainable_variables, model.non_trainable_variables
-  accumulators = [tf.Variable(tf.zeros_like(v)) for v in variables]
+  update, hyperparameters = UPDATES[config.optimizer], config.hyperparameters()
+  slots = [[tf.Variable(s) for s in update.slots(v, hyperparameters)] for v in variables]
   replica_statistics = [[tf.Variable(s) for s in statistics] for _ in pipelines]
 
   # Compiled, as both backends' steps are: on CPU, Grappler fuses a convolution with its
@@ -74,9 +144,8 @@ def train_reference(config: Config, num_workers: int,
       replica_losses.append(loss)
       for statistic, value in zip(statistics, own):
         value.assign(statistic)
-    for variable, accumulator, *gradients in zip(variables, accumulators, *replica_gradients):
-      accumulator.assign(config.momentum * accumulator + tf.add_n(gradients))
-      variable.assign_sub(rate * accumulator)
+    for variable, own, *gradients in zip(variables, slots, *replica_gradients):
+      update.apply(variable, tf.add_n(gradients), own, rate, hyperparameters)
     # Equal per-replica batches: the mean of their means is the global batch's mean.
     return tf.add_n(replica_losses) / (1 if summed else len(replica_losses))
 

@@ -48,4 +48,5 @@ def build(seed: int, init: model.Init, dropout: float = 0.25) -> tf_keras.Model:
   return tf_keras.Model(inputs, logits, name="mnist_cnn_bn")
 
 
-SPEC = model.ModelSpec(name="cnn_bn", build=build, options={"dropout": 0.25})
+SPEC = model.ModelSpec(name="cnn_bn", build=build, options={"dropout": 0.25},
+                       deterministic_options={"dropout": 0.0})
