@@ -90,8 +90,8 @@ def test_without_update_ops_the_moving_statistics_never_move(tmp_path, monkeypat
 @pytest.mark.real_data
 @pytest.mark.estimator
 def test_parity_passes_at_one_worker_and_measures_dropout_on(real_data_dir, tmp_path):
-  result = run_module("launch.parity", ["--workers=1", "--model=cnn_bn",
-                                        "--model_options=dropout=0", "--long_steps=0",
+  # No --model_options: parity takes dropout=0 from the spec's deterministic_options.
+  result = run_module("launch.parity", ["--workers=1", "--model=cnn_bn", "--long_steps=0",
                                         "--measure_seeds=1", "--measure_steps=60",
                                         "--measure_model_options=",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"])

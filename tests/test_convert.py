@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import shutil
 from typing import Dict
 
 import numpy as np
@@ -282,3 +283,15 @@ def test_a_batchnorm_model_round_trips_its_moving_statistics_without_slots(tiny_
   kinds = [m.kind for m in convert.keras_to_estimator(str(keras), str(tmp_path / "again"),
                                                       config=config).mapped]
   assert (kinds.count("weight"), kinds.count("slot"), kinds.count("step")) == (17, 11, 1)
+
+
+def test_cli_refuses_a_run_trained_with_another_optimizer(estimator_dir, tmp_path):
+  source = tmp_path / "adam"
+  shutil.copytree(estimator_dir, source)
+  record = run_record.read(str(source))
+  run_record.write(str(source), {**record, "optimizer": "adam"})
+  result = run_module("launch.convert", [f"--from_estimator={source}",
+                                         f"--to_keras={tmp_path / 'k'}"])
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "trained with --optimizer=adam" in result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "k").exists()

@@ -58,7 +58,7 @@ def test_the_estimator_trains_it_as_the_reference_does(tmp_path):
 def test_parity_passes_for_it_at_one_worker(real_data_dir, tmp_path):
   env = {"PYTHONPATH": os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))}
   result = run_module("launch.parity", ["--workers=1", "--model=my_model:SPEC",
-                                        "--model_options=dropout=0", "--long_steps=0",
+                                        "--long_steps=0",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
                       env=env)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]

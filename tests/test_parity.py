@@ -49,6 +49,44 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
   assert "keras evaluated steps [" in per_checkpoint["where"] and "20]" in per_checkpoint["where"]
 
 
+@pytest.mark.real_data
+@pytest.mark.parametrize("workers, optimizers", [
+    # Momentum at 1 worker is the matrix's default cell; the test above runs it at 2.
+    (1, ["sgd", "adagrad", "adam", "ftrl", "rmsprop"]),
+    (2, ["adam"]),  # The one with state of its own (its powers of beta).
+])
+def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_data_dir,
+                                                   tmp_path):
+  result = run_module("launch.parity", [f"--workers={workers}",
+                                        f"--optimizer={','.join(optimizers)}",
+                                        "--train_steps=10", "--long_steps=0",
+                                        f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  matrix = json.loads((tmp_path / "parity_matrix.json").read_text())
+  assert matrix["passed"]
+  assert [(c["model"], c["optimizer"], c["workers"]) for c in matrix["cells"]] == [
+      ("cnn", name, workers) for name in optimizers]
+  for cell in matrix["cells"]:
+    checks = {c["name"]: c for c in cell["checks"]}
+    assert checks["max |weight diff| keras vs estimator"]["limit"] == 1e-6, cell["optimizer"]
+    assert checks["per-step loss rel diff keras vs estimator"]["passed"]
+    report = tmp_path / f"cnn-{cell['optimizer']}" / "parity_report.json"
+    assert json.loads(report.read_text())["passed"]
+  if len(optimizers) > 1:
+    assert "Overall: PASS (5/5 cells)" in result.stdout
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--model=all", "--model_options=dropout=0"], "--model_options goes with one --model"),
+    (["--optimizer=all", "--beta1=0.8"], "--beta1 is not a setting of --optimizer=sgd"),
+    (["--optimizer=adadelta"], "--optimizer=adadelta is not one of"),
+])
+def test_cli_refuses_a_matrix_it_cannot_run(args, said, tmp_path):
+  result = run_module("launch.parity", [*args, f"--out={tmp_path / 'out'}"], timeout=120)
+  assert result.returncode == 2 and said in result.stderr, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("logged, passed", [((1.5, 3.5), True), ((1.5, 2.5), False)])
 def test_the_progress_loss_must_be_the_window_mean_not_the_running_mean(logged, passed,
                                                                        tmp_path):
@@ -94,3 +132,10 @@ def test_the_reference_is_held_to_its_rounding_floor_and_the_backends_to_weight_
   checks = parity.compare_short_runs(weights, losses, 1e-7, parity.Tolerances())
   assert not any("floor" in c.where for c in checks)
   assert not next(c for c in checks if c.name.endswith("reference vs keras")).passed
+
+
+def test_parity_trains_with_the_specs_deterministic_options_unless_they_are_given():
+  assert parity.deterministic(Config(model="cnn_bn")).model_options == "dropout=0.0"
+  given = Config(model="cnn_bn", model_options="dropout=0.1")
+  assert parity.deterministic(given).model_options == "dropout=0.1"
+  assert parity.deterministic(Config()).model_options == ""

@@ -64,3 +64,11 @@ def test_each_written_out_rule_steps_as_its_v1_optimizer(name):
     rate = tf.constant(reference.v1_cosine_rate(config, step), tf.float32)
     update.apply(variable, tf.constant(gradient), slots, rate, settings)
   np.testing.assert_allclose(variable.numpy(), want, atol=1e-6)
+
+
+def test_the_written_out_schedule_is_v1s_to_the_bit():
+  config = Config(train_steps=300)
+  for step in range(0, 303, 7):
+    want = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(),
+                                           tf.constant(step, tf.int64), 300)()
+    assert np.float32(reference.v1_cosine_rate(config, step)) == want.numpy(), step

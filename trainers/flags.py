@@ -40,9 +40,9 @@ RUN_FLAGS = (
     ("task_log_dir", None, "With --workers > 1: where each task's log and tasks.json go. "
      "Default: <model_dir>/logs."),
     ("allow_config_change", False, "Resume a model_dir whose run had other settings (model "
-     "options, batch, learning rate, momentum, seed, schedule; see its run.json): the change "
-     "is recorded in progress.jsonl. Without it such a resume exits 2, listing the "
-     "differences."),
+     "options, batch, the optimizer's hyperparameters, seed, schedule; see its run.json): the "
+     "change is recorded in progress.jsonl. Without it such a resume exits 2, listing the "
+     "differences. The optimizer itself cannot change."),
     ("mnist_idx_dir", None, "If MNIST is not prepared in --data_dir: prepare it from the four "
      "MNIST IDX files in this directory (default: $MNIST_IDX_DIR), with no network. Without "
      "either, TFDS downloads it."),

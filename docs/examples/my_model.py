@@ -2,8 +2,7 @@
 
     PYTHONPATH=docs/examples python -m trainers.keras_main --workers=2 --model=my_model:SPEC
     PYTHONPATH=docs/examples python -m trainers.estimator_main --model=my_model:SPEC
-    PYTHONPATH=docs/examples python -m launch.parity --model=my_model:SPEC \
-        --model_options=dropout=0
+    PYTHONPATH=docs/examples python -m launch.parity --model=my_model:SPEC
 
 `legacy_forward` is the forward pass of an Estimator model_fn as a team wrote it, with
 tf.compat.v1.layers under `variable_scope("legacy")`; only its initializers changed, to
@@ -63,4 +62,5 @@ def build(seed: int, init: Init, dropout: float = 0.4) -> tf_keras.Model:
   return tf_keras.Model(images, logits, name="legacy_cnn")
 
 
-SPEC = ModelSpec(name="legacy_cnn", build=build, options={"dropout": 0.4})
+SPEC = ModelSpec(name="legacy_cnn", build=build, options={"dropout": 0.4},
+                 deterministic_options={"dropout": 0.0})

@@ -196,10 +196,14 @@ def format_checks(title: str, checks: Sequence[Check]) -> str:
   for c in checks:
     rows.append(f"| {c.name} | {'PASS' if c.passed else 'FAIL'} | {c.measured:.3g} | "
                 f"{c.limit:.3g} | {c.where} |")
-  passed = sum(c.passed for c in checks)
-  rows.append(f"Overall: {'PASS' if passed == len(checks) else 'FAIL'} "
-              f"({passed}/{len(checks)} checks)")
+  rows.append(overall([c.passed for c in checks], "checks"))
   return "\n".join(rows)
+
+
+def overall(passed: Sequence[bool], what: str) -> str:
+  """The verdict line under a table: `Overall: PASS (5/5 checks)`."""
+  return (f"Overall: {'PASS' if all(passed) else 'FAIL'} ({sum(passed)}/{len(passed)} "
+          f"{what})")
 
 
 def write_report(out_dir: str, name: str, report: Any, table: str,
