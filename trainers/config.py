@@ -10,9 +10,9 @@ AUTO_STEPS_PER_EXECUTION_MAX = 10
 
 # Each optimizer's hyperparameters (the Config fields it reads) and their defaults: the
 # tf.compat.v1.train optimizer's own, and, where v1 has none (the learning rate, the
-# momentum), the value that trains the built-in models (docs/training.md).
+# momentum), the value that trains `cnn` (docs/training.md, "Optimizers").
 OPTIMIZERS = {
-    "sgd": {"learning_rate": 0.1},
+    "sgd": {"learning_rate": 0.3},
     "momentum": {"learning_rate": 0.1, "momentum": 0.9},
     "adagrad": {"learning_rate": 0.1, "initial_accumulator_value": 0.1},
     "adam": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
@@ -59,8 +59,8 @@ class Config:
                           "(docs/MIGRATION.md, item 2).")
   learning_rate: Optional[float] = _field(None, "Initial learning rate, cosine-decayed to 0 "
                                           "over --decay_steps (default: --train_steps). "
-                                          "Default: 0.1 for sgd, momentum, adagrad and ftrl; "
-                                          "0.001 for adam and rmsprop.")
+                                          "Default: 0.3 for sgd; 0.1 for momentum, adagrad and "
+                                          "ftrl; 0.001 for adam and rmsprop.")
   momentum: Optional[float] = _field(None, "momentum (default 0.9) and rmsprop (default 0): "
                                      "the momentum.")
   initial_accumulator_value: Optional[float] = _field(None, "adagrad and ftrl: the starting "

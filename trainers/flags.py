@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 from absl import app
 from absl import flags
 
+from trainers import config as config_lib
 from trainers import model_registry
 from trainers import runner
-from trainers import config as config_lib
 from trainers.config import Config
 
 FLAGS = flags.FLAGS

@@ -110,6 +110,11 @@ class Pair(NamedTuple):
   stock: Callable[..., tf_keras.optimizers.Optimizer]
 
 
+def _keras_ftrl(lr: Any, l1: float, l2: float, **kw: float) -> tf_keras.optimizers.Ftrl:
+  return tf_keras.optimizers.Ftrl(lr, l1_regularization_strength=l1,
+                                  l2_regularization_strength=l2, **kw)
+
+
 OPTIMIZERS: Dict[str, Pair] = {
     "sgd": Pair(tf.compat.v1.train.GradientDescentOptimizer, tf_keras.optimizers.SGD,
                 tf_keras.optimizers.SGD),
@@ -127,10 +132,7 @@ OPTIMIZERS: Dict[str, Pair] = {
                      lr, beta_1=beta1, beta_2=beta2)),
     "ftrl": Pair(lambda lr, l1, l2, **kw: tf.compat.v1.train.FtrlOptimizer(
                      lr, l1_regularization_strength=l1, l2_regularization_strength=l2, **kw),
-                 lambda lr, l1, l2, **kw: tf_keras.optimizers.Ftrl(
-                     lr, l1_regularization_strength=l1, l2_regularization_strength=l2, **kw),
-                 lambda lr, l1, l2, **kw: tf_keras.optimizers.Ftrl(
-                     lr, l1_regularization_strength=l1, l2_regularization_strength=l2, **kw)),
+                 _keras_ftrl, _keras_ftrl),
     "rmsprop": Pair(lambda lr, rho, momentum, epsilon: tf.compat.v1.train.RMSPropOptimizer(
                         lr, decay=rho, momentum=momentum, epsilon=epsilon),
                     lambda lr, rho, momentum, epsilon: V1RMSprop(
