@@ -46,8 +46,9 @@ def make_legacy_model_fn(config: Config):
       return tf.estimator.EstimatorSpec(mode, loss=loss)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.cosine_decay(
-        config.learning_rate, global_step, config.schedule_steps())
-    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, config.momentum)
+        config.initial_learning_rate(), global_step, config.schedule_steps())
+    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate,
+                                                     config.hyperparameters()["momentum"])
     train_op = optimizer.minimize(loss, global_step=global_step)
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
