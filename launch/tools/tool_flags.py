@@ -5,7 +5,8 @@
   --decay_steps=N     a learning-rate schedule's length, where a tool sets one apart
   --timeout=S         seconds allowed for each trainer run a tool starts
   --data_dir, --mnist_idx_dir  where MNIST is, or is prepared from
-  --model, --model_options     the model every run trains (trainers.flags.define_model_flags)
+  --model, --model_options     the model every run trains (trainers.flags.define_config_flags)
+  --optimizer, its hyperparameters  the optimizer it trains with, where a tool offers one
 
 Binaries call the `define_*` functions at import time and read the holders in
 `main`; the functions here never read FLAGS. Old spellings (`--steps`) still
