@@ -62,7 +62,8 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
   result = run_module("launch.parity", [f"--workers={workers}",
                                         "--optimizer=" + ",".join(optimizers),
                                         "--train_steps=10", "--long_steps=0",
-                                        f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
+                                        f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
+                      timeout=1800)  # Six cells: 12 min in CI, sharing 2 cores.
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   if len(optimizers) == 1:  # One cell: its report alone, in --out.
     cells = [json.loads((tmp_path / "parity_report.json").read_text())]
