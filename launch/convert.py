@@ -58,7 +58,7 @@ def main(argv: Sequence[str]) -> None:
   recorded = run_record.read(source) or {}
   if "model" in recorded and not any(holder.present for holder in _CONFIG.values()):
     model = {"model": recorded["model"], "model_options": recorded.get("model_options", "")}
-  if recorded.get("optimizer", "momentum") != "momentum":
+  if run_record.optimizer_of(recorded) != "momentum":
     print(f"error: {source} was trained with --optimizer={recorded['optimizer']}; launch.convert "
           "carries only momentum's state so far. Go on training it with its own backend.",
           file=sys.stderr)

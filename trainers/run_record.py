@@ -33,9 +33,14 @@ RECORD_FILE = "run.json"
 # The settings compared, with the flag that sets each ("schedule" is the
 # learning-rate schedule's length: --decay_steps, or --train_steps when 0).
 _FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--model_options",
-          "global_batch_size": "--global_batch_size", "optimizer": "--optimizer",
+          "global_batch_size": "--global_batch_size",
           **{name: f"--{name}" for name in config_lib.HYPERPARAMETERS},
           "seed": "--seed", "schedule": "--decay_steps"}
+
+
+def optimizer_of(record: Dict[str, Any]) -> str:
+  """The optimizer a recorded run trained with; a record older than --optimizer: momentum."""
+  return record.get("optimizer", "momentum")
 
 
 class ConfigChangeError(ValueError):
@@ -101,11 +106,10 @@ def changes(model_dir: str, current: Dict[str, Any], config: Config, *,
   if recorded is None:
     return []
   refused = _refused(recorded, current, config)
-  # A record without one is older than --optimizer: its run trained with momentum.
-  if recorded.get("optimizer", "momentum") != current["optimizer"]:
+  if optimizer_of(recorded) != current["optimizer"]:
     raise ConfigChangeError(
         f"--model_dir={model_dir} holds a run trained with --optimizer="
-        f"{recorded.get('optimizer', 'momentum')}, whose state its checkpoint holds; this "
+        f"{optimizer_of(recorded)}, whose state its checkpoint holds; this "
         f"start asks for --optimizer={current['optimizer']}. Give that --optimizer to resume "
         f"it, or choose another --model_dir.")
   if refused and not allow_change:
