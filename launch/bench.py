@@ -43,7 +43,7 @@ _TRAIN_STEPS = tool_flags.define_train_steps(
     "figure is meaningful).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.MODEL_FIELDS)
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _TIMEOUT = tool_flags.define_timeout()
 _BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
                               "estimator (each with its evaluator task in a cluster), and "

@@ -4,12 +4,17 @@ import dataclasses
 import json
 import os
 
+import numpy as np
+import pytest
 import tensorflow as tf
 
 from launch.tools import bare
 from launch.tools import bench_measure
+from launch.tools import reference
 from launch.tools import runs
+from trainers import inputs
 from trainers import keras_trainer
+from trainers import model as model_lib
 from trainers.config import Config
 
 CONFIG = Config(train_steps=8, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
@@ -63,3 +68,22 @@ def test_the_ceiling_loops_take_their_windows_in_turn(monkeypatch):
   assert "".join(calls) == "abc" + "abc" + "bca" + "cab" + "abc" + "bca"  # Warm-up, then rounds.
   assert all(len(costs[name]["windows"]) == bare.PROBE_WINDOWS for name in "abc")
 
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "ftrl"])
+def test_the_ceiling_step_applies_the_runs_optimizer(tiny_data_dir, optimizer, monkeypatch):
+  # Against the reference loop's weights after 4 steps: another rule (momentum, say)
+  # ends 1e-2 or more away.
+  config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir, train_steps=4,
+                               optimizer=optimizer)
+  _, expected = reference.train_reference(config, 1)
+  input_fn = inputs.default_input_fn(config)
+  loops = bare._Loops(config, tf.distribute.get_strategy(), input_fn)
+  train = loops.train(1)
+  for _ in range(4):
+    train()
+  got = model_lib.get_weights(loops.step.model)
+  assert max(float(np.max(np.abs(got[k] - expected[k]))) for k in expected) < 1e-5
+  # The Estimator's graph step, timed without it, builds the same v1 optimizer.
+  monkeypatch.setattr(bare, "PROBE_STEPS_PER_WINDOW", 1)
+  assert bare._session_step_ms(config, input_fn, warmup_calls=1)["ms"] > 0

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from launch.tools import bench_measure
+from trainers import run_record
 from tests.conftest import run_module
 
 STEPS = 12
@@ -14,16 +15,20 @@ STEPS = 12
 def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   # Keras at 2 workers only, for CI's time: the bench runs every entry and worker
   # count the same way; the Estimator binary's runs are tested on their own, the
-  # 1-worker probe in test_bare.py, the 1-worker targets in test_bench_report.py.
+  # 1-worker probe in test_bare.py, the 1-worker targets in test_bench_report.py. Adam,
+  # not the default, to see the optimizer flags reach every run.
   result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=2",
-                                       "--backends=keras",
+                                       "--backends=keras", "--optimizer=adam", "--beta2=0.99",
                                        "--log_every_steps=2", "--checkpoint_every_steps=6",
                                        f"--data_dir={tiny_data_dir}", f"--out={tmp_path}",
                                        "--timeout=240"], timeout=600)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
   with open(tmp_path / "bench.json") as f:
     report = json.load(f)
+  assert (report["config"]["optimizer"], report["config"]["beta2"]) == ("adam", 0.99)
   rows = {(r["name"], r["workers"]): r for r in report["results"]}
+  record = run_record.read(rows["keras", 2]["model_dir"])
+  assert (record["optimizer"], record["beta2"]) == ("adam", 0.99)
   assert set(rows) == {("ceiling", 2), ("keras", 2)}
   for key, row in rows.items():
     assert row["error"] is None, key
@@ -56,6 +61,7 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   assert {t["name"] for t in report["targets"]} >= {"keras x2 ms/step - bare K-step step",
                                                     "keras x2 launch to first step (s)"}
   table = (tmp_path / "bench.md").read_text()
+  assert table.startswith(f"# Benchmark: cnn with adam, {STEPS} steps")
   assert "| keras | 2 |" in table and "| ceiling | 2 |" in table
   assert "Where a step's time goes" in table and "keras - K-step" in table
   assert "| ceiling | 2 |" in result.stdout

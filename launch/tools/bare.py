@@ -10,8 +10,8 @@
   without a strategy).
 
 Both train the shared model on the shared input_fn with the trainers' update
-(v1 momentum, cosine-decayed learning rate), so their numbers compare with
-the trainers' ms/step.
+(the run's v1 optimizer rule, written out as the reference loop has it, and a
+cosine-decayed learning rate), so their numbers compare with the trainers' ms/step.
 """
 
 import dataclasses
@@ -32,11 +32,13 @@ from absl import logging
 from data import mnist
 from data import paths
 from launch import cluster
+from launch.tools import reference
 from trainers import distribute
 from trainers import inputs
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import optimizers
 from trainers.config import Config
 
 CEILING = "ceiling"
@@ -81,11 +83,13 @@ class _Step:
     self._config, self._spec = config, model_lib.spec(config)
     self.model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
-    self._accumulators = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
+    self._update, self._hyperparameters = (reference.UPDATES[config.optimizer],
+                                           config.hyperparameters())
+    self._slots = [[tf.Variable(s, trainable=False)
+                    for s in self._update.slots(v, self._hyperparameters)]
+                   for v in self.variables]
     self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    # The bench's ceiling loops are v1 momentum (its config names no other optimizer).
-    self._rate, self._momentum = (config.initial_learning_rate(),
-                                  config.hyperparameters()["momentum"])
+    self._rate = config.initial_learning_rate()
 
   def gradients(self, images: tf.Tensor, labels: tf.Tensor):
     with tf.GradientTape() as tape:
@@ -98,9 +102,8 @@ class _Step:
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
     done = tf.minimum(tf.cast(self._step, tf.float32) / self._config.schedule_steps(), 1.0)
     rate = self._rate * 0.5 * (1.0 + tf.cos(math.pi * done))
-    for variable, accumulator, gradient in zip(self.variables, self._accumulators, gradients):
-      accumulator.assign(self._momentum * accumulator + gradient)
-      variable.assign_sub(rate * accumulator)
+    for variable, slots, gradient in zip(self.variables, self._slots, gradients):
+      self._update.apply(variable, gradient, slots, rate, self._hyperparameters)
     self._step.assign_add(1)
 
 
@@ -159,7 +162,7 @@ def train_ceiling_loop(config: Config, model_dir: str,
                        strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, Any]:
   """Trains the shared model with the ceiling's loop: K steps per tf.function call.
 
-  Same model, loss, v1-momentum + cosine update, global batch and input_fn as
+  Same model, loss, optimizer rule + cosine decay, global batch and input_fn as
   both backends; K is Keras's steps per execution. The chief writes what the
   trainers write for the benchmark to read: `loss` and `global_step/sec`
   events every `log_every_steps`, test `accuracy`/`loss` in `eval/` every
@@ -277,8 +280,9 @@ def _interleaved_ms_per_step(loops: Dict[str, Tuple[Callable[[], Any], int, int]
 def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
                      ) -> Dict[str, Any]:
   """ms per step of the Estimator's step without the Estimator: its v1 graph (the v1
-  loss, MomentumOptimizer, cosine_decay), one Session.run per step fetching the loss, as
-  the Estimator's does, and no MonitoredSession or hooks. One process, no strategy.
+  loss, the run's tf.compat.v1.train optimizer, cosine_decay), one Session.run per step
+  fetching the loss, as the Estimator's does, and no MonitoredSession or hooks. One
+  process, no strategy.
 
   Timed alone, after the eager loops: a Keras model built in a v1 graph invalidates
   the models built outside it, so its windows cannot take turns with theirs."""
@@ -294,7 +298,7 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     # As the Estimator's model_fn: the graph's trainable variables, and the layers'
     # updates (BatchNorm's moving statistics) run with the train op.
     with tf.control_dependencies(model.get_updates_for(images)):
-      optimizer = tf.compat.v1.train.MomentumOptimizer(rate, config.hyperparameters()["momentum"])
+      optimizer = optimizers.v1_optimizer(config, rate)
       train_op = optimizer.minimize(
           loss, global_step=global_step, var_list=tf.compat.v1.trainable_variables())
     with tf.compat.v1.Session() as session:
