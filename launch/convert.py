@@ -58,6 +58,11 @@ def main(argv: Sequence[str]) -> None:
   recorded = run_record.read(source) or {}
   if "model" in recorded and not any(holder.present for holder in _CONFIG.values()):
     model = {"model": recorded["model"], "model_options": recorded.get("model_options", "")}
+  if run_record.optimizer_of(recorded) == run_record.CANNED_OPTIMIZER:
+    print(f"error: {source} holds a canned model ({recorded['model']}); launch.convert does "
+          "not carry canned models yet. Go on training it with its own backend.",
+          file=sys.stderr)
+    sys.exit(2)
   if run_record.optimizer_of(recorded) != "momentum":
     print(f"error: {source} was trained with --optimizer={recorded['optimizer']}; launch.convert "
           "carries only momentum's state so far. Go on training it with its own backend.",

@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 import tempfile
-from typing import List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -45,8 +45,10 @@ _MODELS = flags.DEFINE_list("model", [Config.model], "Models to prove, comma-sep
                             "names or package.module:NAME; all: every built-in.")
 _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to prove each model "
                                 "with, comma-separated; all: " + ", ".join(config_lib.OPTIMIZERS)
-                                + ".")
-_CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS))
+                                + ". A canned model (dnn, linear) trains once, with its own "
+                                "(--dnn_optimizer, --linear_optimizer).")
+_CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS,
+                                             *config_lib.CANNED_SETTINGS))
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_SEEDS = flags.DEFINE_integer(
@@ -64,8 +66,9 @@ _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}."
 
 
 def _matrix() -> List[Tuple[str, str]]:
-  """The (model, optimizer) pairs --model and --optimizer name; a usage error (exit 2)
-  for an empty list, or --model_options with several models."""
+  """The (model, optimizer) pairs --model and --optimizer name (a canned model once, with
+  the default optimizer, which it does not read); a usage error (exit 2) for an empty
+  list, or --model_options with several models."""
   models = list(model_registry.BUILT_IN) if _MODELS.value == ["all"] else _MODELS.value
   optimizers = list(config_lib.OPTIMIZERS) if _OPTIMIZERS.value == ["all"] else _OPTIMIZERS.value
   if not models or not optimizers:
@@ -73,7 +76,22 @@ def _matrix() -> List[Tuple[str, str]]:
   if len(models) > 1 and _CONFIG["model_options"].value:
     raise app.UsageError("--model_options goes with one --model: the options are a model's "
                          "own.", exitcode=2)
-  return [(m, o) for m in dict.fromkeys(models) for o in dict.fromkeys(optimizers)]
+  return [(m, o) for m in dict.fromkeys(models)
+          for o in ([Config.optimizer] if m in config_lib.CANNED else dict.fromkeys(optimizers))]
+
+
+def _settings(model: str, optimizer: str, several: bool) -> Dict[str, Any]:
+  """The flags as one cell's Config fields. Among `several` models, a canned model's
+  settings go to the models that take them, the optimizer's hyperparameters to the
+  others; a setting the one model does not take is a usage error (exit 2)."""
+  takes = config_lib.CANNED.get(model, {})
+
+  def foreign(name: str) -> bool:
+    return bool(takes) if name in config_lib.HYPERPARAMETERS else name not in takes
+
+  dropped = {name: None for name in (*config_lib.HYPERPARAMETERS, *config_lib.CANNED_SETTINGS)
+             if several and foreign(name)}
+  return trainer_flags.config_settings(_CONFIG, model=model, optimizer=optimizer, **dropped)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -83,9 +101,10 @@ def main(argv: Sequence[str]) -> None:
   workers = tool_flags.worker_counts(_WORKERS)
   train_steps = tool_flags.train_steps(_TRAIN_STEPS)
   timeout = tool_flags.timeout(_TIMEOUT)
-  configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
-                    **trainer_flags.config_settings(_CONFIG, model=m, optimizer=o))
-             for m, o in _matrix()]
+  matrix = _matrix()
+  several = len({m for m, _ in matrix}) > 1
+  configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value, **_settings(m, o, several))
+             for m, o in matrix]
   if _MEASURE_SEEDS.value < 0:
     raise app.UsageError("--measure_seeds must be >= 0.", exitcode=2)
   if _MEASURE_STEPS.value is not None and _MEASURE_STEPS.value < 1:

@@ -26,6 +26,23 @@ from trainers.config import Config
     ({"train_steps": 0}, "--train_steps must be positive"),
     ({"steps_per_execution": 7}, "is not a multiple of --steps_per_execution=7"),
     ({"record_dir": "/tmp/r", "steps_per_execution": 10}, "needs --steps_per_execution=1"),
+    # A canned model's settings (the canned Estimator's arguments) and nobody else's.
+    ({"hidden_units": "64"}, "--hidden_units is not a setting of --model=cnn; it is one of "
+     "--model=dnn."),
+    ({"model": "linear", "dropout": 0.1}, "--dropout is not a setting of --model=linear"),
+    ({"model": "dnn", "optimizer": "adam"}, "--optimizer is not a setting of --model=dnn, which "
+     "trains with the canned Estimator's optimizers: set --dnn_optimizer, --dnn_learning_rate."),
+    ({"model": "linear", "learning_rate": 0.1}, "--learning_rate is not a setting of "
+     "--model=linear"),
+    ({"model": "dnn", "hidden_units": "64,x"}, "--hidden_units=64,x: give positive widths"),
+    ({"model": "dnn", "hidden_units": "0"}, "--hidden_units=0: give positive widths"),
+    ({"model": "dnn", "dropout": 1.0}, "--dropout must be in [0, 1), got 1.0"),
+    ({"model": "dnn", "activation": "swish"}, "--activation=swish is not one of relu"),
+    ({"model": "dnn", "dnn_optimizer": "momentum"}, "--dnn_optimizer=momentum is not one of "
+     "adagrad, adam, ftrl, rmsprop, sgd."),
+    ({"model": "linear", "linear_learning_rate": 0.0}, "--linear_learning_rate must be "
+     "positive, got 0.0"),
+    ({"model": "linear", "feature_name": "my image"}, "--feature_name='my image': give a name"),
 ])
 def test_bad_settings_are_named(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):
@@ -56,3 +73,17 @@ def test_each_optimizer_reads_its_own_defaults_and_what_is_given():
 
 def test_every_field_has_its_help():
   assert all(f.metadata.get("help") for f in dataclasses.fields(Config))
+
+
+def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
+  assert Config().canned_settings() == {}
+  assert Config(model="dnn").canned_settings() == {
+      "hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu",
+      "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.001}
+  # A name without a rate gets its Keras class's default in DNNClassifier.
+  assert Config(model="dnn", dnn_optimizer="sgd").canned_settings()["dnn_learning_rate"] == 0.01
+  assert Config(model="linear", linear_optimizer="sgd").canned_settings()[
+      "linear_learning_rate"] == 0.2
+  assert Config(model="dnn", hidden_units="32, 16").hidden_units_list() == [32, 16]
+  Config(model="dnn", hidden_units="32,16", dropout=0.5, batch_norm=True,
+         activation="tanh", dnn_optimizer="adam", dnn_learning_rate=0.01).validate()

@@ -295,3 +295,9 @@ def test_cli_refuses_a_run_trained_with_another_optimizer(estimator_dir, tmp_pat
   assert result.returncode == 2, result.stderr[-3000:]
   assert "trained with --optimizer=adam" in result.stderr
   assert "Traceback" not in result.stderr and not (tmp_path / "k").exists()
+  run_record.write(str(source), {**record, "model": "dnn",
+                                 "optimizer": run_record.CANNED_OPTIMIZER})
+  result = run_module("launch.convert", [f"--from_estimator={source}",
+                                         f"--to_keras={tmp_path / 'k'}"])
+  assert result.returncode == 2 and "holds a canned model (dnn)" in result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "k").exists()

@@ -107,3 +107,9 @@ def test_cli_rejects_a_split_or_an_end_past_the_schedule_saying_how_it_read_them
   result = run_module("launch.handoff", args)
   assert result.returncode == 2 and "Need 0 < --split_at" in result.stderr, result.stderr
   assert said is None or said in result.stderr, result.stderr
+
+
+def test_cli_refuses_a_canned_model_it_cannot_convert(tmp_path):
+  result = run_module("launch.handoff", ["--model=linear", f"--out={tmp_path / 'out'}"])
+  assert result.returncode == 2 and "--model=linear is a canned model" in result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()

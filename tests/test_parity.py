@@ -84,8 +84,32 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
     assert checks["per-step loss rel diff keras vs estimator"]["passed"]
 
 
+@pytest.mark.real_data
+@pytest.mark.parametrize("workers, models", [(1, ["dnn", "linear"]), (2, ["dnn"])])
+def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_data_dir,
+                                                       tmp_path):
+  # The canned Estimator itself against its Keras twin, from the same warm start; at 2
+  # workers the canned Estimator reports twice the loss, which its progress halves.
+  result = run_module("launch.parity", [f"--workers={workers}", "--model=" + ",".join(models),
+                                        "--train_steps=10", "--long_steps=0",
+                                        f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
+                      timeout=900)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  cells = (json.loads((tmp_path / "parity_matrix.json").read_text())["cells"] if len(models) > 1
+           else [json.loads((tmp_path / "parity_report.json").read_text())])
+  optimizers = {"dnn": "adagrad", "linear": "ftrl"}
+  assert [(c["model"], c["optimizer"]) for c in cells] == [(m, optimizers[m]) for m in models]
+  for cell in cells:
+    assert cell["passed"], cell["model"]
+    checks = {c["name"]: c for c in cell["checks"]}
+    assert checks["max |weight diff| keras vs estimator"]["limit"] == 1e-6
+    assert checks["progress.jsonl loss rel diff keras vs estimator"]["passed"]
+
+
 @pytest.mark.parametrize("args, said", [
     (["--model=all", "--model_options=dropout=0"], "--model_options goes with one --model"),
+    (["--model=dnn", "--learning_rate=0.1"], "--learning_rate is not a setting of --model=dnn"),
+    (["--model=dnn,linear", "--hidden_units=0"], "--hidden_units=0: give positive widths"),
     (["--optimizer=all", "--beta1=0.8"], "--beta1 is not a setting of --optimizer=sgd"),
     (["--optimizer=adadelta"], "--optimizer=adadelta is not one of"),
 ])

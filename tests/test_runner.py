@@ -259,6 +259,9 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
     (["--workers=2", "--optimizer=adam", "--momentum=0.5"], {},
      "--momentum is not a setting of --optimizer=adam"),
     (["--optimizer=rmsprop", "--rho=1"], {}, "--rho must be in [0, 1), got 1.0"),
+    (["--workers=2", "--hidden_units=64"], {}, "--hidden_units is not a setting of --model=cnn; "
+     "it is one of --model=dnn."),
+    (["--model=dnn", "--optimizer=adam"], {}, "--optimizer is not a setting of --model=dnn"),
     (["--workers=2", "--max_restarts=-1"], {}, "--max_restarts must be at least 0"),
     (["extra"], {}, "Unexpected arguments: extra"),
     ([], {"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),

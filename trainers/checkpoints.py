@@ -12,7 +12,7 @@ name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
 import json
 import os
 import re
-from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -33,6 +33,9 @@ ESTIMATOR_STEP_KEY = "global_step"
 V1_SLOT_SUFFIXES = ("/Momentum", "/Adagrad", "/Adam", "/Adam_1", "/Ftrl", "/Ftrl_1", "/RMSProp",
                     "/RMSProp_1")
 V1_OPTIMIZER_VARIABLES = ("beta1_power", "beta2_power")
+# Where a TF2 canned Estimator's Keras legacy optimizer keeps its state: slots as
+# `training/<Optimizer>/<variable>/<slot>`, hyperparameters as `training/<Optimizer>/<name>`.
+CANNED_OPTIMIZER_SCOPE = "training/"
 KERAS = "keras"
 ESTIMATOR = "estimator"
 
@@ -117,6 +120,14 @@ def keras_weight_key(layer_index: int, attribute: str) -> str:
 
 
 KERAS_STEP_KEY = keras_key("model/optimizer/_iterations")
+# A tf_keras legacy optimizer's (a canned model's twin) keeps its step as `iter`.
+_KERAS_LEGACY_STEP_KEY = keras_key("model/optimizer/iter")
+
+
+def keras_step(reader: Any) -> int:
+  """The step of a Keras checkpoint: its optimizer's iterations."""
+  key = KERAS_STEP_KEY if reader.has_tensor(KERAS_STEP_KEY) else _KERAS_LEGACY_STEP_KEY
+  return int(reader.get_tensor(key))
 
 
 def owner(shapes: Mapping[str, Sequence[int]]) -> str:
@@ -128,7 +139,18 @@ def checkpoint_step(path: str) -> Tuple[str, int]:
   """The backend that wrote a checkpoint and its global step; raises if it cannot be read."""
   reader = tf.train.load_checkpoint(path)
   whose = owner(reader.get_variable_to_shape_map())
-  return whose, int(reader.get_tensor(KERAS_STEP_KEY if whose == KERAS else ESTIMATOR_STEP_KEY))
+  return whose, (keras_step(reader) if whose == KERAS
+                 else int(reader.get_tensor(ESTIMATOR_STEP_KEY)))
+
+
+def _attribute(layer, weight) -> str:
+  """The name a layer tracks `weight` under (`kernel`; a custom layer's add_weight name),
+  escaped as its object-based checkpoint key holds it."""
+  for name, child in layer._trackable_children().items():  # pylint: disable=protected-access
+    if child is weight:
+      # As tf.train.Checkpoint escapes a name in an object path: "/" separates them.
+      return name.replace(".", "..").replace("/", ".S")
+  return model_lib.weight_name(weight).split("/")[-1]
 
 
 def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Config
@@ -141,7 +163,7 @@ def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Con
     expected = {name: list(shape) for name, shape in built.shapes.items()}
   else:
     layers = [layer for layer in built.model.layers if layer.weights]
-    expected = {keras_weight_key(i, model_lib.weight_name(w).split("/")[-1]): w.shape.as_list()
+    expected = {keras_weight_key(i, _attribute(layer, w)): w.shape.as_list()
                 for i, layer in enumerate(layers) for w in layer.weights}
   for key, shape in expected.items():
     if key not in shapes:

@@ -2,7 +2,7 @@
 
 import dataclasses
 import math
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from trainers import model_registry
 
@@ -29,6 +29,26 @@ _RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True
            "epsilon": (0, math.inf, True, False), "rho": (0, 1, True, False),
            "learning_rate_power": (-math.inf, 0, False, True), "l1": (0, math.inf, True, False),
            "l2": (0, math.inf, True, False)}
+
+# The canned models (trainers/models/canned.py): each canned Estimator's constructor
+# arguments that are flags here, with its defaults: the canned class's own (a string
+# optimizer gets its Keras class's default rate in DNNClassifier, 0.2 in
+# LinearClassifier), and ours for hidden_units, which it requires.
+_DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu"}
+CANNED = {
+    "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": None},
+    "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2},
+}
+CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
+                   "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
+                   "linear_learning_rate")
+# The optimizers a canned Estimator takes by name, with the default rate of the Keras
+# legacy class it builds (what a name without a rate gets).
+CANNED_OPTIMIZERS = {"adagrad": 0.001, "adam": 0.001, "ftrl": 0.001, "rmsprop": 0.001,
+                     "sgd": 0.01}
+# Activations whose tf.nn function (the canned Estimator's activation_fn) and tf_keras
+# activation (its twin's) compute the same.
+CANNED_ACTIVATIONS = ("relu", "elu", "selu", "tanh", "sigmoid", "softplus")
 
 
 def _field(default, help_text: str):
@@ -77,6 +97,30 @@ class Config:
                                                 "squared-gradient sum (<= 0; default -0.5).")
   l1: Optional[float] = _field(None, "ftrl: the L1 regularization strength (default 0).")
   l2: Optional[float] = _field(None, "ftrl: the L2 regularization strength (default 0).")
+  hidden_units: Optional[str] = _field(None, "dnn: the hidden layers' widths, "
+                                       "comma-separated (the canned hidden_units; default "
+                                       "128,64).")
+  dropout: Optional[float] = _field(None, "dnn: the dropout rate after each hidden "
+                                    "layer while training (default 0: none).")
+  batch_norm: Optional[bool] = _field(None, "dnn: BatchNormalization after each "
+                                      "hidden layer (default false).")
+  activation: Optional[str] = _field(None, "dnn: the hidden layers' activation, "
+                                     "one of " + ", ".join(CANNED_ACTIVATIONS) + " (default "
+                                     "relu).")
+  feature_name: Optional[str] = _field(None, "dnn, linear: the image feature's "
+                                       "name, which the linear part's variables carry "
+                                       "(default image).")
+  dnn_optimizer: Optional[str] = _field(None, "dnn: the DNN part's optimizer, the "
+                                        "Keras legacy one the canned Estimator builds: "
+                                        + ", ".join(CANNED_OPTIMIZERS) + " (default adagrad).")
+  dnn_learning_rate: Optional[float] = _field(None, "dnn: the DNN part's constant "
+                                              "learning rate (default: the optimizer's "
+                                              "Keras default, 0.01 for sgd and 0.001 for the "
+                                              "others).")
+  linear_optimizer: Optional[str] = _field(None, "linear: the linear part's "
+                                           "optimizer, as --dnn_optimizer (default ftrl).")
+  linear_learning_rate: Optional[float] = _field(None, "linear: the linear part's "
+                                                 "constant learning rate (default 0.2).")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
@@ -128,6 +172,68 @@ class Config:
         raise ValueError(f"--{name} must be in {'[' if with_low else '('}{low}, {high}"
                          f"{']' if with_high else ')'}, got {value}.")
 
+  def canned_settings(self) -> Dict[str, Any]:
+    """A canned model's settings (`CANNED`), each as given or its default; {} for others."""
+    settings = {name: default if getattr(self, name) is None else getattr(self, name)
+                for name, default in CANNED.get(self.model, {}).items()}
+    for part in ("dnn", "linear"):
+      if settings.get(f"{part}_learning_rate", 0) is None:
+        settings[f"{part}_learning_rate"] = CANNED_OPTIMIZERS.get(settings[f"{part}_optimizer"])
+    return settings
+
+  def optimizer_label(self) -> str:
+    """The optimizer a run trains with, for reports: --optimizer, or a canned model's (its
+    parts', joined by +)."""
+    settings = self.canned_settings()
+    parts = [settings[f"{p}_optimizer"] for p in ("dnn", "linear") if f"{p}_optimizer" in settings]
+    return "+".join(parts) if settings else self.optimizer
+
+  def hidden_units_list(self) -> List[int]:
+    """--hidden_units as widths (the canned model's default when not given)."""
+    return [int(u) for u in self.canned_settings()["hidden_units"].split(",")]
+
+  def validate_canned(self) -> None:
+    """Raises ValueError naming the fix for a canned setting the model does not take, an
+    optimizer setting given to a canned model, or a canned setting out of range."""
+    takes = CANNED.get(self.model, {})
+    for name in CANNED_SETTINGS:
+      if getattr(self, name) is not None and name not in takes:
+        models = [m for m, names in CANNED.items() if name in names]
+        raise ValueError(f"--{name} is not a setting of --model={self.model}; it is one of "
+                         f"--model={', '.join(models)}.")
+    if not takes:
+      return
+    given = [n for n in HYPERPARAMETERS if getattr(self, n) is not None]
+    if self.optimizer != Config.optimizer or given:
+      parts = [p for p in ("dnn", "linear") if f"{p}_optimizer" in takes]
+      raise ValueError(
+          f"--{'optimizer' if not given else given[0]} is not a setting of --model="
+          f"{self.model}, which trains with the canned Estimator's optimizers: set "
+          + " and ".join(f"--{p}_optimizer, --{p}_learning_rate" for p in parts) + ".")
+    settings = self.canned_settings()
+    for part in ("dnn", "linear"):
+      if f"{part}_optimizer" not in settings:
+        continue
+      if settings[f"{part}_optimizer"] not in CANNED_OPTIMIZERS:
+        raise ValueError(f"--{part}_optimizer={settings[f'{part}_optimizer']} is not one of "
+                         f"{', '.join(CANNED_OPTIMIZERS)}.")
+      if not settings[f"{part}_learning_rate"] > 0:
+        raise ValueError(f"--{part}_learning_rate must be positive, got "
+                         f"{settings[f'{part}_learning_rate']}.")
+    if "hidden_units" in settings:
+      units = settings["hidden_units"].split(",")
+      if not all(u.strip().isdigit() and int(u) > 0 for u in units):
+        raise ValueError(f"--hidden_units={settings['hidden_units']}: give positive widths, "
+                         "comma-separated (128,64).")
+      if not 0 <= settings["dropout"] < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {settings['dropout']}.")
+      if settings["activation"] not in CANNED_ACTIVATIONS:
+        raise ValueError(f"--activation={settings['activation']} is not one of "
+                         f"{', '.join(CANNED_ACTIVATIONS)}.")
+    if not settings["feature_name"].isidentifier():
+      raise ValueError(f"--feature_name={settings['feature_name']!r}: give a name of letters, "
+                       "digits and underscores (image).")
+
   def initial_learning_rate(self) -> float:
     """The rate the cosine schedule starts from: --learning_rate or the optimizer's."""
     return self.hyperparameters()["learning_rate"]
@@ -157,6 +263,7 @@ class Config:
       if getattr(self, name) <= 0:
         raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
     self.validate_optimizer()
+    self.validate_canned()
     if self.decay_steps < 0:
       raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
     if self.steps_per_execution < 0:

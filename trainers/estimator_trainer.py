@@ -7,7 +7,9 @@ raises ImportError with the fix, and the Keras backend still works.
 import json
 import math
 import os
+import re
 import shutil
+import tempfile
 from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -130,6 +132,30 @@ def serving_input_fn() -> tf.estimator.export.TensorServingInputReceiver:
   return tf.estimator.export.TensorServingInputReceiver(image, {"image": image})
 
 
+def canned_serving_input_fn(config: Config):
+  """A canned Estimator's serving input: serialized tf.Examples holding the image feature,
+  as its users serve it (the `classification` and `predict` signatures)."""
+  feature = config.canned_settings()["feature_name"]
+  return tf.estimator.export.build_parsing_serving_input_receiver_fn(
+      {feature: tf.io.FixedLenFeature(mnist.IMAGE_SHAPE, tf.float32)})
+
+
+def warm_start_from(weights: model_lib.Weights, directory: str
+                    ) -> tf.estimator.WarmStartSettings:
+  """Starts a canned Estimator, which takes no initializer, from `weights` (--init_weights):
+  they are written to a name-based checkpoint in `directory`, from which the Estimator
+  initializes each of them (trainable or not) before its first step."""
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(value, name=name) for name, value in weights.items()]
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      path = saver.save(session, os.path.join(directory, "initial"), write_meta_graph=False)
+  # A list (not the default ".*", trainable variables only) reaches BatchNorm's statistics.
+  return tf.estimator.WarmStartSettings(
+      path, vars_to_warm_start=[f"^{re.escape(name)}(:0)?$" for name in sorted(weights)])
+
+
 class _Progress(tf.estimator.SessionRunHook):
   """Progress every `every` steps (progress.Progress), as Keras reports it.
 
@@ -141,14 +167,19 @@ class _Progress(tf.estimator.SessionRunHook):
   every K steps, as Keras does), raise DivergedError on every worker, as Keras
   stops: before the checkpoint hook's turn, so nothing diverged is saved (the
   Estimator's own NanTensorHook catches a NaN loss only).
+
+  A canned Estimator reports the sum of the replicas' batch means (it reduces its loss by
+  MEAN only after a tf.compat.v1.train optimizer, which the TF2 canned ones do not use):
+  `scale` (1 / the replicas) makes that the global batch's mean.
   """
 
-  def __init__(self, every: int, total: int, model_dir: Optional[str]):
-    self._every, self._total = every, total
+  def __init__(self, every: int, total: int, model_dir: Optional[str], scale: float = 1.0):
+    self._every, self._total, self._scale = every, total, scale
     self.report = progress_lib.Progress(total, model_dir)
     self._loss: Optional[tf.Tensor] = None
     self._weights_finite: List[tf.Tensor] = []
     self._window: List[float] = []
+    self.step_losses: List[float] = []
 
   def begin(self):
     # The Estimator adds its reported (reduced) loss to LOSSES after the
@@ -170,7 +201,8 @@ class _Progress(tf.estimator.SessionRunHook):
   def after_run(self, run_context, run_values):
     self.report.first_step_done()
     loss, weights_finite = run_values.results
-    self._window.append(float(loss))
+    self._window.append(float(loss) * self._scale)
+    self.step_losses.append(self._window[-1])
     step = self.step
     if not (math.isfinite(self._window[-1]) and all(weights_finite)):
       raise failures.diverged(step)
@@ -196,6 +228,8 @@ class Backend(loop.Backend):
   def __init__(self, run: loop.Run):
     super().__init__(run)
     self._losses: List[float] = []
+    self._canned = model_lib.spec(run.config).canned
+    self._warm_start_dir: Optional[str] = None
     self._estimator = self._make_estimator()
     self._result: Optional[Tuple[Optional[Dict[str, float]], object]] = None
 
@@ -215,7 +249,23 @@ class Backend(loop.Backend):
         log_step_count_steps=config.log_every_steps,
         keep_checkpoint_max=checkpoints.KEEP,
     )
-    return tf.estimator.Estimator(make_model_fn(config, self._losses), config=run_config)
+    if not self._canned:
+      return tf.estimator.Estimator(make_model_fn(config, self._losses), config=run_config)
+    warm_start = None
+    if config.init_weights:
+      # Every task's own copy, outside model_dir, which only the chief writes.
+      self._warm_start_dir = tempfile.mkdtemp(prefix="warm-start-")
+      warm_start = warm_start_from(model_lib.initial_weights(config.init_weights),
+                                   self._warm_start_dir)
+    return self._canned.estimator(config, run_config, warm_start)
+
+  def _input_fn(self, mode: str, input_context=None) -> tf.data.Dataset:
+    """The shared input; a canned Estimator takes its features as a dict."""
+    dataset = self.run.input_fn(mode, input_context)
+    if not self._canned:
+      return dataset
+    feature = self.run.config.canned_settings()["feature_name"]
+    return dataset.map(lambda image, label: ({feature: image}, label))
 
   def _train_and_evaluate(self, hooks: List[tf.estimator.SessionRunHook]):
     """tf.estimator.train_and_evaluate on the shared input_fn (called once per worker with
@@ -223,10 +273,10 @@ class Backend(loop.Backend):
     run = self.run
     evaluator = run.strategy is None
     train_spec = tf.estimator.TrainSpec(
-        lambda input_context=None: run.input_fn(mnist.TRAIN, input_context),
+        lambda input_context=None: self._input_fn(mnist.TRAIN, input_context),
         max_steps=run.config.train_steps, hooks=hooks)
     eval_spec = tf.estimator.EvalSpec(
-        lambda: run.input_fn(mnist.EVAL, None),
+        lambda: self._input_fn(mnist.EVAL),
         steps=None,  # The whole test split.
         start_delay_secs=0,
         # In one process, evaluate every checkpoint. The evaluator task polls
@@ -253,7 +303,8 @@ class Backend(loop.Backend):
   def train(self) -> loop.Trained:
     run, config = self.run, self.run.config
     progress = _Progress(config.log_every_steps, config.train_steps,
-                         run.model_dir if run.chief else None)
+                         run.model_dir if run.chief else None,
+                         1 / run.strategy.num_replicas_in_sync if self._canned else 1.0)
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:
@@ -263,6 +314,8 @@ class Backend(loop.Backend):
         # DivergedError itself, for NaN and Inf.
         raise failures.diverged(progress.step) from e
       finally:
+        if self._warm_start_dir:
+          shutil.rmtree(self._warm_start_dir, ignore_errors=True)
         if worker:
           # MonitoredTrainingSession makes every non-chief worker save its
           # (collective) checkpoints and summaries under model_dir/tmp_<type>_<i>,
@@ -276,7 +329,9 @@ class Backend(loop.Backend):
     # Read from the chief's newest checkpoint; only the chief's is used.
     step = (self._estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
             if run.chief else progress.step)
-    return loop.Trained(int(step), progress.report, self._losses)
+    # A canned model_fn records nothing: its losses are the ones the Estimator reports.
+    losses = progress.step_losses if self._canned and config.record_dir else self._losses
+    return loop.Trained(int(step), progress.report, losses)
 
   def evaluate(self, step: int) -> Dict[str, float]:
     if self._result is not None and self._result[0] is not None:
@@ -284,8 +339,9 @@ class Backend(loop.Backend):
       return self._result[0]
     # Nothing was trained (so nothing evaluated), or a cluster without an
     # evaluator task: the chief evaluates, outside the strategy (no eval_distribute).
-    return self._estimator.evaluate(lambda: self.run.input_fn(mnist.EVAL, None), steps=None)
+    return self._estimator.evaluate(lambda: self._input_fn(mnist.EVAL), steps=None)
 
   def export(self) -> str:
+    receiver = canned_serving_input_fn(self.run.config) if self._canned else serving_input_fn
     return self._estimator.export_saved_model(
-        os.path.join(self.run.model_dir, layout.EXPORT_SUBDIR), serving_input_fn).decode()
+        os.path.join(self.run.model_dir, layout.EXPORT_SUBDIR), receiver).decode()

@@ -52,8 +52,9 @@ _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout"
           "evaluator": bool, "allow_config_change": bool,
           "startup_timeout": float}
 ConfigFlags = Dict[str, flags.FlagHolder]
-# The Config fields that name the model, and the optimizer with its hyperparameters.
-MODEL_FIELDS = ("model", "model_options")
+# The Config fields that name the model (with a canned model's settings), and the
+# optimizer with its hyperparameters.
+MODEL_FIELDS = ("model", "model_options", *config_lib.CANNED_SETTINGS)
 OPTIMIZER_FIELDS = ("optimizer", *config_lib.HYPERPARAMETERS)
 TRAINING_FIELDS = MODEL_FIELDS + OPTIMIZER_FIELDS
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
@@ -146,6 +147,7 @@ def config_settings(holders: ConfigFlags, **values: Any) -> Dict[str, Any]:
   try:
     if "model" in settings:
       model_registry.check(config.model, config.model_options)
+      config.validate_canned()
     if "optimizer" in settings:
       config.validate_optimizer()
   except ValueError as e:  # SpecError too.

@@ -30,7 +30,11 @@ def learning_rate_schedule(config: Config) -> tf_keras.optimizers.schedules.Lear
 
 
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
-  """The Keras twin of the Estimator's v1 optimizer with cosine_decay."""
+  """The Keras twin of the Estimator's v1 optimizer with cosine_decay; for a canned model,
+  the optimizer its canned Estimator builds."""
+  canned = model_lib.spec(config).canned
+  if canned:
+    return canned.keras_optimizer(config)
   return optimizers.keras_optimizer(config, learning_rate_schedule(config))
 
 
@@ -103,7 +107,12 @@ class _OneCollectiveModel(tf_keras.Model):
     # The loss goes last, so the gradients are packed as Keras's own all-reduce packs them.
     *gradients, loss = tf.distribute.get_replica_context().all_reduce(
         tf.distribute.ReduceOp.SUM, [*tape.gradient(loss, variables), loss])
-    self.optimizer.apply_gradients(zip(gradients, variables), skip_gradients_aggregation=True)
+    if isinstance(self.optimizer, tf_keras.optimizers.legacy.Optimizer):  # A canned twin's.
+      self.optimizer.apply_gradients(zip(gradients, variables),
+                                     experimental_aggregate_gradients=False)
+    else:
+      self.optimizer.apply_gradients(zip(gradients, variables),
+                                     skip_gradients_aggregation=True)
     self._loss_mean.update_state(loss)
     # This worker's own copy, the same on every worker: Mean.result() would
     # all-reduce it.
@@ -229,7 +238,7 @@ def backup_origin(backup_dir: str) -> Optional[int]:
   if path is None:
     return None
   reader = tf.train.load_checkpoint(path)
-  return (int(reader.get_tensor(checkpoints.KERAS_STEP_KEY)) -
+  return (checkpoints.keras_step(reader) -
           int(reader.get_tensor(checkpoints.keras_key("ckpt_saved_batch"))) - 1)
 
 
@@ -333,11 +342,17 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.Inpu
   input_fn = input_fn or inputs.default_input_fn(config)
   logging.info("Evaluating each new checkpoint in %s up to step %d.", model_dir,
                config.train_steps)
-  tf_keras.utils.SidecarEvaluator(
+  evaluator = tf_keras.utils.SidecarEvaluator(
       model, input_fn(mnist.EVAL, None), model_dir, steps=None,
       # It stops after evaluating a checkpoint named ckpt-<N> with N >= this.
       max_evaluations=config.train_steps,
-      callbacks=[_EvalSummaries(model_dir)]).start()
+      callbacks=[_EvalSummaries(model_dir)])
+  if isinstance(model.optimizer, tf_keras.optimizers.legacy.Optimizer):  # A canned twin's.
+    # SidecarEvaluator looks for a legacy optimizer's step in a checkpoint's top-level
+    # `optimizer`, and raises without it; ours is the model's (model/optimizer/iter),
+    # which restoring the model restores: give it that variable to read.
+    evaluator._iterations = model.optimizer.iterations  # pylint: disable=protected-access
+  evaluator.start()
 
 
 class _PeriodicEval(tf_keras.callbacks.Callback):

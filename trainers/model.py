@@ -29,7 +29,7 @@ starts from `--seed`, the given value when it starts from `--init_weights`.
 
 import dataclasses
 import warnings
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -65,6 +65,21 @@ def classification_outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Canned:
+  """A canned Estimator: the Estimator backend runs the canned class itself, and the
+  Keras backend the spec's `build` (its twin) with the optimizer the canned class builds.
+
+  Attributes:
+    estimator: `estimator(config, run_config, warm_start_from)` -> the canned
+      Estimator with the run's settings (`Config.canned_settings`).
+    keras_optimizer: `keras_optimizer(config)` -> the twin's optimizer.
+  """
+
+  estimator: Callable[[Config, Any, Optional[Any]], Any]
+  keras_optimizer: Callable[[Config], Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelSpec:
   """Everything both backends need to know about a model.
 
@@ -83,6 +98,8 @@ class ModelSpec:
     deterministic_options: the options that take chance out of training (every
       dropout rate at 0), which launch.parity trains with: its reference cannot draw
       a backend's random masks.
+    canned: for a canned Estimator's twin (trainers/models/canned.py), the canned
+      Estimator; its `build` then takes the run's canned settings as keywords.
   """
 
   name: str
@@ -92,6 +109,7 @@ class ModelSpec:
   loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = sparse_softmax_cross_entropy
   loss_reduction: str = MEAN
   deterministic_options: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  canned: Optional[Canned] = None
 
   def __post_init__(self):
     if self.loss_reduction not in REDUCTIONS:
@@ -128,7 +146,8 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
   model_spec = spec(config)
   options = {**model_spec.options,
              **model_registry.parse_options(config.model_options, model_spec.options,
-                                            model_spec.name)}
+                                            model_spec.name),
+             **(config.canned_settings() if model_spec.canned else {})}
   asked: Set[str] = set()
 
   def init(name: str, default) -> tf_keras.initializers.Initializer:

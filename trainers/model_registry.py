@@ -18,6 +18,8 @@ DEFAULT = "cnn"
 BUILT_IN = {
     "cnn": "trainers.models.cnn:SPEC",
     "cnn_bn": "trainers.models.cnn_bn:SPEC",
+    "dnn": "trainers.models.canned:DNN",
+    "linear": "trainers.models.canned:LINEAR",
 }
 _FIX = ("--model takes a built-in name (" + ", ".join(BUILT_IN) + ") or package.module:NAME, "
         "a ModelSpec in a module on PYTHONPATH (docs/MIGRATION.md, \"Bring your model\")")

@@ -35,7 +35,14 @@ RECORD_FILE = "run.json"
 _FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--model_options",
           "global_batch_size": "--global_batch_size",
           **{name: f"--{name}" for name in config_lib.HYPERPARAMETERS},
+          **{name: f"--{name}" for name in config_lib.CANNED_SETTINGS},
           "seed": "--seed", "schedule": "--decay_steps"}
+
+
+# What a canned model's record names as its optimizer: its parts' are its own settings.
+CANNED_OPTIMIZER = "canned"
+# The settings naming the optimizers whose state a checkpoint holds: never changed on resume.
+_OPTIMIZERS = ("optimizer", "dnn_optimizer", "linear_optimizer")
 
 
 def optimizer_of(record: Dict[str, Any]) -> str:
@@ -49,9 +56,12 @@ class ConfigChangeError(ValueError):
 
 def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   """The record of a run of `backend` with `config` on `workers` workers."""
+  canned = config.canned_settings()
+  optimizer = ({"optimizer": CANNED_OPTIMIZER, **canned} if canned else
+               {"optimizer": config.optimizer, **config.hyperparameters()})
   return {"backend": backend, "workers": workers, "model": config.model,
           "model_options": config.model_options, "global_batch_size": config.global_batch_size,
-          "optimizer": config.optimizer, **config.hyperparameters(), "seed": config.seed,
+          **optimizer, "seed": config.seed,
           "schedule": config.schedule_steps(), "train_steps": config.train_steps}
 
 
@@ -106,12 +116,13 @@ def changes(model_dir: str, current: Dict[str, Any], config: Config, *,
   if recorded is None:
     return []
   refused = _refused(recorded, current, config)
-  if optimizer_of(recorded) != current["optimizer"]:
-    raise ConfigChangeError(
-        f"--model_dir={model_dir} holds a run trained with --optimizer="
-        f"{optimizer_of(recorded)}, whose state its checkpoint holds; this "
-        f"start asks for --optimizer={current['optimizer']}. Give that --optimizer to resume "
-        f"it, or choose another --model_dir.")
+  for key in _OPTIMIZERS:
+    was = optimizer_of(recorded) if key == "optimizer" else recorded.get(key)
+    if was != current.get(key) and (key == "optimizer" or was is not None):
+      raise ConfigChangeError(
+          f"--model_dir={model_dir} holds a run trained with --{key}={was}, whose state its "
+          f"checkpoint holds; this start asks for --{key}={current.get(key)}. Give that "
+          f"--{key} to resume it, or choose another --model_dir.")
   if refused and not allow_change:
     raise ConfigChangeError(
         f"--model_dir={model_dir} holds a run trained with other settings "

@@ -337,7 +337,7 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
   medians = (f"Each number is the median of {rounds} rounds run one after the other, and "
              "each ratio to the ceiling a ratio of medians; in parentheses, the range of "
              "that ratio taken within each round.\n\n" if rounds > 1 else "")
-  markdown = (f"# Benchmark: {config.model} with {config.optimizer}, {config.train_steps} "
+  markdown = (f"# Benchmark: {config.model} with {config.optimizer_label()}, {config.train_steps} "
               f"steps, global batch {config.global_batch_size}"
               f"\n\nMachine: {json.dumps(started)}\n\n{medians}"
               f"{format_table(results, step_costs)}\n\n"

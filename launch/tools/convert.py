@@ -166,6 +166,9 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
       entries.append(Entry(name, shape, STEP, None))
     elif name in checkpoints.V1_OPTIMIZER_VARIABLES:
       entries.append(Entry(name, shape, IGNORED, None, "Adam's state, not carried yet"))
+    elif name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE):
+      entries.append(Entry(name, shape, IGNORED, None,
+                           "a canned Estimator's optimizer state, not carried yet"))
     elif base is not None and base in shapes:
       weight = weight_of(base)
       if weight:

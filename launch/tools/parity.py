@@ -181,12 +181,15 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
       measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
                 measured=measured, reference_floor=floor, model=config.model,
-                optimizer=config.optimizer)
+                optimizer=config.optimizer_label())
 
 
 def deterministic(config: Config) -> Config:
-  """`config` with its model's `deterministic_options` where --model_options sets none."""
+  """`config` with its model's `deterministic_options` where --model_options sets none (a
+  canned model's --dropout at 0 unless given)."""
   model_spec = model_lib.spec(config)
+  if "dropout" in config.canned_settings() and config.dropout is None:
+    config = dataclasses.replace(config, dropout=0.0)
   given = model_registry.parse_options(config.model_options, model_spec.options, model_spec.name)
   options = {**model_spec.deterministic_options, **given}
   return dataclasses.replace(config, model_options=",".join(f"{k}={v}"
@@ -304,7 +307,7 @@ def format_table(report: Report) -> str:
 
 def cell_name(config: Config) -> str:
   """The directory of one (model, optimizer) of a matrix: `cnn-adam`."""
-  return re.sub(r"[^\w.-]", "_", f"{config.model}-{config.optimizer}")
+  return re.sub(r"[^\w.-]", "_", f"{config.model}-{config.optimizer_label()}")
 
 
 def _keras_vs_estimator(report: Report) -> str:

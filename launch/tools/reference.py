@@ -100,6 +100,37 @@ UPDATES: Dict[str, Update] = {
                       _rmsprop),
 }
 
+# The tf_keras legacy optimizers a canned Estimator builds (and its twin), by the canned
+# name, with their Keras defaults: Adagrad adds epsilon outside the square root; Ftrl is
+# v1's rule. Each reads the model's learning rate, constant.
+_LEGACY_ADAGRAD_EPSILON = 1e-7
+CANNED_UPDATES: Dict[str, Tuple[Update, Dict[str, float]]] = {
+    "sgd": (UPDATES["sgd"], {}),
+    "adagrad": (Update(
+        lambda variable, h: [tf.fill(variable.shape, 0.1)],
+        lambda variable, g, slots, rate, h: (
+            slots[0].assign_add(tf.square(g)),
+            variable.assign_sub(rate * g / (tf.sqrt(slots[0]) + _LEGACY_ADAGRAD_EPSILON)))),
+        {}),
+    "ftrl": (UPDATES["ftrl"], {"learning_rate_power": -0.5, "l1": 0.0, "l2": 0.0,
+                               "initial_accumulator_value": 0.1}),
+}
+
+
+def rule(config: Config) -> Tuple[Update, Dict[str, float], Callable[[int], float]]:
+  """The run's update rule, its hyperparameters, and its learning rate at each step."""
+  settings = config.canned_settings()
+  if not settings:
+    return (UPDATES[config.optimizer], config.hyperparameters(),
+            lambda step: v1_cosine_rate(config, step))
+  part = "dnn" if "dnn_optimizer" in settings else "linear"
+  name = settings[f"{part}_optimizer"]
+  if name not in CANNED_UPDATES:
+    raise ValueError(f"the reference has no rule for --{part}_optimizer={name} yet; it has "
+                     f"{', '.join(CANNED_UPDATES)}.")
+  update, hyperparameters = CANNED_UPDATES[name]
+  return update, hyperparameters, lambda step: settings[f"{part}_learning_rate"]
+
 
 def train_reference(config: Config, num_workers: int,
                     input_fn: Optional[inputs.InputFn] = None, *, any_batch_size: bool = False
@@ -126,7 +157,7 @@ def train_reference(config: Config, num_workers: int,
   model_spec = model_lib.spec(config)
   summed = model_spec.loss_reduction == model_lib.SUM
   variables, statistics = model.trainable_variables, model.non_trainable_variables
-  update, hyperparameters = UPDATES[config.optimizer], config.hyperparameters()
+  update, hyperparameters, rate_at = rule(config)
   slots = [[tf.Variable(s) for s in update.slots(v, hyperparameters)] for v in variables]
   replica_statistics = [[tf.Variable(s) for s in statistics] for _ in pipelines]
 
@@ -165,7 +196,7 @@ def train_reference(config: Config, num_workers: int,
   losses = []
   for i in range(config.train_steps):
     batches = [next(p) for p in pipelines]
-    losses.append(float(step(batches, tf.constant(v1_cosine_rate(config, i), tf.float32))))
+    losses.append(float(step(batches, tf.constant(rate_at(i), tf.float32))))
   for statistic, *values in zip(statistics, *replica_statistics):
     statistic.assign(tf.add_n(values) / len(values))
   return losses, model_lib.get_weights(model)

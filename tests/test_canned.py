@@ -1,0 +1,107 @@
+"""trainers.models.canned: the twins carry the canned names, and both backends (the canned
+Estimator itself, and the twin in Keras) train as the reference loop does."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data import mnist
+from tests.conftest import ESTIMATOR_MISSING
+from tests.conftest import assert_ends_where_the_reference_ends
+from tests.conftest import memory_input_fn
+from tests.conftest import trained_weights
+from tests.conftest import with_initial_weights
+from trainers import keras_trainer
+from trainers import model as model_lib
+from trainers.config import Config
+
+CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
+                checkpoint_every_steps=3, deterministic=True)
+
+
+def _weights(config):
+  return {name: value.shape for name, value in model_lib.get_weights(
+      model_lib.build(config)).items()}
+
+
+def test_the_twins_carry_the_canned_names():
+  assert _weights(dataclasses.replace(CONFIG, model="dnn", hidden_units="32,16")) == {
+      "dnn/hiddenlayer_0/kernel": (784, 32), "dnn/hiddenlayer_0/bias": (32,),
+      "dnn/hiddenlayer_1/kernel": (32, 16), "dnn/hiddenlayer_1/bias": (16,),
+      "dnn/logits/kernel": (16, 10), "dnn/logits/bias": (10,)}
+  with_bn = _weights(dataclasses.replace(CONFIG, model="dnn", hidden_units="8", batch_norm=True))
+  assert {n for n in with_bn if "batchnorm" in n} == {
+      f"dnn/hiddenlayer_0/batchnorm_0/{w}" for w in ("gamma", "beta", "moving_mean",
+                                                     "moving_variance")}
+  assert _weights(dataclasses.replace(CONFIG, model="linear", feature_name="pixels")) == {
+      "linear/linear_model/pixels/weights": (784, 10),
+      "linear/linear_model/bias_weights": (10,)}
+
+
+def test_the_twin_trains_with_the_legacy_optimizer_the_canned_estimator_builds():
+  optimizer = keras_trainer.make_optimizer(
+      dataclasses.replace(CONFIG, model="dnn", dnn_optimizer="rmsprop", dnn_learning_rate=0.02))
+  assert type(optimizer).__module__.startswith("tf_keras.src.optimizers.legacy")
+  assert type(optimizer).__name__ == "RMSprop"
+  assert float(optimizer.learning_rate) == pytest.approx(0.02)
+  linear = keras_trainer.make_optimizer(dataclasses.replace(CONFIG, model="linear"))
+  assert type(linear).__name__ == "Ftrl" and float(linear.learning_rate) == pytest.approx(0.2)
+
+
+BACKENDS = ["keras"] + ([] if ESTIMATOR_MISSING else ["estimator"])
+# BatchNorm (its moving statistics start from the warm start too), Ftrl with a feature of
+# another name, and plain SGD: the rules the reference writes out for canned optimizers.
+CASES = {
+    "dnn-bn-adagrad": {"model": "dnn", "hidden_units": "16,8", "batch_norm": True,
+                       "dnn_learning_rate": 0.05},
+    "linear-ftrl": {"model": "linear", "feature_name": "pixels"},
+    "dnn-sgd": {"model": "dnn", "hidden_units": "16", "dnn_optimizer": "sgd",
+                "activation": "tanh"},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_both_backends_train_as_the_reference(case, backend_name, tmp_path):
+  config = with_initial_weights(dataclasses.replace(CONFIG, **CASES[case]), tmp_path)
+  if "batch_norm" in CASES[case]:
+    # Not the initializer's values: the warm start must carry the moving statistics.
+    weights = model_lib.load_weights_npz(config.init_weights)
+    for name in weights:
+      if name.endswith("moving_variance"):
+        weights[name] = np.full_like(weights[name], 2.0)
+    model_lib.save_weights_npz(config.init_weights, weights)
+  if backend_name == "keras":
+    backend = keras_trainer.Backend
+  else:
+    from trainers import estimator_trainer  # noqa: PLC0415 -- absent after TF 2.15.
+    backend = estimator_trainer.Backend
+  trained = trained_weights(backend, config, tmp_path / "model")
+  assert_ends_where_the_reference_ends(config, trained)
+
+
+@pytest.mark.skipif(bool(ESTIMATOR_MISSING), reason=str(ESTIMATOR_MISSING))
+def test_the_canned_export_serves_tf_examples_as_the_twin_predicts(tmp_path):
+  from launch.tools import harness  # noqa: PLC0415
+  from trainers import estimator_trainer  # noqa: PLC0415 -- absent after TF 2.15.
+  from trainers import loop  # noqa: PLC0415
+  config = dataclasses.replace(CONFIG, model="dnn", hidden_units="16", feature_name="pixels")
+  input_fn = memory_input_fn(config.global_batch_size)
+  summary = loop.train_and_evaluate(estimator_trainer.Backend, config, str(tmp_path),
+                                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                                    input_fn=input_fn)
+  serving = tf.saved_model.load(summary["export_dir"])
+  # What the canned Estimator's users serve: the classify and predict signatures of
+  # serialized tf.Examples.
+  assert {"serving_default", "classification", "predict"} <= set(serving.signatures)
+  images, _ = next(iter(input_fn(mnist.EVAL)))
+  examples = tf.constant([tf.train.Example(features=tf.train.Features(feature={
+      "pixels": tf.train.Feature(float_list=tf.train.FloatList(value=image.numpy().ravel()))
+  })).SerializeToString() for image in images])
+  served = serving.signatures["predict"](examples=examples)
+  twin = model_lib.build(config, harness.backend_weights("estimator", summary, config))
+  logits = twin(images, training=False).numpy()
+  np.testing.assert_allclose(served["logits"].numpy(), logits, atol=1e-5)
+  np.testing.assert_array_equal(served["class_ids"].numpy()[:, 0], logits.argmax(-1))

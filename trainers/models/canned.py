@@ -1,0 +1,170 @@
+"""The canned Estimators, run as they are, and their Keras twins.
+
+    python -m trainers.estimator_main --model=dnn --hidden_units=256,128
+    python -m trainers.keras_main --model=dnn --hidden_units=256,128
+
+- `dnn`: `tf.estimator.DNNClassifier`;
+- `linear`: `tf.estimator.LinearClassifier`;
+
+each over one `numeric_column` of the image (`--feature_name`), 10 classes. The
+Estimator backend constructs the canned class itself (`Canned.estimator`) with the
+run's settings (`Config.canned_settings`); the Keras backend trains the twin that
+`build` makes: the same layers, with weights of the canned names
+(`dnn/hiddenlayer_0/kernel`, ..., `dnn/logits/bias`,
+`linear/linear_model/<feature>/weights`, `linear/linear_model/bias_weights`), and
+the optimizer the canned Estimator builds, tf_keras's legacy one of the same kind at
+the same constant rate (`Canned.keras_optimizer`). Started from the same weights
+(`--init_weights`, which the Estimator takes as a warm start), the two train alike
+(launch.parity).
+"""
+
+import functools
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from data import mnist
+from trainers import model
+from trainers.config import Config
+
+# The canned Estimators' names of the optimizers (tensorflow_estimator's
+# canned/optimizers.py), and the tf_keras legacy classes the twins use.
+_CANNED_NAMES = {"adagrad": "Adagrad", "adam": "Adam", "ftrl": "Ftrl", "rmsprop": "RMSProp",
+                 "sgd": "SGD"}
+_LEGACY = {"adagrad": "Adagrad", "adam": "Adam", "ftrl": "Ftrl", "rmsprop": "RMSprop",
+           "sgd": "SGD"}
+# DNNClassifier's BatchNormalization momentum (canned/dnn.py).
+BN_MOMENTUM = 0.999
+
+
+def _dnn_logits(x: tf.Tensor, seed: int, init: model.Init, hidden_units: str, dropout: float,
+                batch_norm: bool, activation: str) -> tf.Tensor:
+  """DNNClassifier's network on flat features: [Dense, Dropout while training,
+  BatchNormalization] per hidden layer, then the logits."""
+  layers = tf_keras.layers
+  units = [int(u) for u in hidden_units.split(",")]
+
+  def dense(name: str, width: int, offset: int, **kwargs):
+    # The canned kernels are glorot_uniform, drawn from the Estimator's graph seed:
+    # a twin's own draws differ, so parity starts both from --init_weights.
+    return layers.Dense(width, name=name, **kwargs,
+                        kernel_initializer=init(f"{name}/kernel", tf_keras.initializers.
+                                                GlorotUniform(seed=seed + offset)),
+                        bias_initializer=init(f"{name}/bias", "zeros"))
+
+  for i, width in enumerate(units):
+    name = f"dnn/hiddenlayer_{i}"
+    x = dense(name, width, i, activation=activation)(x)
+    if dropout:
+      x = layers.Dropout(dropout, seed=seed + i, name=f"{name}/dropout")(x)
+    if batch_norm:
+      bn = f"{name}/batchnorm_{i}"
+      x = layers.BatchNormalization(
+          momentum=BN_MOMENTUM, name=bn,
+          gamma_initializer=init(f"{bn}/gamma", "ones"),
+          beta_initializer=init(f"{bn}/beta", "zeros"),
+          moving_mean_initializer=init(f"{bn}/moving_mean", "zeros"),
+          moving_variance_initializer=init(f"{bn}/moving_variance", "ones"))(x)
+  return dense("dnn/logits", mnist.NUM_CLASSES, len(units))(x)
+
+
+class _LinearModel(tf_keras.layers.Layer):
+  """LinearClassifier's model over one numeric feature: flat features @ weights + bias,
+  both zeros at first, named as the canned ones."""
+
+  def __init__(self, feature_name: str, init: model.Init, **kwargs):
+    super().__init__(name="linear/linear_model", **kwargs)
+    self._feature, self._init = feature_name, init
+
+  def build(self, input_shape):
+    prefix = f"{self.name}/"
+    self.weights_ = self.add_weight(
+        f"{self._feature}/weights", shape=(input_shape[-1], mnist.NUM_CLASSES),
+        initializer=self._init(f"{prefix}{self._feature}/weights", "zeros"))
+    self.bias = self.add_weight(
+        "bias_weights", shape=(mnist.NUM_CLASSES,),
+        initializer=self._init(f"{prefix}bias_weights", "zeros"))
+
+  def call(self, features):
+    return tf.nn.bias_add(tf.matmul(features, self.weights_), self.bias)
+
+
+def _flat_image():
+  image = tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image")
+  # DenseFeatures reshapes a numeric column to (B, 784), row-major as Flatten.
+  return image, tf_keras.layers.Flatten(name="flatten")(image)
+
+
+def build_dnn(seed: int, init: model.Init, hidden_units: str, dropout: float,
+              batch_norm: bool, activation: str, **_: Any) -> tf_keras.Model:
+  """The twin of DNNClassifier (the optimizer settings it is also given are not the
+  model's)."""
+  image, x = _flat_image()
+  return tf_keras.Model(image, _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm,
+                                           activation), name="dnn")
+
+
+def build_linear(seed: int, init: model.Init, feature_name: str, **_: Any) -> tf_keras.Model:
+  """The twin of LinearClassifier."""
+  del seed  # Zeros, as the canned weights start.
+  image, x = _flat_image()
+  return tf_keras.Model(image, _LinearModel(feature_name, init)(x), name="linear")
+
+
+def legacy_optimizer(name: str, learning_rate: float) -> tf_keras.optimizers.legacy.Optimizer:
+  """The tf_keras legacy optimizer `name` (a key of config.CANNED_OPTIMIZERS) at a constant
+  `learning_rate`: the class the canned Estimator builds from the same name."""
+  return getattr(tf_keras.optimizers.legacy, _LEGACY[name])(learning_rate=learning_rate)
+
+
+def _canned_optimizer(name: str, learning_rate: float):
+  """What the canned Estimator takes as its optimizer: a callable (an instance cannot be
+  used twice: its iterations become the global step of the graph it first trains in)
+  making the optimizer its own code makes from `name` at `learning_rate`, of the Keras
+  it runs on."""
+  # Imported here: tensorflow_estimator exists up to TF 2.15; the twin runs on later ones.
+  from tensorflow_estimator.python.estimator.canned import optimizers  # noqa: PLC0415
+  return functools.partial(optimizers.get_optimizer_instance_v2, _CANNED_NAMES[name],
+                           learning_rate=learning_rate)
+
+
+def _columns(settings: Dict[str, Any]):
+  return [tf.feature_column.numeric_column(settings["feature_name"], shape=mnist.IMAGE_SHAPE)]
+
+
+def dnn_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any]) -> Any:
+  """tf.estimator.DNNClassifier with the run's settings."""
+  settings = config.canned_settings()
+  return tf.estimator.DNNClassifier(
+      hidden_units=config.hidden_units_list(), feature_columns=_columns(settings),
+      n_classes=mnist.NUM_CLASSES,
+      optimizer=_canned_optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
+      activation_fn=getattr(tf.nn, settings["activation"]),
+      dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
+      config=run_config, warm_start_from=warm_start_from)
+
+
+def linear_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any]) -> Any:
+  """tf.estimator.LinearClassifier with the run's settings."""
+  settings = config.canned_settings()
+  return tf.estimator.LinearClassifier(
+      feature_columns=_columns(settings), n_classes=mnist.NUM_CLASSES,
+      optimizer=_canned_optimizer(settings["linear_optimizer"],
+                                  settings["linear_learning_rate"]),
+      config=run_config, warm_start_from=warm_start_from)
+
+
+def _twin_optimizer(part: str):
+  def make(config: Config) -> tf_keras.optimizers.legacy.Optimizer:
+    settings = config.canned_settings()
+    return legacy_optimizer(settings[f"{part}_optimizer"], settings[f"{part}_learning_rate"])
+  return make
+
+
+DNN = model.ModelSpec(
+    name="dnn", build=build_dnn,
+    canned=model.Canned(estimator=dnn_classifier, keras_optimizer=_twin_optimizer("dnn")))
+LINEAR = model.ModelSpec(
+    name="linear", build=build_linear,
+    canned=model.Canned(estimator=linear_classifier, keras_optimizer=_twin_optimizer("linear")))
