@@ -45,8 +45,8 @@ _MODELS = flags.DEFINE_list("model", [Config.model], "Models to prove, comma-sep
                             "names or package.module:NAME; all: every built-in.")
 _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to prove each model "
                                 "with, comma-separated; all: " + ", ".join(config_lib.OPTIMIZERS)
-                                + ". A canned model (dnn, linear) trains once, with its own "
-                                "(--dnn_optimizer, --linear_optimizer).")
+                                + ". A canned model (dnn, linear, wide_deep) trains once, "
+                                "with its own (--dnn_optimizer, --linear_optimizer).")
 _CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS,
                                              *config_lib.CANNED_SETTINGS))
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")

@@ -35,9 +35,13 @@ def test_the_twins_carry_the_canned_names():
   assert {n for n in with_bn if "batchnorm" in n} == {
       f"dnn/hiddenlayer_0/batchnorm_0/{w}" for w in ("gamma", "beta", "moving_mean",
                                                      "moving_variance")}
-  assert _weights(dataclasses.replace(CONFIG, model="linear", feature_name="pixels")) == {
-      "linear/linear_model/pixels/weights": (784, 10),
-      "linear/linear_model/bias_weights": (10,)}
+  linear = {"linear/linear_model/pixels/weights": (784, 10),
+            "linear/linear_model/bias_weights": (10,)}
+  assert _weights(dataclasses.replace(CONFIG, model="linear", feature_name="pixels")) == linear
+  assert _weights(dataclasses.replace(CONFIG, model="wide_deep", hidden_units="8",
+                                      feature_name="pixels")) == {
+      **linear, "dnn/hiddenlayer_0/kernel": (784, 8), "dnn/hiddenlayer_0/bias": (8,),
+      "dnn/logits/kernel": (8, 10), "dnn/logits/bias": (10,)}
 
 
 def test_the_twin_trains_with_the_legacy_optimizer_the_canned_estimator_builds():
@@ -48,17 +52,28 @@ def test_the_twin_trains_with_the_legacy_optimizer_the_canned_estimator_builds()
   assert float(optimizer.learning_rate) == pytest.approx(0.02)
   linear = keras_trainer.make_optimizer(dataclasses.replace(CONFIG, model="linear"))
   assert type(linear).__name__ == "Ftrl" and float(linear.learning_rate) == pytest.approx(0.2)
+  # wide_deep: one per part, at DNNLinearCombinedClassifier's rates, counting the DNN's steps.
+  parts = keras_trainer.make_optimizer(dataclasses.replace(CONFIG, model="wide_deep"))
+  assert (type(parts.dnn).__name__, float(parts.dnn.learning_rate)) == ("Adagrad",
+                                                                        pytest.approx(0.001))
+  assert (type(parts.linear).__name__, float(parts.linear.learning_rate)) == (
+      "Ftrl", pytest.approx(0.005))
+  assert parts.iterations is parts.dnn.iterations
 
 
 BACKENDS = ["keras"] + ([] if ESTIMATOR_MISSING else ["estimator"])
-# BatchNorm (its moving statistics start from the warm start too), Ftrl with a feature of
-# another name, and plain SGD: the rules the reference writes out for canned optimizers.
+# BatchNorm (its moving statistics start from the warm start too), a feature of another
+# name, each legacy optimizer's rule, and wide_deep's two optimizers.
 CASES = {
     "dnn-bn-adagrad": {"model": "dnn", "hidden_units": "16,8", "batch_norm": True,
                        "dnn_learning_rate": 0.05},
     "linear-ftrl": {"model": "linear", "feature_name": "pixels"},
     "dnn-sgd": {"model": "dnn", "hidden_units": "16", "dnn_optimizer": "sgd",
                 "activation": "tanh"},
+    "wide_deep": {"model": "wide_deep", "hidden_units": "16"},
+    "wide_deep-adam-rmsprop": {"model": "wide_deep", "hidden_units": "16",
+                               "dnn_optimizer": "adam", "dnn_learning_rate": 0.01,
+                               "linear_optimizer": "rmsprop"},
 }
 
 

@@ -85,7 +85,7 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
 
 
 @pytest.mark.real_data
-@pytest.mark.parametrize("workers, models", [(1, ["dnn", "linear"]), (2, ["dnn"])])
+@pytest.mark.parametrize("workers, models", [(1, ["dnn", "linear", "wide_deep"]), (2, ["dnn"])])
 def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_data_dir,
                                                        tmp_path):
   # The canned Estimator itself against its Keras twin, from the same warm start; at 2
@@ -97,7 +97,7 @@ def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_dat
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   cells = (json.loads((tmp_path / "parity_matrix.json").read_text())["cells"] if len(models) > 1
            else [json.loads((tmp_path / "parity_report.json").read_text())])
-  optimizers = {"dnn": "adagrad", "linear": "ftrl"}
+  optimizers = {"dnn": "adagrad", "linear": "ftrl", "wide_deep": "adagrad+ftrl"}
   assert [(c["model"], c["optimizer"]) for c in cells] == [(m, optimizers[m]) for m in models]
   for cell in cells:
     assert cell["passed"], cell["model"]

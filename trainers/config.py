@@ -33,11 +33,15 @@ _RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True
 # The canned models (trainers/models/canned.py): each canned Estimator's constructor
 # arguments that are flags here, with its defaults: the canned class's own (a string
 # optimizer gets its Keras class's default rate in DNNClassifier, 0.2 in
-# LinearClassifier), and ours for hidden_units, which it requires.
+# LinearClassifier, and 0.001 and min(0.005, 1/sqrt(columns)) for the two parts of
+# DNNLinearCombinedClassifier), and ours for hidden_units, which it requires.
 _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu"}
 CANNED = {
     "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": None},
     "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2},
+    "wide_deep": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad",
+                  "dnn_learning_rate": 0.001, "linear_optimizer": "ftrl",
+                  "linear_learning_rate": 0.005},
 }
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
@@ -97,30 +101,31 @@ class Config:
                                                 "squared-gradient sum (<= 0; default -0.5).")
   l1: Optional[float] = _field(None, "ftrl: the L1 regularization strength (default 0).")
   l2: Optional[float] = _field(None, "ftrl: the L2 regularization strength (default 0).")
-  hidden_units: Optional[str] = _field(None, "dnn: the hidden layers' widths, "
+  hidden_units: Optional[str] = _field(None, "dnn, wide_deep: the hidden layers' widths, "
                                        "comma-separated (the canned hidden_units; default "
                                        "128,64).")
-  dropout: Optional[float] = _field(None, "dnn: the dropout rate after each hidden "
+  dropout: Optional[float] = _field(None, "dnn, wide_deep: the dropout rate after each hidden "
                                     "layer while training (default 0: none).")
-  batch_norm: Optional[bool] = _field(None, "dnn: BatchNormalization after each "
+  batch_norm: Optional[bool] = _field(None, "dnn, wide_deep: BatchNormalization after each "
                                       "hidden layer (default false).")
-  activation: Optional[str] = _field(None, "dnn: the hidden layers' activation, "
+  activation: Optional[str] = _field(None, "dnn, wide_deep: the hidden layers' activation, "
                                      "one of " + ", ".join(CANNED_ACTIVATIONS) + " (default "
                                      "relu).")
-  feature_name: Optional[str] = _field(None, "dnn, linear: the image feature's "
+  feature_name: Optional[str] = _field(None, "dnn, linear, wide_deep: the image feature's "
                                        "name, which the linear part's variables carry "
                                        "(default image).")
-  dnn_optimizer: Optional[str] = _field(None, "dnn: the DNN part's optimizer, the "
+  dnn_optimizer: Optional[str] = _field(None, "dnn, wide_deep: the DNN part's optimizer, the "
                                         "Keras legacy one the canned Estimator builds: "
                                         + ", ".join(CANNED_OPTIMIZERS) + " (default adagrad).")
-  dnn_learning_rate: Optional[float] = _field(None, "dnn: the DNN part's constant "
-                                              "learning rate (default: the optimizer's "
+  dnn_learning_rate: Optional[float] = _field(None, "dnn, wide_deep: the DNN part's constant "
+                                              "learning rate (default: dnn, the optimizer's "
                                               "Keras default, 0.01 for sgd and 0.001 for the "
-                                              "others).")
-  linear_optimizer: Optional[str] = _field(None, "linear: the linear part's "
+                                              "others; wide_deep 0.001).")
+  linear_optimizer: Optional[str] = _field(None, "linear, wide_deep: the linear part's "
                                            "optimizer, as --dnn_optimizer (default ftrl).")
-  linear_learning_rate: Optional[float] = _field(None, "linear: the linear part's "
-                                                 "constant learning rate (default 0.2).")
+  linear_learning_rate: Optional[float] = _field(None, "linear, wide_deep: the linear part's "
+                                                 "constant learning rate (default: linear "
+                                                 "0.2, wide_deep 0.005).")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "

@@ -20,6 +20,7 @@ BUILT_IN = {
     "cnn_bn": "trainers.models.cnn_bn:SPEC",
     "dnn": "trainers.models.canned:DNN",
     "linear": "trainers.models.canned:LINEAR",
+    "wide_deep": "trainers.models.canned:WIDE_DEEP",
 }
 _FIX = ("--model takes a built-in name (" + ", ".join(BUILT_IN) + ") or package.module:NAME, "
         "a ModelSpec in a module on PYTHONPATH (docs/MIGRATION.md, \"Bring your model\")")

@@ -83,13 +83,11 @@ class _Step:
     self._config, self._spec = config, model_lib.spec(config)
     self.model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
-    self._update, self._hyperparameters = (reference.UPDATES[config.optimizer],
-                                           config.hyperparameters())
-    self._slots = [[tf.Variable(s, trainable=False)
-                    for s in self._update.slots(v, self._hyperparameters)]
-                   for v in self.variables]
+    rule_of = reference.rules(config)
+    self._rules = [rule_of(model_lib.weight_name(v)) for v in self.variables]
+    self._slots = [[tf.Variable(s, trainable=False) for s in r.update.slots(v, r.hyperparameters)]
+                   for v, r in zip(self.variables, self._rules)]
     self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self._rate = config.initial_learning_rate()
 
   def gradients(self, images: tf.Tensor, labels: tf.Tensor):
     with tf.GradientTape() as tape:
@@ -101,9 +99,11 @@ class _Step:
 
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
     done = tf.minimum(tf.cast(self._step, tf.float32) / self._config.schedule_steps(), 1.0)
-    rate = self._rate * 0.5 * (1.0 + tf.cos(math.pi * done))
-    for variable, slots, gradient in zip(self.variables, self._slots, gradients):
-      self._update.apply(variable, gradient, slots, rate, self._hyperparameters)
+    cosine = self._config.initial_learning_rate() * 0.5 * (1.0 + tf.cos(math.pi * done))
+    for variable, rule, slots, gradient in zip(self.variables, self._rules, self._slots,
+                                               gradients):
+      rate = cosine if rule.constant_rate is None else rule.constant_rate
+      rule.update.apply(variable, gradient, slots, rate, rule.hyperparameters)
     self._step.assign_add(1)
 
 

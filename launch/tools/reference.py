@@ -100,36 +100,67 @@ UPDATES: Dict[str, Update] = {
                       _rmsprop),
 }
 
+def _legacy_adam(variable, g, slots, rate, h):
+  # As tf_keras's legacy Adam: beta^t by tf.pow of the step in float32 (not a running
+  # product), epsilon 1e-7, then the same kernel as v1's.
+  m, v, step = slots
+  beta1, beta2 = tf.constant(0.9, tf.float32), tf.constant(0.999, tf.float32)
+  step_rate = rate * tf.sqrt(1 - tf.pow(beta2, step)) / (1 - tf.pow(beta1, step))
+  m.assign_add((g - m) * (1 - beta1))
+  v.assign_add((tf.square(g) - v) * (1 - beta2))
+  variable.assign_sub((m * step_rate) / (tf.sqrt(v) + _LEGACY_EPSILON))
+  step.assign_add(1.0)
+
+
+def _legacy_rmsprop(variable, g, slots, rate, h):
+  # tf_keras's legacy RMSprop without momentum: the mean square from zeros, epsilon
+  # outside the square root.
+  rho = tf.constant(0.9, tf.float32)
+  slots[0].assign(rho * slots[0] + (1 - rho) * tf.square(g))
+  variable.assign_sub(rate * g / (tf.sqrt(slots[0]) + _LEGACY_EPSILON))
+
+
 # The tf_keras legacy optimizers a canned Estimator builds (and its twin), by the canned
-# name, with their Keras defaults: Adagrad adds epsilon outside the square root; Ftrl is
-# v1's rule. Each reads the model's learning rate, constant.
-_LEGACY_ADAGRAD_EPSILON = 1e-7
+# name, with their Keras defaults (epsilon 1e-7, outside the square root; Ftrl is v1's
+# rule), each at the model's constant learning rate.
+_LEGACY_EPSILON = 1e-7
 CANNED_UPDATES: Dict[str, Tuple[Update, Dict[str, float]]] = {
     "sgd": (UPDATES["sgd"], {}),
     "adagrad": (Update(
         lambda variable, h: [tf.fill(variable.shape, 0.1)],
         lambda variable, g, slots, rate, h: (
             slots[0].assign_add(tf.square(g)),
-            variable.assign_sub(rate * g / (tf.sqrt(slots[0]) + _LEGACY_ADAGRAD_EPSILON)))),
+            variable.assign_sub(rate * g / (tf.sqrt(slots[0]) + _LEGACY_EPSILON)))),
         {}),
+    "adam": (Update(lambda variable, h: [tf.zeros_like(variable), tf.zeros_like(variable),
+                                         tf.constant(1.0)], _legacy_adam), {}),
     "ftrl": (UPDATES["ftrl"], {"learning_rate_power": -0.5, "l1": 0.0, "l2": 0.0,
                                "initial_accumulator_value": 0.1}),
+    "rmsprop": (Update(_zeros(1), _legacy_rmsprop), {}),
 }
 
 
-def rule(config: Config) -> Tuple[Update, Dict[str, float], Callable[[int], float]]:
-  """The run's update rule, its hyperparameters, and its learning rate at each step."""
+class Rule(NamedTuple):
+  """How one variable is updated: the rule, its hyperparameters, and its learning rate
+  (`constant_rate`, or None for v1's cosine decay)."""
+  update: Update
+  hyperparameters: Dict[str, float]
+  constant_rate: Optional[float]
+
+
+def rules(config: Config) -> Callable[[str], Rule]:
+  """The run's rule for each variable, by its name: --optimizer's for every one, or a
+  canned model's part's (a `linear/` variable the linear part's, the others the DNN's)."""
   settings = config.canned_settings()
   if not settings:
-    return (UPDATES[config.optimizer], config.hyperparameters(),
-            lambda step: v1_cosine_rate(config, step))
-  part = "dnn" if "dnn_optimizer" in settings else "linear"
-  name = settings[f"{part}_optimizer"]
-  if name not in CANNED_UPDATES:
-    raise ValueError(f"the reference has no rule for --{part}_optimizer={name} yet; it has "
-                     f"{', '.join(CANNED_UPDATES)}.")
-  update, hyperparameters = CANNED_UPDATES[name]
-  return update, hyperparameters, lambda step: settings[f"{part}_learning_rate"]
+    every = Rule(UPDATES[config.optimizer], config.hyperparameters(), None)
+    return lambda name: every
+  by_part = {}
+  for part in ("dnn", "linear"):
+    if f"{part}_optimizer" in settings:
+      update, hyperparameters = CANNED_UPDATES[settings[f"{part}_optimizer"]]
+      by_part[part] = Rule(update, hyperparameters, settings[f"{part}_learning_rate"])
+  return lambda name: by_part["linear" if name.startswith("linear/") else "dnn"]
 
 
 def train_reference(config: Config, num_workers: int,
@@ -157,8 +188,10 @@ def train_reference(config: Config, num_workers: int,
   model_spec = model_lib.spec(config)
   summed = model_spec.loss_reduction == model_lib.SUM
   variables, statistics = model.trainable_variables, model.non_trainable_variables
-  update, hyperparameters, rate_at = rule(config)
-  slots = [[tf.Variable(s) for s in update.slots(v, hyperparameters)] for v in variables]
+  rule_of = rules(config)
+  variable_rules = [rule_of(model_lib.weight_name(v)) for v in variables]
+  slots = [[tf.Variable(s) for s in r.update.slots(v, r.hyperparameters)]
+           for v, r in zip(variables, variable_rules)]
   replica_statistics = [[tf.Variable(s) for s in statistics] for _ in pipelines]
 
   # Compiled, as both backends' steps are: on CPU, Grappler fuses a convolution with its
@@ -182,8 +215,11 @@ def train_reference(config: Config, num_workers: int,
       replica_losses.append(loss)
       for statistic, value in zip(statistics, own):
         value.assign(statistic)
-    for variable, own, *gradients in zip(variables, slots, *replica_gradients):
-      update.apply(variable, tf.add_n(gradients), own, rate, hyperparameters)
+    for variable, rule, own, *gradients in zip(variables, variable_rules, slots,
+                                               *replica_gradients):
+      rule.update.apply(variable, tf.add_n(gradients), own,
+                        rate if rule.constant_rate is None else rule.constant_rate,
+                        rule.hyperparameters)
     # Equal per-replica batches: the mean of their means is the global batch's mean.
     return tf.add_n(replica_losses) / (1 if summed else len(replica_losses))
 
@@ -196,7 +232,7 @@ def train_reference(config: Config, num_workers: int,
   losses = []
   for i in range(config.train_steps):
     batches = [next(p) for p in pipelines]
-    losses.append(float(step(batches, tf.constant(rate_at(i), tf.float32))))
+    losses.append(float(step(batches, tf.constant(v1_cosine_rate(config, i), tf.float32))))
   for statistic, *values in zip(statistics, *replica_statistics):
     statistic.assign(tf.add_n(values) / len(values))
   return losses, model_lib.get_weights(model)

@@ -5,6 +5,8 @@
 
 - `dnn`: `tf.estimator.DNNClassifier`;
 - `linear`: `tf.estimator.LinearClassifier`;
+- `wide_deep`: `tf.estimator.DNNLinearCombinedClassifier`, the sum of the two, each
+  part with its own optimizer;
 
 each over one `numeric_column` of the image (`--feature_name`), 10 classes. The
 Estimator backend constructs the canned class itself (`Canned.estimator`) with the
@@ -112,6 +114,51 @@ def build_linear(seed: int, init: model.Init, feature_name: str, **_: Any) -> tf
   return tf_keras.Model(image, _LinearModel(feature_name, init)(x), name="linear")
 
 
+def build_wide_deep(seed: int, init: model.Init, hidden_units: str, dropout: float,
+                    batch_norm: bool, activation: str, feature_name: str, **_: Any
+                    ) -> tf_keras.Model:
+  """The twin of DNNLinearCombinedClassifier: the DNN's logits plus the linear model's."""
+  image, x = _flat_image()
+  dnn = _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm, activation)
+  logits = tf_keras.layers.Add(name="logits")([dnn, _LinearModel(feature_name, init)(x)])
+  return tf_keras.Model(image, logits, name="wide_deep")
+
+
+class PartOptimizers(tf_keras.optimizers.legacy.Optimizer):
+  """DNNLinearCombinedClassifier's two optimizers as the one `Model.fit` takes: the linear
+  part's updates the `linear/` weights, the DNN part's the others. Its iterations are the
+  DNN part's, as the canned Estimator's global step is; the linear part counts its own.
+  """
+
+  def __init__(self, dnn: tf_keras.optimizers.legacy.Optimizer,
+               linear: tf_keras.optimizers.legacy.Optimizer, name: str = "PartOptimizers"):
+    super().__init__(name)
+    self.dnn, self.linear = dnn, linear
+    self._track_trackable(dnn, "dnn")
+    self._track_trackable(linear, "linear")
+    # Also as this optimizer's own `iter`, the shortest path to it, under which a
+    # checkpoint keeps it: where a single legacy optimizer keeps its step.
+    self._track_trackable(dnn.iterations, "iter")
+
+  @property
+  def iterations(self) -> tf.Variable:
+    return self.dnn.iterations
+
+  def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+    parts: Dict[str, list] = {"dnn": [], "linear": []}
+    for gradient, variable in grads_and_vars:
+      parts["linear" if variable.name.startswith("linear/") else "dnn"].append(
+          (gradient, variable))
+    return tf.group(*(getattr(self, part).apply_gradients(
+        pairs, experimental_aggregate_gradients=experimental_aggregate_gradients)
+                      for part, pairs in parts.items() if pairs))
+
+  def get_config(self) -> Dict[str, Any]:
+    return {**super().get_config(),
+            **{part: tf_keras.optimizers.serialize(getattr(self, part))
+               for part in ("dnn", "linear")}}
+
+
 def legacy_optimizer(name: str, learning_rate: float) -> tf_keras.optimizers.legacy.Optimizer:
   """The tf_keras legacy optimizer `name` (a key of config.CANNED_OPTIMIZERS) at a constant
   `learning_rate`: the class the canned Estimator builds from the same name."""
@@ -155,11 +202,30 @@ def linear_classifier(config: Config, run_config: Any, warm_start_from: Optional
       config=run_config, warm_start_from=warm_start_from)
 
 
+def wide_deep_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any]
+                         ) -> Any:
+  """tf.estimator.DNNLinearCombinedClassifier with the run's settings, both parts over the
+  image."""
+  settings = config.canned_settings()
+  return tf.estimator.DNNLinearCombinedClassifier(
+      linear_feature_columns=_columns(settings),
+      linear_optimizer=_canned_optimizer(settings["linear_optimizer"],
+                                         settings["linear_learning_rate"]),
+      dnn_feature_columns=_columns(settings),
+      dnn_optimizer=_canned_optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
+      dnn_hidden_units=config.hidden_units_list(),
+      dnn_activation_fn=getattr(tf.nn, settings["activation"]),
+      dnn_dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
+      n_classes=mnist.NUM_CLASSES, config=run_config, warm_start_from=warm_start_from)
+
+
+def _part_optimizer(config: Config, part: str) -> tf_keras.optimizers.legacy.Optimizer:
+  settings = config.canned_settings()
+  return legacy_optimizer(settings[f"{part}_optimizer"], settings[f"{part}_learning_rate"])
+
+
 def _twin_optimizer(part: str):
-  def make(config: Config) -> tf_keras.optimizers.legacy.Optimizer:
-    settings = config.canned_settings()
-    return legacy_optimizer(settings[f"{part}_optimizer"], settings[f"{part}_learning_rate"])
-  return make
+  return lambda config: _part_optimizer(config, part)
 
 
 DNN = model.ModelSpec(
@@ -168,3 +234,7 @@ DNN = model.ModelSpec(
 LINEAR = model.ModelSpec(
     name="linear", build=build_linear,
     canned=model.Canned(estimator=linear_classifier, keras_optimizer=_twin_optimizer("linear")))
+WIDE_DEEP = model.ModelSpec(
+    name="wide_deep", build=build_wide_deep,
+    canned=model.Canned(estimator=wide_deep_classifier, keras_optimizer=lambda config: (
+        PartOptimizers(_part_optimizer(config, "dnn"), _part_optimizer(config, "linear")))))
