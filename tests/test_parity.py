@@ -104,6 +104,10 @@ def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_dat
     checks = {c["name"]: c for c in cell["checks"]}
     assert checks["max |weight diff| keras vs estimator"]["limit"] == 1e-6
     assert checks["progress.jsonl loss rel diff keras vs estimator"]["passed"]
+    # The twin's export and the canned Estimator's predict the same on the test split.
+    differing = checks["predicted class ids differing, keras twin vs canned estimator"]
+    assert differing["passed"] and differing["where"].startswith("10000 test images")
+    assert checks["predicted probabilities, keras twin vs canned estimator"]["limit"] == 1e-5
 
 
 @pytest.mark.parametrize("args, said", [

@@ -15,12 +15,14 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+import tensorflow as tf
 
 from data import mnist
 from launch.tools import harness
 from launch.tools import reference
 from launch.tools import runs
 from trainers import evaluation
+from trainers import inputs
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
@@ -39,6 +41,7 @@ class Tolerances:
   accuracy_pp: float = 0.3
   curve_rtol: float = 0.05
   eval_loss_atol: float = 1e-6
+  prediction_atol: float = 1e-5
   # The reference's weight limit, if above weight_atol: this many times its rounding floor.
   reference_floor_factor: float = 2.0
 
@@ -173,6 +176,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
   checks += _eval_parity(config, eval_summary, tolerances.eval_loss_atol)
+  if config.canned_settings():
+    checks += prediction_parity(config, summaries, tolerances.prediction_atol)
   measured = {}
   for seed in range(1, measure_seeds + 1):
     for backend, summary in train_both(
@@ -289,6 +294,36 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
                 0.0, where),
           Check("eval loss, Estimator evaluator vs Keras evaluate", loss_gap <= loss_atol,
                 loss_gap, loss_atol, where)]
+
+
+def tf_examples(images: np.ndarray, feature: str) -> List[bytes]:
+  """Each image as the serialized tf.Example a canned Estimator's clients send."""
+  return [tf.train.Example(features=tf.train.Features(feature={
+      feature: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel()))
+  })).SerializeToString() for image in images]
+
+
+def prediction_parity(config: Config, summaries: Dict[str, Dict[str, Any]], atol: float
+                      ) -> List[Check]:
+  """A canned model's predictions on the whole test split: the Keras twin's export (of
+  images) against the canned Estimator's `predict` signature (of tf.Examples)."""
+  twin = tf.saved_model.load(summaries["keras"]["export_dir"]).signatures["serving_default"]
+  canned = tf.saved_model.load(summaries["estimator"]["export_dir"]).signatures["predict"]
+  feature = config.canned_settings()["feature_name"]
+  worst = {"logits": 0.0, "probabilities": 0.0}
+  differing = seen = 0
+  for images, _ in inputs.default_input_fn(config)(mnist.EVAL, None):
+    ours = twin(image=images)
+    theirs = canned(examples=tf.constant(tf_examples(images.numpy(), feature)))
+    for key in worst:
+      worst[key] = max(worst[key], float(np.max(np.abs(ours[key] - theirs[key]))))
+    differing += int(np.sum(ours["classes"].numpy() != theirs["class_ids"].numpy()[:, 0]))
+    seen += len(images)
+  where = f"{seen} test images, step {summaries['estimator']['global_step']}"
+  return [Check(f"predicted {key}, keras twin vs canned estimator", value <= atol, value, atol,
+                where) for key, value in worst.items()] + [
+      Check("predicted class ids differing, keras twin vs canned estimator", differing == 0,
+            differing, 0, where)]
 
 
 def format_table(report: Report) -> str:
