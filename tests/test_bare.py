@@ -70,12 +70,14 @@ def test_the_ceiling_loops_take_their_windows_in_turn(monkeypatch):
 
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "ftrl"])
-def test_the_ceiling_step_applies_the_runs_optimizer(tiny_data_dir, optimizer, monkeypatch):
-  # Against the reference loop's weights after 4 steps: another rule (momentum, say)
-  # ends 1e-2 or more away.
-  config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir, train_steps=4,
-                               optimizer=optimizer)
+@pytest.mark.parametrize("changes", [
+    {"optimizer": "adam"}, {"optimizer": "ftrl"},
+    # A canned model's two parts, each with its legacy optimizer at a constant rate.
+    {"model": "wide_deep", "hidden_units": "16", "dnn_optimizer": "rmsprop"}])
+def test_the_ceiling_step_applies_the_runs_optimizer(tiny_data_dir, changes, monkeypatch):
+  # Against the reference loop's weights after 4 steps: for adam and ftrl, another rule
+  # (momentum, say) ends 1e-2 or more away.
+  config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir, train_steps=4, **changes)
   _, expected = reference.train_reference(config, 1)
   input_fn = inputs.default_input_fn(config)
   loops = bare._Loops(config, tf.distribute.get_strategy(), input_fn)
@@ -84,6 +86,6 @@ def test_the_ceiling_step_applies_the_runs_optimizer(tiny_data_dir, optimizer, m
     train()
   got = model_lib.get_weights(loops.step.model)
   assert max(float(np.max(np.abs(got[k] - expected[k]))) for k in expected) < 1e-5
-  # The Estimator's graph step, timed without it, builds the same v1 optimizer.
+  # The Estimator's graph step, timed without it, builds the same optimizer.
   monkeypatch.setattr(bare, "PROBE_STEPS_PER_WINDOW", 1)
   assert bare._session_step_ms(config, input_fn, warmup_calls=1)["ms"] > 0

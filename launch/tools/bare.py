@@ -280,9 +280,10 @@ def _interleaved_ms_per_step(loops: Dict[str, Tuple[Callable[[], Any], int, int]
 def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
                      ) -> Dict[str, Any]:
   """ms per step of the Estimator's step without the Estimator: its v1 graph (the v1
-  loss, the run's tf.compat.v1.train optimizer, cosine_decay), one Session.run per step
-  fetching the loss, as the Estimator's does, and no MonitoredSession or hooks. One
-  process, no strategy.
+  loss, the run's tf.compat.v1.train optimizer, cosine_decay; a canned model's legacy
+  Keras optimizers at their constant rates), one Session.run per step fetching the
+  loss, as the Estimator's does, and no MonitoredSession or hooks. One process, no
+  strategy.
 
   Timed alone, after the eager loops: a Keras model built in a v1 graph invalidates
   the models built outside it, so its windows cannot take turns with theirs."""
@@ -295,12 +296,17 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     global_step = tf.compat.v1.train.get_or_create_global_step()
     rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(), global_step,
                                            config.schedule_steps())
+    canned = model_lib.spec(config).canned
     # As the Estimator's model_fn: the graph's trainable variables, and the layers'
     # updates (BatchNorm's moving statistics) run with the train op.
     with tf.control_dependencies(model.get_updates_for(images)):
-      optimizer = optimizers.v1_optimizer(config, rate)
-      train_op = optimizer.minimize(
-          loss, global_step=global_step, var_list=tf.compat.v1.trainable_variables())
+      if canned:  # As the canned head's train op, which counts its steps itself.
+        optimizer = canned.keras_optimizer(config)
+        train_op = optimizer.get_updates(loss, tf.compat.v1.trainable_variables())
+      else:
+        optimizer = optimizers.v1_optimizer(config, rate)
+        train_op = optimizer.minimize(
+            loss, global_step=global_step, var_list=tf.compat.v1.trainable_variables())
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
       return _median_ms_per_step(lambda: session.run([train_op, loss]), 1, warmup_calls)
