@@ -79,11 +79,10 @@ def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
   assert Config().canned_settings() == {}
   assert Config(model="dnn").canned_settings() == {
       "hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu",
-      "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.001}
-  # A name without a rate gets its Keras class's default in DNNClassifier.
-  assert Config(model="dnn", dnn_optimizer="sgd").canned_settings()["dnn_learning_rate"] == 0.01
+      "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05}
   assert Config(model="linear", linear_optimizer="sgd").canned_settings()[
       "linear_learning_rate"] == 0.2
+  assert Config(model="wide_deep").canned_settings()["dnn_learning_rate"] == 0.001
   assert Config(model="dnn", hidden_units="32, 16").hidden_units_list() == [32, 16]
   Config(model="dnn", hidden_units="32,16", dropout=0.5, batch_norm=True,
          activation="tanh", dnn_optimizer="adam", dnn_learning_rate=0.01).validate()

@@ -138,10 +138,10 @@ def test_a_canned_model_records_its_settings_and_keeps_its_optimizer(tmp_path):
   record = run_record.read(str(tmp_path))
   assert record["optimizer"] == run_record.CANNED_OPTIMIZER
   assert (record["hidden_units"], record["dnn_optimizer"], record["dnn_learning_rate"]) == (
-      "32", "adagrad", 0.001)
+      "32", "adagrad", 0.05)
   assert "learning_rate" not in record  # --learning_rate is not a canned model's.
   assert _start(tmp_path, dataclasses.replace(dnn, dnn_learning_rate=0.01),
-                allow_change=True) == ["--dnn_learning_rate: 0.001 in the run, 0.01 now"]
+                allow_change=True) == ["--dnn_learning_rate: 0.05 in the run, 0.01 now"]
   with pytest.raises(run_record.ConfigChangeError, match="trained with --dnn_optimizer=adagrad, "
                      ".* asks for --dnn_optimizer=adam"):
     _start(tmp_path, dataclasses.replace(dnn, dnn_optimizer="adam"), allow_change=True)

@@ -31,13 +31,15 @@ _RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True
            "l2": (0, math.inf, True, False)}
 
 # The canned models (trainers/models/canned.py): each canned Estimator's constructor
-# arguments that are flags here, with its defaults: the canned class's own (a string
-# optimizer gets its Keras class's default rate in DNNClassifier, 0.2 in
-# LinearClassifier, and 0.001 and min(0.005, 1/sqrt(columns)) for the two parts of
-# DNNLinearCombinedClassifier), and ours for hidden_units, which it requires.
+# arguments that are flags here, with its defaults: the canned class's own (a named
+# optimizer gets the rate 0.2 in LinearClassifier, and 0.001 and min(0.005,
+# 1/sqrt(columns)) for the two parts of DNNLinearCombinedClassifier), and ours where it
+# has none (hidden_units) or where its own does not train in 1,500 steps: DNNClassifier
+# gives a named optimizer its Keras class's default rate (Adagrad 0.001: 0.84 test
+# accuracy), tf.compat.v1's gave it 0.05 (docs/MIGRATION.md, "Canned Estimators").
 _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu"}
 CANNED = {
-    "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": None},
+    "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05},
     "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2},
     "wide_deep": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad",
                   "dnn_learning_rate": 0.001, "linear_optimizer": "ftrl",
@@ -46,10 +48,8 @@ CANNED = {
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
                    "linear_learning_rate")
-# The optimizers a canned Estimator takes by name, with the default rate of the Keras
-# legacy class it builds (what a name without a rate gets).
-CANNED_OPTIMIZERS = {"adagrad": 0.001, "adam": 0.001, "ftrl": 0.001, "rmsprop": 0.001,
-                     "sgd": 0.01}
+# The optimizers a canned Estimator takes by name.
+CANNED_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rmsprop", "sgd")
 # Activations whose tf.nn function (the canned Estimator's activation_fn) and tf_keras
 # activation (its twin's) compute the same.
 CANNED_ACTIVATIONS = ("relu", "elu", "selu", "tanh", "sigmoid", "softplus")
@@ -118,9 +118,8 @@ class Config:
                                         "Keras legacy one the canned Estimator builds: "
                                         + ", ".join(CANNED_OPTIMIZERS) + " (default adagrad).")
   dnn_learning_rate: Optional[float] = _field(None, "dnn, wide_deep: the DNN part's constant "
-                                              "learning rate (default: dnn, the optimizer's "
-                                              "Keras default, 0.01 for sgd and 0.001 for the "
-                                              "others; wide_deep 0.001).")
+                                              "learning rate (default: dnn 0.05, as "
+                                              "tf.compat.v1's DNNClassifier; wide_deep 0.001).")
   linear_optimizer: Optional[str] = _field(None, "linear, wide_deep: the linear part's "
                                            "optimizer, as --dnn_optimizer (default ftrl).")
   linear_learning_rate: Optional[float] = _field(None, "linear, wide_deep: the linear part's "
@@ -179,12 +178,8 @@ class Config:
 
   def canned_settings(self) -> Dict[str, Any]:
     """A canned model's settings (`CANNED`), each as given or its default; {} for others."""
-    settings = {name: default if getattr(self, name) is None else getattr(self, name)
-                for name, default in CANNED.get(self.model, {}).items()}
-    for part in ("dnn", "linear"):
-      if settings.get(f"{part}_learning_rate", 0) is None:
-        settings[f"{part}_learning_rate"] = CANNED_OPTIMIZERS.get(settings[f"{part}_optimizer"])
-    return settings
+    return {name: default if getattr(self, name) is None else getattr(self, name)
+            for name, default in CANNED.get(self.model, {}).items()}
 
   def optimizer_label(self) -> str:
     """The optimizer a run trains with, for reports: --optimizer, or a canned model's (its

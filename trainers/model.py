@@ -118,6 +118,17 @@ class ModelSpec:
           f"{', '.join(REDUCTIONS)} (trainers.model.MEAN or SUM).")
 
 
+def batch_normalization(init: Init, name: str, momentum: float) -> tf_keras.layers.Layer:
+  """A BatchNormalization layer `name` whose four weights take `init`'s initializers (for a
+  spec's `build`)."""
+  return tf_keras.layers.BatchNormalization(
+      momentum=momentum, name=name,
+      gamma_initializer=init(f"{name}/gamma", "ones"),
+      beta_initializer=init(f"{name}/beta", "zeros"),
+      moving_mean_initializer=init(f"{name}/moving_mean", "zeros"),
+      moving_variance_initializer=init(f"{name}/moving_variance", "ones"))
+
+
 def spec(config: Config) -> ModelSpec:
   """The spec `config.model` names (model_registry.load: SpecError if it cannot)."""
   return model_registry.load(config.model, ModelSpec)

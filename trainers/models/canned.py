@@ -61,13 +61,7 @@ def _dnn_logits(x: tf.Tensor, seed: int, init: model.Init, hidden_units: str, dr
     if dropout:
       x = layers.Dropout(dropout, seed=seed + i, name=f"{name}/dropout")(x)
     if batch_norm:
-      bn = f"{name}/batchnorm_{i}"
-      x = layers.BatchNormalization(
-          momentum=BN_MOMENTUM, name=bn,
-          gamma_initializer=init(f"{bn}/gamma", "ones"),
-          beta_initializer=init(f"{bn}/beta", "zeros"),
-          moving_mean_initializer=init(f"{bn}/moving_mean", "zeros"),
-          moving_variance_initializer=init(f"{bn}/moving_variance", "ones"))(x)
+      x = model.batch_normalization(init, f"{name}/batchnorm_{i}", BN_MOMENTUM)(x)
   return dense("dnn/logits", mnist.NUM_CLASSES, len(units))(x)
 
 

@@ -24,12 +24,7 @@ def build(seed: int, init: model.Init, dropout: float = 0.25) -> tf_keras.Model:
     return init(f"{layer}/kernel", tf_keras.initializers.GlorotUniform(seed=seed + offset))
 
   def batch_norm(x, name: str):
-    x = layers.BatchNormalization(
-        momentum=BN_MOMENTUM, name=name,
-        gamma_initializer=init(f"{name}/gamma", "ones"),
-        beta_initializer=init(f"{name}/beta", "zeros"),
-        moving_mean_initializer=init(f"{name}/moving_mean", "zeros"),
-        moving_variance_initializer=init(f"{name}/moving_variance", "ones"))(x)
+    x = model.batch_normalization(init, name, BN_MOMENTUM)(x)
     return layers.ReLU(name=f"{name}_relu")(x)
 
   inputs = tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image")
