@@ -252,7 +252,7 @@ class Backend(loop.Backend):
     if not self._canned:
       return tf.estimator.Estimator(make_model_fn(config, self._losses), config=run_config)
     warm_start = None
-    if config.init_weights:
+    if config.init_weights and run.strategy is not None:  # Training tasks only.
       # Every task's own copy, outside model_dir, which only the chief writes.
       self._warm_start_dir = tempfile.mkdtemp(prefix="warm-start-")
       warm_start = warm_start_from(model_lib.initial_weights(config.init_weights),

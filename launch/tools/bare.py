@@ -10,8 +10,9 @@
   without a strategy).
 
 Both train the shared model on the shared input_fn with the trainers' update
-(the run's v1 optimizer rule, written out as the reference loop has it, and a
-cosine-decayed learning rate), so their numbers compare with the trainers' ms/step.
+(the run's optimizer rule, written out as the reference loop has it: a v1 rule with a
+cosine-decayed learning rate, or a canned model's legacy rules at their constant rates),
+so their numbers compare with the trainers' ms/step.
 """
 
 import dataclasses
@@ -162,7 +163,7 @@ def train_ceiling_loop(config: Config, model_dir: str,
                        strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, Any]:
   """Trains the shared model with the ceiling's loop: K steps per tf.function call.
 
-  Same model, loss, optimizer rule + cosine decay, global batch and input_fn as
+  Same model, loss, optimizer rule and learning rate, global batch and input_fn as
   both backends; K is Keras's steps per execution. The chief writes what the
   trainers write for the benchmark to read: `loss` and `global_step/sec`
   events every `log_every_steps`, test `accuracy`/`loss` in `eval/` every
