@@ -95,3 +95,21 @@ def test_v1_adam_keeps_its_powers_across_steps_and_in_its_variables():
             if "power" in v.name}
   np.testing.assert_allclose(powers["beta1_power"], 0.9 ** 4, rtol=1e-6)
   np.testing.assert_allclose(powers["beta2_power"], 0.999 ** 4, rtol=1e-6)
+
+
+def test_v1_rmsprop_resumes_its_mean_square_from_a_checkpoint(tmp_path):
+  # Restored before its slots exist, as a resumed run is: the restore fills them when made.
+  variable = tf.Variable([1.0, 2.0])
+  optimizer = optimizers.V1RMSprop(0.1)
+  optimizer.apply_gradients([(tf.constant([0.5, 3.0]), variable)])
+  saved = optimizer._velocities[0].numpy()
+  assert not np.allclose(saved, 1.0)
+  path = tf.train.Checkpoint(variable=variable, optimizer=optimizer).save(str(tmp_path / "c"))
+  resumed_variable, resumed = tf.Variable([0.0, 0.0]), optimizers.V1RMSprop(0.1)
+  tf.train.Checkpoint(variable=resumed_variable, optimizer=resumed).restore(path)
+  resumed.build([resumed_variable])
+  np.testing.assert_array_equal(resumed._velocities[0].numpy(), saved)
+  # A new one still starts at ones, as v1's does.
+  fresh = optimizers.V1RMSprop(0.1)
+  fresh.build([tf.Variable([0.0, 0.0])])
+  np.testing.assert_array_equal(fresh._velocities[0].numpy(), [1.0, 1.0])

@@ -93,13 +93,14 @@ class V1RMSprop(tf_keras.optimizers.RMSprop):
   def __init__(self, learning_rate: Any = 0.001, epsilon: float = 1e-10, **kwargs):
     super().__init__(learning_rate, epsilon=epsilon, **kwargs)
 
-  def build(self, var_list):
-    # tf-keras calls build on every apply_gradients: start the mean square once.
-    if getattr(self, "_built", False):
-      return
-    super().build(var_list)
-    for velocity in self._velocities:
-      velocity.assign(tf.ones_like(velocity))
+  def add_variable_from_reference(self, model_variable, variable_name, shape=None,
+                                  initial_value=None):
+    # The mean square starts at ones as the slot's initial value, not by an assignment
+    # after it is made: a restore deferred to the slot's creation would be overwritten.
+    if variable_name == "velocity" and initial_value is None:
+      initial_value = tf.ones(model_variable.shape, model_variable.dtype)
+    return super().add_variable_from_reference(model_variable, variable_name, shape,
+                                               initial_value)
 
 
 class Pair(NamedTuple):
