@@ -55,6 +55,11 @@ CANNED_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rmsprop", "sgd")
 CANNED_ACTIVATIONS = ("relu", "elu", "selu", "tanh", "sigmoid", "softplus")
 
 
+def widths(hidden_units: str) -> List[int]:
+  """A --hidden_units value ("128,64") as the layers' widths."""
+  return [int(u) for u in hidden_units.split(",")]
+
+
 def _field(default, help_text: str):
   """A Config field; its help is the one text for the flag's --help and the docs' table."""
   return dataclasses.field(default=default, metadata={"help": help_text})
@@ -190,7 +195,7 @@ class Config:
 
   def hidden_units_list(self) -> List[int]:
     """--hidden_units as widths (the canned model's default when not given)."""
-    return [int(u) for u in self.canned_settings()["hidden_units"].split(",")]
+    return widths(self.canned_settings()["hidden_units"])
 
   def validate_canned(self) -> None:
     """Raises ValueError naming the fix for a canned setting the model does not take, an

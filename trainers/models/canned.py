@@ -27,6 +27,7 @@ import tensorflow as tf
 import tf_keras
 
 from data import mnist
+from trainers import config as config_lib
 from trainers import model
 from trainers.config import Config
 
@@ -45,7 +46,7 @@ def _dnn_logits(x: tf.Tensor, seed: int, init: model.Init, hidden_units: str, dr
   """DNNClassifier's network on flat features: [Dense, Dropout while training,
   BatchNormalization] per hidden layer, then the logits."""
   layers = tf_keras.layers
-  units = [int(u) for u in hidden_units.split(",")]
+  units = config_lib.widths(hidden_units)
 
   def dense(name: str, width: int, offset: int, **kwargs):
     # The canned kernels are glorot_uniform, drawn from the Estimator's graph seed:
