@@ -6,18 +6,26 @@ r"""Converts a training checkpoint to the other backend, so the run goes on ther
       [--assignment_map=map.json]
   python -m trainers.keras_main --model_dir=KERAS_MODEL_DIR --train_steps=1500  # Resumes.
 
-Carries the newest checkpoint's weights, momentum accumulators and step; a run
-trained with another --optimizer is refused (exit 2).
+Carries the newest checkpoint that loads (saying which newer ones it skipped, and
+why): its weights, its optimizer's slots (and Adam's powers of beta) and step, for
+every --optimizer. A source trained with another optimizer than --optimizer stops
+the conversion; --reset_slots carries the weights and the step and starts the
+optimizer's slots afresh, listing each. --from_backup converts a Keras run's
+BackupAndRestore backup (an interrupted run's newest state) instead.
 --assignment_map is a JSON object of old checkpoint name -> model weight name
 ({"dense_1/kernel": "hidden/kernel"}), or null to drop a variable that is not
 state to carry; any variable left unmapped is an error naming the entry that
 fixes it. Prints what went where, what was not carried, the step and the
 output directory. The target must be new (or empty); it appears only when
-complete. Exits 2, writing nothing, if the checkpoint cannot be converted.
-The model is the one the source's run.json names; --model and --model_options
-give it for a model_dir without one.
+complete. Exits 2, writing nothing, if the checkpoint cannot be converted; SIGINT
+or SIGTERM stops it with 128 + the signal's number, writing nothing.
+The model and the optimizer are the ones the source's run.json names; --model,
+--model_options, --optimizer and its hyperparameter flags give them for a
+model_dir without one.
 """
 
+import functools
+import signal
 import sys
 from typing import Sequence
 
@@ -25,6 +33,7 @@ from absl import app
 from absl import flags
 
 from launch import console
+from trainers import config as config_lib
 from trainers import flags as trainer_flags
 from trainers import run_record
 from trainers.config import Config
@@ -36,9 +45,23 @@ _FROM_KERAS = flags.DEFINE_string("from_keras", None, "The Keras model_dir to co
                                   "newest ckpt-<step>).")
 _TO_ESTIMATOR = flags.DEFINE_string("to_estimator", None, "The new Estimator model_dir to "
                                     "write.")
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.MODEL_FIELDS)
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an object of old "
                                       "checkpoint name -> model weight name, or null to drop it.")
+_RESET_SLOTS = flags.DEFINE_bool("reset_slots", False, "Carry the weights and the step only: "
+                                 "--optimizer's slots start at their initial values (for a "
+                                 "source trained with another optimizer).")
+_FROM_BACKUP = flags.DEFINE_bool("from_backup", False, "With --from_keras: convert the "
+                                 "BackupAndRestore backup an interrupted run left, not its "
+                                 "newest ckpt-<step>.")
+
+
+def _interrupted(signum: int, frame: object) -> None:
+  """Unwinds the conversion (its staging directory is removed on the way out)."""
+  del frame
+  print(f"error: interrupted by {signal.Signals(signum).name}; nothing was written.",
+        file=sys.stderr)
+  sys.exit(128 + signum)
 
 
 
@@ -50,30 +73,50 @@ def main(argv: Sequence[str]) -> None:
   if any(to_keras) == any(to_estimator) or not all(to_keras if any(to_keras) else to_estimator):
     raise app.UsageError("Give exactly one direction: --from_estimator and --to_keras, or "
                          "--from_keras and --to_estimator.", exitcode=2)
+  if _FROM_BACKUP.value and not _FROM_KERAS.value:
+    raise app.UsageError("--from_backup converts a Keras backup: give it with --from_keras.",
+                         exitcode=2)
+  signal.signal(signal.SIGINT, _interrupted)
+  signal.signal(signal.SIGTERM, _interrupted)
   console.quiet_lone_process(flags.FLAGS.verbosity)  # Before TensorFlow is imported.
   from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
+  import tensorflow as tf  # noqa: PLC0415
   source, target = to_keras if any(to_keras) else to_estimator
-  run = convert.estimator_to_keras if any(to_keras) else convert.keras_to_estimator
-  model = trainer_flags.config_settings(_CONFIG)
+  run = (convert.estimator_to_keras if any(to_keras) else
+         functools.partial(convert.keras_to_estimator, from_backup=_FROM_BACKUP.value))
+  settings = trainer_flags.config_settings(_CONFIG)
   recorded = run_record.read(source) or {}
-  if "model" in recorded and not any(holder.present for holder in _CONFIG.values()):
-    model = {"model": recorded["model"], "model_options": recorded.get("model_options", "")}
-  if run_record.optimizer_of(recorded) == run_record.CANNED_OPTIMIZER:
-    print(f"error: {source} holds a canned model ({recorded['model']}); launch.convert does "
-          "not carry canned models yet. Go on training it with its own backend.",
+  # What the flags leave out, the source's run record says (flags win, group by group).
+  if "model" in recorded and not any(_CONFIG[n].present for n in trainer_flags.MODEL_FIELDS):
+    settings.update(model=recorded["model"], model_options=recorded.get("model_options", ""))
+  optimizer = run_record.optimizer_of(recorded)
+  if any(to_estimator) and not recorded and not _CONFIG["optimizer"].present:
+    # An Estimator checkpoint's slot names say which optimizer made them; a Keras one's do
+    # not tell plain SGD from momentum.
+    print(f"error: {source} has no {run_record.RECORD_FILE} naming the optimizer it was "
+          "trained with: give --optimizer (and its hyperparameter flags) as it was trained.",
           file=sys.stderr)
     sys.exit(2)
-  if run_record.optimizer_of(recorded) != "momentum":
-    print(f"error: {source} was trained with --optimizer={recorded['optimizer']}; launch.convert "
-          "carries only momentum's state so far. Go on training it with its own backend.",
+  if recorded and not any(_CONFIG[n].present for n in trainer_flags.OPTIMIZER_FIELDS):
+    settings.update(optimizer=optimizer, **{n: recorded[n] for n in
+                                            config_lib.OPTIMIZERS.get(optimizer, {})
+                                            if n in recorded})
+  if optimizer == run_record.CANNED_OPTIMIZER:
+    print(f"error: {source} holds a canned model ({recorded['model']}); launch.convert does "
+          "not carry canned models yet. Go on training it with its own backend.",
           file=sys.stderr)
     sys.exit(2)
   try:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
-    conversion = run(source, target, assignment_map=assignment_map, config=Config(**model))
+    conversion = run(source, target, assignment_map=assignment_map,
+                     config=Config(**settings), reset_slots=_RESET_SLOTS.value)
   except convert.ConversionError as e:
     print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  except (OSError, tf.errors.OpError) as e:  # A file TensorFlow or Python could not use.
+    print(f"error: converting {source} to {target}: {type(e).__name__}: {e}. Nothing was "
+          "written.", file=sys.stderr)
     sys.exit(2)
   print(convert.format_table(conversion))
 

@@ -48,7 +48,7 @@ _RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --t
                                      "(--split_at + this) instead.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.MODEL_FIELDS)
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(

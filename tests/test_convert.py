@@ -4,6 +4,10 @@ import json
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from typing import Dict
 
 import numpy as np
@@ -12,10 +16,12 @@ import tensorflow as tf
 
 from launch.tools import convert
 from launch.tools import runs
-from tests.conftest import ESTIMATOR_MISSING, run_module
+from tests.conftest import ESTIMATOR_MISSING, REPO, memory_input_fn, run_module
 from trainers import checkpoints
+from trainers import keras_trainer
 from trainers import loop
 from trainers import model_dir as layout
+from trainers import optimizers
 from trainers import run_record
 from trainers.config import Config
 
@@ -174,7 +180,8 @@ def test_wrong_shape_and_missing_slot_fail(estimator_dir, tmp_path):
   values = _read_checkpoint(estimator_dir)
   del values["hidden/bias/Momentum"]
   _write_estimator_checkpoint(values, str(tmp_path / "no-slot"), STEPS)
-  with pytest.raises(convert.ConversionError, match=r"hidden/bias its momentum accumulator"):
+  with pytest.raises(convert.ConversionError,
+                     match=r"hidden/bias its --optimizer=momentum Momentum slot"):
     convert.estimator_to_keras(str(tmp_path / "no-slot"), str(tmp_path / "a"))
   with pytest.raises(convert.ConversionError, match=r"conv/kernel has shape \[3, 3, 1, 32\], but "
                      r"the model weight logits/bias"):
@@ -285,7 +292,8 @@ def test_a_batchnorm_model_round_trips_its_moving_statistics_without_slots(tiny_
   assert (kinds.count("weight"), kinds.count("slot"), kinds.count("step")) == (17, 11, 1)
 
 
-def test_cli_refuses_a_run_trained_with_another_optimizer(estimator_dir, tmp_path):
+def test_cli_refuses_a_run_recorded_with_another_optimizer_than_it_holds(estimator_dir,
+                                                                         tmp_path):
   source = tmp_path / "adam"
   shutil.copytree(estimator_dir, source)
   record = run_record.read(str(source))
@@ -293,7 +301,8 @@ def test_cli_refuses_a_run_trained_with_another_optimizer(estimator_dir, tmp_pat
   result = run_module("launch.convert", [f"--from_estimator={source}",
                                          f"--to_keras={tmp_path / 'k'}"])
   assert result.returncode == 2, result.stderr[-3000:]
-  assert "trained with --optimizer=adam" in result.stderr
+  assert ("was trained with --optimizer=momentum, not --optimizer=adam" in result.stderr
+          and "--reset_slots" in result.stderr)
   assert "Traceback" not in result.stderr and not (tmp_path / "k").exists()
   run_record.write(str(source), {**record, "model": "dnn",
                                  "optimizer": run_record.CANNED_OPTIMIZER})
@@ -301,3 +310,238 @@ def test_cli_refuses_a_run_trained_with_another_optimizer(estimator_dir, tmp_pat
                                          f"--to_keras={tmp_path / 'k'}"])
   assert result.returncode == 2 and "holds a canned model (dnn)" in result.stderr
   assert "Traceback" not in result.stderr and not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl", "rmsprop"])
+def test_every_optimizers_state_goes_across_and_back_unchanged(optimizer, tmp_path):
+  # Momentum is the fixtures' above. rmsprop at its default momentum 0 keeps no momentum
+  # slot in Keras: v1's goes back as zeros, which that momentum never reads.
+  config = Config(train_steps=STEPS, global_batch_size=32, eval_batch_size=50,
+                  log_every_steps=1, checkpoint_every_steps=STEPS, optimizer=optimizer)
+  source = tmp_path / "estimator"
+  loop.train_and_evaluate(estimator_trainer.Backend, config, str(source),
+                          strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                          input_fn=memory_input_fn(config.global_batch_size))
+  original = _read_checkpoint(str(source))
+  there = convert.estimator_to_keras(str(source), str(tmp_path / "keras"), config=config)
+  keras = _read_checkpoint(str(tmp_path / "keras"))
+  for m in there.mapped:
+    np.testing.assert_array_equal(keras[m.destination], original[m.source], err_msg=m.source)
+  slots = {m.source for m in there.mapped if m.kind == convert.SLOT}
+  expected = {n for n in original if n.rsplit("/", 1)[-1] in optimizers.kept_slots(config)}
+  assert slots == expected and (optimizer == "sgd") == (not slots)
+  back = convert.keras_to_estimator(str(tmp_path / "keras"), str(tmp_path / "back"),
+                                    config=config)
+  returned = _read_checkpoint(str(tmp_path / "back"))
+  assert set(returned) == set(original)
+  for name, value in returned.items():
+    zeroed = any(i.name == name for i in back.ignored)
+    np.testing.assert_array_equal(value, np.zeros_like(original[name]) if zeroed
+                                  else original[name], err_msg=name)
+
+
+def test_adams_counters_must_agree_with_the_step(tmp_path):
+  config = Config(optimizer="adam")
+  values = {"beta1_power": np.float32(0.9 ** 4), "beta2_power": np.float32(0.999 ** 4)}
+  convert.check_counters(values, 3, config, "ckpt")  # beta^(step + 1): the next step's.
+  with pytest.raises(convert.ConversionError, match="beta1_power is .* but the step is 7"):
+    convert.check_counters(values, 7, config, "ckpt")
+  # beta1_power underflowed long ago: beta2_power alone is read.
+  underflowed = {**values, "beta1_power": np.float32(0)}
+  convert.check_counters(underflowed, 3, config, "ckpt")
+  with pytest.raises(convert.ConversionError, match="beta2_power is .* but the step is 7"):
+    convert.check_counters(underflowed, 7, config, "ckpt")
+
+
+def _without_slots(estimator_dir: str, model_dir: str) -> Dict[str, np.ndarray]:
+  """estimator_dir's checkpoint as plain gradient descent leaves one: no slots."""
+  values = {k: v for k, v in _read_checkpoint(estimator_dir).items() if "Momentum" not in k}
+  _write_estimator_checkpoint(values, model_dir, STEPS)
+  return values
+
+
+def test_another_optimizers_state_stops_it_unless_the_slots_are_reset(estimator_dir, keras_dir,
+                                                                      tmp_path):
+  # An ordinary Estimator program trained with GradientDescentOptimizer, into a momentum run.
+  source = tmp_path / "sgd"
+  values = _without_slots(estimator_dir, str(source))
+  with pytest.raises(convert.ConversionError) as failure:
+    convert.estimator_to_keras(str(source), str(tmp_path / "a"))
+  assert "was trained with --optimizer=sgd, not --optimizer=momentum" in str(failure.value)
+  assert "--reset_slots" in str(failure.value) and not (tmp_path / "a").exists()
+  plain = convert.estimator_to_keras(str(source), str(tmp_path / "a"),
+                                     config=Config(optimizer="sgd"))
+  assert plain.step == STEPS and not plain.reset
+
+  # Reset: the weights and the step carry; momentum's slots start at zeros, each listed.
+  reset = convert.estimator_to_keras(str(source), str(tmp_path / "b"), reset_slots=True)
+  assert sorted(r.name for r in reset.reset) == sorted(f"{w}/Momentum" for w in values
+                                                       if w != "global_step")
+  assert {r.reason for r in reset.reset} == {"starts at 0"}
+  carried = _read_checkpoint(str(tmp_path / "b"))
+  for m in reset.mapped:
+    np.testing.assert_array_equal(carried[m.destination], values[m.source])
+
+  # Adam into Adagrad, from Keras: the Keras checkpoint's slot names tell the optimizer.
+  config = Config(optimizer="adagrad")
+  with pytest.raises(convert.ConversionError, match=r"was trained with --optimizer=sgd or "
+                     r"--optimizer=momentum, not --optimizer=adagrad"):
+    convert.keras_to_estimator(keras_dir, str(tmp_path / "c"), config=config)
+  back = convert.keras_to_estimator(keras_dir, str(tmp_path / "c"), config=config,
+                                    reset_slots=True)
+  written = _read_checkpoint(str(tmp_path / "c"))
+  assert {r.name: r.reason for r in back.reset}["conv/kernel/Adagrad"] == "starts at 0.1"
+  assert sorted(written) == sorted(k.replace("Momentum", "Adagrad")
+                                   for k in _read_checkpoint(estimator_dir))
+  assert sum("--reset_slots" in i.reason for i in back.ignored) == 6  # The Momentum slots.
+
+
+def test_cli_resets_the_slots_and_records_the_new_optimizer(estimator_dir, tmp_path):
+  target = tmp_path / "k"
+  result = run_module("launch.convert", [f"--from_estimator={estimator_dir}",
+                                         f"--to_keras={target}", "--optimizer=adam",
+                                         "--reset_slots"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "Reset (--reset_slots" in result.stdout and "beta1_power: starts at 0.9" in result.stdout
+  record = run_record.read(str(target))
+  assert record["optimizer"] == "adam" and record["beta2"] == 0.999 and "momentum" not in record
+  assert checkpoints.resume_problem("keras", str(target), Config(optimizer="adam")) is None
+
+
+def _with_newer_checkpoint(estimator_dir: str, tmp_path: pathlib.Path) -> pathlib.Path:
+  """A copy of estimator_dir with a checkpoint one step newer than its own."""
+  source = tmp_path / "source"
+  shutil.copytree(estimator_dir, source)
+  values = _read_checkpoint(str(source))
+  _write_estimator_checkpoint({**values, "global_step": np.int64(STEPS + 1)}, str(source),
+                              STEPS + 1)
+  return source
+
+
+def test_a_newest_checkpoint_that_does_not_load_is_skipped_saying_which(estimator_dir,
+                                                                        tmp_path):
+  source = _with_newer_checkpoint(estimator_dir, tmp_path)
+  newest = source / f"model.ckpt-{STEPS + 1}"
+  data = next(source.glob(f"{newest.name}.data-*"))
+  data.write_bytes(data.read_bytes()[:64])  # Truncated, as a full disk leaves it.
+  (source / "checkpoint").unlink()  # And no index: the newest is found by listing.
+  conversion = convert.estimator_to_keras(str(source), str(tmp_path / "a"))
+  assert conversion.step == STEPS and [s.name for s in conversion.skipped] == [str(newest)]
+  assert "does not load" in conversion.skipped[0].reason
+
+  data.unlink()  # A data file missing, and an index that does not parse.
+  (source / "checkpoint").write_text("model_checkpoint_path: {")
+  result = run_module("launch.convert", [f"--from_estimator={source}",
+                                         f"--to_keras={tmp_path / 'b'}"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "Skipped (newer checkpoints that do not load):" in result.stdout
+  assert f"Step: {STEPS}" in result.stdout
+
+  for path in source.glob("model.ckpt-*.data-*"):  # None loads: exit 2 naming each.
+    path.write_bytes(b"")
+  before = {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()}
+  result = run_module("launch.convert", [f"--from_estimator={source}",
+                                         f"--to_keras={tmp_path / 'c'}"])
+  assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert f"No checkpoint in {source} loads: {newest.name}:" in result.stderr
+  assert f"model.ckpt-{STEPS}:" in result.stderr
+  assert not (tmp_path / "c").exists() and not _leftovers(tmp_path / "c")
+  # The source is read, never changed: nothing in it is moved aside or rewritten.
+  assert {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()} == before
+
+
+def test_a_keras_backup_newer_than_the_newest_checkpoint_stops_it(keras_dir, tmp_path):
+  source = tmp_path / "interrupted"
+  shutil.copytree(keras_dir, source)
+  # What an interrupted fit leaves: a BackupAndRestore backup 2 steps past ckpt-3.
+  model = keras_trainer.compile_model(Config())
+  model.optimizer.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model).restore(
+      tf.train.latest_checkpoint(str(source))).assert_existing_objects_matched()
+  model.optimizer.iterations.assign_add(2)
+  model.get_layer("logits").bias.assign_add(tf.ones([10]))
+  backup = tf.train.Checkpoint(model=model, ckpt_saved_epoch=tf.Variable(0, dtype=tf.int64),
+                               ckpt_saved_batch=tf.Variable(1, dtype=tf.int64))
+  tf.train.CheckpointManager(backup, str(source / layout.BACKUP_SUBDIR / "chief"),
+                             max_to_keep=1).save()
+  with pytest.raises(convert.ConversionError, match=f"backup at step {STEPS + 2}, newer than "
+                     r"its newest checkpoint .*ckpt-3 \(step 3\).*--from_backup"):
+    convert.keras_to_estimator(str(source), str(tmp_path / "a"))
+  assert not (tmp_path / "a").exists()
+
+  result = run_module("launch.convert", [f"--from_keras={source}", "--from_backup",
+                                         f"--to_estimator={tmp_path / 'a'}"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f"Step: {STEPS + 2}" in result.stdout
+  written = _read_checkpoint(str(tmp_path / "a"))
+  np.testing.assert_array_equal(written["logits/bias"], model.get_layer("logits").bias.numpy())
+
+
+@pytest.mark.parametrize("direction", ["to_keras", "to_estimator"])
+def test_a_map_sending_two_variables_to_one_weight_is_refused(direction, estimator_dir,
+                                                              keras_dir, tmp_path):
+  map_file = tmp_path / "map.json"
+  map_file.write_text(json.dumps({"conv/bias": "logits/bias", "logits/bias": "logits/bias"}))
+  source = (f"--from_estimator={estimator_dir}" if direction == "to_keras"
+            else f"--from_keras={keras_dir}")
+  result = run_module("launch.convert", [source, f"--{direction}={tmp_path / 'out'}",
+                                         f"--assignment_map={map_file}"])
+  assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert "maps both 'conv/bias' and 'logits/bias' to 'logits/bias'" in result.stderr
+  assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_target_is_used_as_it_is(estimator_dir, keras_dir, tmp_path):
+  for run, source, target in ((convert.estimator_to_keras, estimator_dir, tmp_path / "k"),
+                              (convert.keras_to_estimator, keras_dir, tmp_path / "e")):
+    target.mkdir(mode=0o750)  # A mounted volume, or a directory made for the run.
+    os.chmod(target, 0o750)
+    inode = target.stat().st_ino
+    conversion = run(source, str(target))
+    assert (target.stat().st_ino, target.stat().st_mode & 0o777) == (inode, 0o750)
+    assert os.path.dirname(conversion.output) == str(target)
+    assert not [n for n in os.listdir(target) if n.startswith(".")]
+    backend = "keras" if target.name == "k" else "estimator"
+    assert checkpoints.resume_problem(backend, str(target), Config()) is None
+
+
+def test_an_interrupted_conversion_leaves_nothing(tmp_path):
+  (tmp_path / "empty").mkdir()
+  for target in (tmp_path / "new", tmp_path / "empty"):
+    with pytest.raises(KeyboardInterrupt), convert._staging(str(target)) as staging:  # pylint: disable=protected-access
+      pathlib.Path(staging, "ckpt-1.index").write_text("half")
+      raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == ["empty"] and os.listdir(tmp_path / "empty") == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_cli_stopped_by_a_signal_removes_its_staging_directory(signum, estimator_dir,
+                                                               tmp_path):
+  target = tmp_path / "k"
+  process = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-m", "launch.convert", f"--from_estimator={estimator_dir}",
+       f"--to_keras={target}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      cwd=REPO, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+  deadline = time.monotonic() + 120
+  while not _leftovers(target) and process.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.002)
+  staged = bool(_leftovers(target))
+  process.send_signal(signum)
+  _, stderr = process.communicate(timeout=120)
+  assert staged, f"the conversion ended before its staging directory was seen: {stderr[-2000:]}"
+  assert process.returncode == 128 + signum, stderr[-3000:]
+  assert f"interrupted by {signal.Signals(signum).name}" in stderr and "Traceback" not in stderr
+  assert not target.exists() and not _leftovers(target)
+
+
+def test_cli_asks_for_the_optimizer_of_a_keras_model_dir_without_a_record(keras_dir, tmp_path):
+  source = tmp_path / "keras"
+  shutil.copytree(keras_dir, source)
+  (source / run_record.RECORD_FILE).unlink()
+  result = run_module("launch.convert", [f"--from_keras={source}",
+                                         f"--to_estimator={tmp_path / 'e'}"])
+  assert result.returncode == 2 and "give --optimizer" in result.stderr, result.stderr[-3000:]
+  assert not (tmp_path / "e").exists()
+  result = run_module("launch.convert", [f"--from_keras={source}", "--optimizer=momentum",
+                                         f"--to_estimator={tmp_path / 'e'}"])
+  assert result.returncode == 0, result.stderr[-3000:]

@@ -94,6 +94,27 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
   assert not next(c for c in checks if "per-step loss" in c.name).passed
 
 
+@pytest.mark.real_data
+@pytest.mark.parametrize("optimizer", ["--optimizer=adam", "--optimizer=rmsprop"])
+def test_cli_carries_another_optimizers_state_both_ways(optimizer, real_data_dir, tmp_path):
+  # Adam: two slots and the powers of beta, checked against the step. RMSProp at momentum
+  # 0: a v1 slot the Keras twin does not keep, written back as zeros.
+  out = tmp_path / "handoff"
+  result = run_module("launch.handoff", ["--workers=1", optimizer, f"--split_at={SPLIT}",
+                                         f"--train_steps={SPLIT + RESUME}",
+                                         f"--decay_steps={STEPS}",
+                                         f"--data_dir={real_data_dir}", f"--out={out}",
+                                         "--nomeasure_uninterrupted"], timeout=1500)
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+  report = json.loads((out / "handoff_report.json").read_text())
+  assert report["checks"] and all(c["passed"] for c in report["checks"])
+  slots = [m for m in convert.estimator_to_keras(
+      str(out / "1w" / "estimator-first" / "model"), str(tmp_path / "again"),
+      config=Config(optimizer=optimizer.split("=")[1], decay_steps=STEPS)).mapped
+           if m.kind == convert.SLOT]
+  assert len(slots) == (12 if optimizer.endswith("adam") else 6), slots
+
+
 @pytest.mark.parametrize("args, said", [
     (["--split_at=50", "--train_steps=50", "--decay_steps=100"], None),
     # The old meaning of --train_steps (the schedule's length): the run says which it took.

@@ -113,3 +113,27 @@ def test_v1_rmsprop_resumes_its_mean_square_from_a_checkpoint(tmp_path):
   fresh = optimizers.V1RMSprop(0.1)
   fresh.build([tf.Variable([0.0, 0.0])])
   np.testing.assert_array_equal(fresh._velocities[0].numpy(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("name", list(config_lib.OPTIMIZERS))
+def test_each_v1_slot_has_its_place_in_the_keras_twin(name, tmp_path):
+  # What a v1 optimizer's checkpoint holds besides the weight and the step: <var>/<slot>.
+  with tf.Graph().as_default():
+    weight = tf.compat.v1.get_variable("w", initializer=tf.ones((3, 2)))
+    step = tf.compat.v1.train.get_or_create_global_step()
+    config = config_lib.Config(optimizer=name)
+    train = optimizers.v1_optimizer(config, 0.1).minimize(tf.reduce_sum(weight ** 2),
+                                                          global_step=step)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      session.run(train)
+      path = tf.compat.v1.train.Saver().save(session, str(tmp_path / "ckpt"))
+  suffixes = sorted(n[len("w/"):] for n, _ in tf.train.list_variables(path) if n.startswith("w/"))
+  assert suffixes == sorted(slot.v1 for slot in optimizers.SLOTS[name])
+  variable = tf.Variable(tf.ones((3, 2)))
+  slots = optimizers.keras_slots(config, optimizers.keras_optimizer(config, 0.1), [variable])
+  # Each one the twin keeps, in the variable's shape; rmsprop's momentum only above 0.
+  kept = [s.v1 for s in optimizers.SLOTS[name]
+          if not (name == "rmsprop" and s.keras == "_momentums")]
+  assert sorted(slots) == sorted(kept)
+  assert all(held[0].shape == variable.shape for held in slots.values())

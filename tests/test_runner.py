@@ -19,6 +19,7 @@ import tf_keras
 from data import paths
 from launch import cluster
 from launch import exit_codes
+from trainers import checkpoints
 from trainers import distribute
 from trainers import evaluation
 from trainers import flags as trainer_flags
@@ -488,7 +489,7 @@ def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_l
   assert starts == [0, 3]  # Resumed from ckpt 3, the newest that loads.
   assert json.loads(longer.stdout.strip().splitlines()[-1])["global_step"] == 8
   # When no checkpoint loads: exit 2, naming them, and nothing moved or deleted.
-  for path in tf.train.get_checkpoint_state(str(model_dir)).all_model_checkpoint_paths:
+  for path in checkpoints.find(str(model_dir)):  # Every one on disk, indexed or not.
     _truncate(path)
   before = _snapshot(model_dir)
   broken = run_module(f"trainers.{backend}_main", [*args, "--train_steps=10"])

@@ -233,6 +233,24 @@ def _damage(path: str) -> Optional[str]:
   return None
 
 
+def newest_good(model_dir: str, why: Callable[[str], Optional[str]] = _damage
+                ) -> Tuple[Optional[str], List[Tuple[str, str]]]:
+  """model_dir's newest checkpoint (by `find`, so with or without an index) that `why`
+  does not fault (by default: that loads whole), and each newer one with why it was
+  passed over, newest first. The trainers' resume and the converter start from it.
+
+  Returns:
+    (the checkpoint's path or None if none passes, [(path, why) for each passed over]).
+  """
+  passed_over = []
+  for path in reversed(find(model_dir)):
+    reason = why(path)
+    if not reason:
+      return path, passed_over
+    passed_over.append((path, reason))
+  return None, passed_over
+
+
 def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
                keep_one: bool = False) -> Tuple[List[str], Optional[str]]:
   """Moves into `model_dir/subdir/` (never deletes) a Keras backup that `why` faults, and
@@ -251,14 +269,8 @@ def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
   backup = os.path.join(model_dir, layout.BACKUP_SUBDIR)
   newest_backup = tf.train.latest_checkpoint(os.path.join(backup, "chief"))
   backup_reason = newest_backup and why(newest_backup)
-  state = tf.train.get_checkpoint_state(model_dir)
-  paths = list(state.all_model_checkpoint_paths) if state else []
-  faulted = []
-  while paths:
-    reason = why(paths[-1])
-    if not reason:
-      break
-    faulted.append((paths.pop(), reason))
+  kept, faulted = newest_good(model_dir, why)
+  paths = [path for path in find(model_dir) if path not in dict(faulted)]
   moved = ([f"{layout.BACKUP_SUBDIR}/: {backup_reason}"] if backup_reason else []) + [
       f"{os.path.basename(path)}: {reason}" for path, reason in faulted]
   if keep_one and faulted and not paths:
@@ -278,9 +290,9 @@ def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
     if paths:
       tf.compat.v1.train.update_checkpoint_state(model_dir, paths[-1],
                                                  all_model_checkpoint_paths=paths)
-    else:
-      tf.io.gfile.remove(os.path.join(model_dir, "checkpoint"))
-  return moved, (paths[-1] if paths else None)
+    elif tf.io.gfile.exists(os.path.join(model_dir, INDEX_FILE)):
+      tf.io.gfile.remove(os.path.join(model_dir, INDEX_FILE))
+  return moved, kept
 
 
 def _move_aside(path: str, aside: str) -> str:

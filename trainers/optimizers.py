@@ -23,8 +23,9 @@ The learning rate is a schedule in both: Keras reads it at `iterations`, v1 at t
 global step, the same step.
 """
 
-from typing import Any, Callable, Dict, NamedTuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -158,3 +159,74 @@ def keras_optimizer(config: Config, learning_rate: Any) -> tf_keras.optimizers.O
   """The tf_keras optimizer that updates as `v1_optimizer(config, ...)` does, at
   `learning_rate` (a schedule, read at its `iterations`)."""
   return OPTIMIZERS[config.optimizer].keras(learning_rate, **_others(config))
+
+
+class Slot(NamedTuple):
+  """One slot of an optimizer (a value per trainable variable) in both backends."""
+  v1: str  # The v1 slot's name: its checkpoint variable is `<variable>/<v1>`.
+  keras: str  # The Keras twin's attribute listing it, one per variable in build order.
+
+
+# Each optimizer's slots, in v1's order. The Keras twin keeps no other state but the step
+# and (adam) V1Adam's powers of beta, v1's `beta1_power` and `beta2_power`. Not state,
+# though Keras makes them: plain SGD's `momentums` (the last update, which a momentum of 0
+# never reads), and RMSprop's `_momentums` only exist when its momentum is not 0 (v1's
+# `RMSProp_1` always does: with momentum 0 it too holds the last update, never read).
+SLOTS: Dict[str, Tuple[Slot, ...]] = {
+    "sgd": (),
+    "momentum": (Slot("Momentum", "momentums"),),
+    "adagrad": (Slot("Adagrad", "_accumulators"),),
+    "adam": (Slot("Adam", "_momentums"), Slot("Adam_1", "_velocities")),
+    "ftrl": (Slot("Ftrl", "_accumulators"), Slot("Ftrl_1", "_linears")),
+    "rmsprop": (Slot("RMSProp", "_velocities"), Slot("RMSProp_1", "_momentums")),
+}
+
+
+def unread_slots(config: Config) -> List[Tuple[Slot, str]]:
+  """The v1 slots the Keras twin does not keep for these settings, as none is ever read,
+  and why: rmsprop's momentum, at 0."""
+  if config.optimizer == "rmsprop" and config.hyperparameters()["momentum"] == 0:
+    return [(SLOTS["rmsprop"][1], "RMSProp's momentum slot, which a momentum of 0 never reads")]
+  return []
+
+
+def kept_slots(config: Config) -> Tuple[str, ...]:
+  """The v1 names of the slots both backends keep for these settings."""
+  unread = {slot for slot, _ in unread_slots(config)}
+  return tuple(slot.v1 for slot in SLOTS[config.optimizer] if slot not in unread)
+
+
+def keras_slots(config: Config, optimizer: tf_keras.optimizers.Optimizer,
+                variables: List[tf.Variable]) -> Dict[str, List[tf.Variable]]:
+  """The Keras twin's slots of `variables` (the model's trainable ones) by v1 slot name,
+  those `kept_slots` names, built if they are not yet."""
+  optimizer.build(variables)  # Creates the slots (a no-op once built).
+  index = optimizer._index_dict  # pylint: disable=protected-access
+  kept = [slot for slot in SLOTS[config.optimizer] if slot.v1 in kept_slots(config)]
+  return {slot.v1: [getattr(optimizer, slot.keras)[index[optimizer._var_key(v)]]  # pylint: disable=protected-access
+                    for v in variables] for slot in kept}
+
+
+def trained_with(state: List[str]) -> Optional[str]:
+  """The optimizer whose v1 state these names (slots, `beta1_power`) are, if one is; no
+  state at all is plain gradient descent's."""
+  for name, slots in SLOTS.items():
+    names = {slot.v1 for slot in slots} | ({"beta1_power", "beta2_power"} if name == "adam"
+                                           else set())
+    if set(state) <= names:
+      return name
+  return None
+
+
+def v1_initial_state(config: Config, shapes: Mapping[str, Sequence[int]]
+                     ) -> Dict[str, np.ndarray]:
+  """`v1_optimizer(config)`'s state as it starts, for float32 variables of these names and
+  shapes: each slot by its checkpoint name (`conv/kernel/Adagrad`), and Adam's powers."""
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(tf.zeros(shape), name=name)
+                 for name, shape in shapes.items()]
+    optimizer = v1_optimizer(config, learning_rate=0.0)
+    optimizer.apply_gradients([(tf.zeros_like(v), v) for v in variables])  # Makes the slots.
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())  # The update is not run.
+      return {v.op.name: session.run(v) for v in optimizer.variables()}

@@ -6,17 +6,18 @@ fails naming it and the `--assignment_map` entry that fixes it:
 - weight: a model weight, by name ("conv/kernel"), or renamed through the
   assignment map ({"dense_1/kernel": "hidden/kernel"}, old name -> shared
   model weight name);
-- slot: `<variable>/Momentum`, the v1 MomentumOptimizer's accumulator, which
-  goes to the Keras optimizer's momentum slot of its variable's weight (the
-  Keras trainer's optimizers.V1MomentumSGD keeps the v1 accumulator there);
+- slot: `<variable>/<slot>`, a v1 optimizer's slot (`Momentum`; `Adagrad`;
+  `Adam` and `Adam_1`; `Ftrl` and `Ftrl_1`; `RMSProp` and `RMSProp_1`), which goes
+  to the same slot of its variable's weight in the Keras twin
+  (`optimizers.SLOTS`);
+- optimizer: Adam's `beta1_power` and `beta2_power`, V1Adam's powers;
 - step: `global_step`, which becomes the Keras optimizer's `iterations` (the
   cosine schedule reads it);
-- ignored: only what the assignment map drops with null (`"beta1_power": null`).
-  Nothing is ignored by default: an Estimator checkpoint of a
-  MomentumOptimizer holds no variable that is not state to carry, and a
-  legacy one's extras (Adam's `beta1_power` and its `/Adam` slots, moving
-  averages) are state this optimizer has no place for: dropping them changes
-  the run, so the user says so, by name, and the table shows it.
+- ignored: what the assignment map drops with null, and a slot no update reads
+  (RMSProp's momentum slot at momentum 0). Another optimizer's state (a
+  `/Momentum` slot in an Adam run, moving averages) is state the run's optimizer
+  has no place for: dropping it changes the run, so the user says so, by name,
+  and the table shows it.
 
 A Keras checkpoint holds, besides the model and optimizer state, two derived
 values that are not carried: tf.train.Checkpoint's `save_counter` and the
@@ -30,35 +31,44 @@ complete and read back; an existing non-empty target is refused, untouched.
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import tempfile
-from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl import logging
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from data import mnist
 from trainers import checkpoints
+from trainers import config as config_lib
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import optimizers
 from trainers import run_record
 from trainers.config import Config
 
 AssignmentMap = Mapping[str, Optional[str]]  # Old checkpoint name -> model weight, or None.
 STEP_VARIABLE = checkpoints.ESTIMATOR_STEP_KEY
-MOMENTUM_SUFFIX = "/Momentum"  # tf.compat.v1.train.MomentumOptimizer's slot name.
 WEIGHT, SLOT, STEP, IGNORED, UNMAPPED = "weight", "slot", "step", "ignored", "unmapped"
+OPTIMIZER = "optimizer"  # The optimizer's own state, not a slot: Adam's powers of beta.
 # Keras checkpoint entries that are derived, not state: (key, why it is not carried).
 KERAS_DERIVED = {
     checkpoints.keras_key("save_counter"): "tf.train.Checkpoint's count of its own saves",
     checkpoints.keras_key("model/optimizer/_current_learning_rate"):
         "the schedule's rate at the last update, recomputed from the step before every update",
+    # A BackupAndRestore backup's (--from_backup).
+    checkpoints.keras_key("ckpt_saved_epoch"): "the epoch BackupAndRestore resumes fit at",
+    checkpoints.keras_key("ckpt_saved_batch"): "the batch BackupAndRestore resumes fit at",
 }
 _SLOT_OF_UNMAPPED = "the slot of unmapped "
+_FOREIGN = "state --optimizer={} does not keep"
+_RESET = "optimizer state, not carried: --reset_slots"
 
 
 class ConversionError(ValueError):
@@ -72,6 +82,7 @@ class Entry(NamedTuple):
   kind: str  # WEIGHT, SLOT, STEP, IGNORED or UNMAPPED.
   weight: Optional[str]  # The model weight it is (WEIGHT) or belongs to (SLOT).
   note: str = ""  # Why it is ignored or unmapped.
+  slot: str = ""  # SLOT: the v1 slot's name (`Momentum`); OPTIMIZER: the variable's.
 
 
 class Mapped(NamedTuple):
@@ -93,6 +104,8 @@ class Conversion:
   step: int
   mapped: List[Mapped]
   ignored: List[Ignored]
+  reset: List[Ignored]  # --reset_slots: each slot of the target's optimizer, as it starts.
+  skipped: List[Ignored]  # Newer checkpoints than `source` that do not load.
 
 
 def _weight_shapes(config: Config) -> Dict[str, Tuple[int, ...]]:
@@ -132,13 +145,16 @@ def _check_map(assignment_map: AssignmentMap, weights: Mapping[str, Tuple[int, .
 
 
 def classify(shapes: Mapping[str, Sequence[int]], config: Config,
-             assignment_map: Optional[AssignmentMap] = None) -> List[Entry]:
+             assignment_map: Optional[AssignmentMap] = None,
+             reset_slots: bool = False) -> List[Entry]:
   """Classifies every variable of an Estimator checkpoint, by name (sorted).
 
   Args:
     shapes: the checkpoint's variables and shapes (`tf.train.list_variables`).
     config: its model (`config.model`) is the one converted to.
     assignment_map: old name -> model weight name, or None to drop it.
+    reset_slots: the optimizer's state is not carried: every slot (and Adam's
+      powers) is ignored, saying so.
 
   Returns:
     One Entry per variable: weight, slot, step, ignored or unmapped (with why).
@@ -156,6 +172,8 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
       return assignment_map[name]
     return name if name in weights else None
 
+  kept = optimizers.kept_slots(config)
+  unread = {slot.v1: why for slot, why in optimizers.unread_slots(config)}
   entries = []
   for name in sorted(n for n in shapes if n != checkpoints.OBJECT_GRAPH_KEY):
     shape = tuple(shapes[name])
@@ -164,19 +182,32 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
       entries.append(Entry(name, shape, IGNORED, None, "dropped by --assignment_map (null)"))
     elif name == STEP_VARIABLE:
       entries.append(Entry(name, shape, STEP, None))
+    elif reset_slots and (name in checkpoints.V1_OPTIMIZER_VARIABLES or base in shapes):
+      slot = name if base is None else name[len(base) + 1:]
+      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=slot))
     elif name in checkpoints.V1_OPTIMIZER_VARIABLES:
-      entries.append(Entry(name, shape, IGNORED, None, "Adam's state, not carried yet"))
+      if config.optimizer == "adam":
+        entries.append(Entry(name, shape, OPTIMIZER, None, slot=name))
+      else:
+        entries.append(Entry(name, shape, UNMAPPED, None, _FOREIGN.format(config.optimizer),
+                             slot=name))
     elif name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE):
       entries.append(Entry(name, shape, IGNORED, None,
                            "a canned Estimator's optimizer state, not carried yet"))
     elif base is not None and base in shapes:
-      weight = weight_of(base)
-      if weight:
-        entries.append(Entry(name, shape, SLOT, weight))
+      weight, slot = weight_of(base), name[len(base) + 1:]
+      if weight and slot in kept:
+        kind, note = SLOT, ""
+      elif weight and slot in unread:
+        kind, weight, note = IGNORED, None, unread[slot]
+      elif weight:
+        kind, weight, note = UNMAPPED, None, _FOREIGN.format(config.optimizer)
       elif base in assignment_map:  # Dropped with null: its slot goes with it.
-        entries.append(Entry(name, shape, IGNORED, None, f"the slot of dropped {base}"))
+        kind, note = IGNORED, f"the slot of dropped {base}"
       else:
-        entries.append(Entry(name, shape, UNMAPPED, None, f"{_SLOT_OF_UNMAPPED}{base}"))
+        kind, note = UNMAPPED, f"{_SLOT_OF_UNMAPPED}{base}"
+      # Every slot names its optimizer's: `check_complete` tells which optimizer trained.
+      entries.append(Entry(name, shape, kind, weight, note, slot=slot))
     elif weight_of(name):
       entries.append(Entry(name, shape, WEIGHT, weight_of(name)))
     else:
@@ -185,9 +216,11 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
 
 
 def estimator_accounting(checkpoint_path: str, config: Config,
-                         assignment_map: Optional[AssignmentMap] = None) -> List[Entry]:
+                         assignment_map: Optional[AssignmentMap] = None,
+                         reset_slots: bool = False) -> List[Entry]:
   """`classify` of an Estimator checkpoint's variables, read from `checkpoint_path`."""
-  return classify(dict(tf.train.list_variables(checkpoint_path)), config, assignment_map)
+  return classify(dict(tf.train.list_variables(checkpoint_path)), config, assignment_map,
+                  reset_slots)
 
 
 def _follows(entry: Entry) -> bool:
@@ -215,69 +248,117 @@ def _fix(entries: Sequence[Entry], weights: Mapping[str, Tuple[int, ...]]) -> st
   return "\n".join(["{", ",\n".join(lines), "}", *notes])
 
 
-def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Config) -> None:
+def optimizer_differs(path: str, trained: str, config: Config) -> ConversionError:
+  """The error for a checkpoint trained with another optimizer than `config`'s, naming the
+  two ways on. `trained` says which ("--optimizer=adam", or what it holds)."""
+  return ConversionError(
+      f"{path} was trained with {trained}, not --optimizer={config.optimizer}: its optimizer "
+      "state has no place in the other's. Two ways on: convert it with the --optimizer it was "
+      "trained with (and its hyperparameter flags) and train on with that, or give "
+      "--reset_slots, which carries the weights and the step and starts "
+      f"--optimizer={config.optimizer}'s slots at their initial values.")
+
+
+def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Config,
+                   reset_slots: bool = False) -> None:
   """Raises ConversionError unless every variable is accounted for and every weight of
-  `config.model`, its momentum slot and the step get exactly one value of the right shape."""
+  `config.model`, each of its optimizer's slots (unless `reset_slots`) and the step get
+  exactly one value of the right shape."""
   built = model_lib.graph_model(config)
   weights = built.shapes
+  state = sorted({e.slot for e in entries if e.slot})
+  trained = optimizers.trained_with(state)
+  if not reset_slots and trained != config.optimizer:
+    raise optimizer_differs(checkpoint_path, f"--optimizer={trained}" if trained else
+                            f"optimizer state no one optimizer keeps ({', '.join(state)})",
+                            config)
   unmapped = [e for e in entries if e.kind == UNMAPPED and not _follows(e)]
   if unmapped:
     slots = sum(1 for e in entries if e.kind == UNMAPPED and _follows(e))
     raise ConversionError(
         f"{checkpoint_path}: {len(unmapped)} variable(s) map to no model weight: "
         + ", ".join(f"{e.name} {_fmt_shape(e.shape)}" for e in unmapped)
-        + (f" (their {slots} Momentum slot(s) follow them)" if slots else "")
+        + (f" (their {slots} optimizer slot(s) follow them)" if slots else "")
         + ". Add to the --assignment_map JSON object (old name -> model weight, or null to "
         "drop it):\n" + _fix(entries, weights)
         + "\nModel weights: " + ", ".join(f"{w} {_fmt_shape(s)}" for w, s in weights.items()))
-  for kind, what in ((WEIGHT, "value"), (SLOT, "momentum accumulator")):
-    received: Dict[str, str] = {}
-    for e in (e for e in entries if e.kind == kind):
-      if e.weight in received:
-        raise ConversionError(f"{checkpoint_path}: {received[e.weight]} and {e.name} both map "
-                              f"to {e.weight}: fix --assignment_map.")
-      received[e.weight] = e.name
-      if e.shape != weights[e.weight]:
+  received: Dict[Tuple[str, str], str] = {}
+  for e in (e for e in entries if e.kind in (WEIGHT, SLOT)):
+    if (e.weight, e.slot) in received:
+      raise ConversionError(f"{checkpoint_path}: {received[e.weight, e.slot]} and {e.name} both "
+                            f"map to {e.weight}: fix --assignment_map.")
+    received[e.weight, e.slot] = e.name
+    if e.shape != weights[e.weight]:
+      raise ConversionError(
+          f"{checkpoint_path}: {e.name} has shape {_fmt_shape(e.shape)}, but the model weight "
+          f"{e.weight} it maps to has shape {_fmt_shape(weights[e.weight])}.")
+  for weight in weights:
+    if (weight, "") not in received:
+      raise ConversionError(f"{checkpoint_path}: no variable gives the model weight {weight} "
+                            "its value; map one to it in --assignment_map.")
+  # Only what the optimizer updates has slots (not BatchNorm's moving statistics).
+  for weight in built.trainable if not reset_slots else ():
+    for slot in optimizers.kept_slots(config):
+      if (weight, slot) not in received:
         raise ConversionError(
-            f"{checkpoint_path}: {e.name} has shape {_fmt_shape(e.shape)}, but the model weight "
-            f"{e.weight} it maps to has shape {_fmt_shape(weights[e.weight])}.")
-    # Only what the optimizer updates has a momentum accumulator (not BatchNorm's
-    # moving statistics).
-    for weight in weights if kind == WEIGHT else built.trainable:
-      if weight not in received:
-        raise ConversionError(
-            f"{checkpoint_path}: no variable gives the model weight {weight} its {what}"
-            + (f" (expected {_received_name(entries, weight)}{MOMENTUM_SUFFIX})"
-               if kind == SLOT else "; map one to it in --assignment_map") + ".")
+            f"{checkpoint_path}: no variable gives the model weight {weight} its "
+            f"--optimizer={config.optimizer} {slot} slot (expected "
+            f"{received[weight, '']}/{slot}): was it trained with another --optimizer?")
+  optimizer_state = {e.slot for e in entries if e.kind == OPTIMIZER}
+  missing = sorted(set(checkpoints.V1_OPTIMIZER_VARIABLES) - optimizer_state)
+  if config.optimizer == "adam" and missing and not reset_slots:
+    raise ConversionError(f"{checkpoint_path} has no {', '.join(missing)}, which Adam keeps: "
+                          "was it trained with another --optimizer?")
   steps = [e for e in entries if e.kind == STEP]
   if not steps or steps[0].shape != ():
     raise ConversionError(f"{checkpoint_path} has no scalar {STEP_VARIABLE}: it is not an "
                           "Estimator training checkpoint.")
 
 
-def _received_name(entries: Sequence[Entry], weight: str) -> str:
-  """The source variable that gives `weight` its value."""
-  return next(e.name for e in entries if e.kind == WEIGHT and e.weight == weight)
+def _reader(path: str) -> Any:
+  try:
+    return tf.train.load_checkpoint(path)
+  except (tf.errors.OpError, ValueError) as e:
+    raise ConversionError(f"Cannot read the checkpoint {path}: {e}") from e
 
 
-def _latest(model_dir: str, backend: str) -> str:
-  """model_dir's newest checkpoint, which must be `backend`'s."""
-  path = checkpoints.newest(model_dir)
+def _latest(model_dir: str, backend: str, from_backup: bool = False
+            ) -> Tuple[str, List[Ignored]]:
+  """model_dir's newest checkpoint that loads, which must be `backend`'s, and each newer
+  one passed over with why. `from_backup`: Keras's BackupAndRestore backup instead."""
+  backup = os.path.join(model_dir, layout.BACKUP_SUBDIR, "chief")
+  path, passed_over = checkpoints.newest_good(backup if from_backup else model_dir)
+  skipped = [Ignored(p, f"does not load ({why})") for p, why in passed_over]
+  for p, why in passed_over:
+    logging.warning("Skipping %s, which does not load: %s", p, why)
   if path is None:
-    backup = os.path.join(model_dir, layout.BACKUP_SUBDIR)
-    hint = (f" It holds only a Keras backup ({backup}): finish the run with "
-            "python -m trainers.keras_main first." if os.path.isdir(backup) else "")
-    raise ConversionError(f"No checkpoint in {model_dir} (no ckpt-<step> or "
-                          "model.ckpt-<step> files): "
+    if passed_over:
+      raise ConversionError(f"No checkpoint in {os.path.dirname(passed_over[0][0])} loads: "
+                            + "; ".join(f"{os.path.basename(p)}: {why}"
+                                        for p, why in passed_over)
+                            + ". Nothing was written. Restore the files from a copy.")
+    hint = (f" It holds only a Keras backup ({backup}): convert that with --from_backup."
+            if checkpoints.find(backup) and not from_backup else "")
+    where = backup if from_backup else model_dir
+    raise ConversionError(f"No checkpoint in {where} (no ckpt-<step> or model.ckpt-<step> files): "
                           f"give the {backend} model_dir of a finished or stopped run.{hint}")
   try:
-    owner, _ = checkpoints.checkpoint_step(path)
-  except (tf.errors.OpError, KeyError) as e:  # Files missing, truncated, or not a training one.
-    raise ConversionError(f"Cannot read the checkpoint {path}: {e}") from e
+    owner, step = checkpoints.checkpoint_step(path)
+  except (tf.errors.OpError, KeyError, ValueError) as e:  # Not a training checkpoint.
+    raise ConversionError(f"Cannot read the step of the checkpoint {path}: {e}") from e
   if owner != backend:
     raise ConversionError(f"{path} is a {owner} checkpoint, not a {backend} one: convert it "
                           f"with --from_{owner}.")
-  return path
+  backup_path, _ = checkpoints.newest_good(backup)
+  if backend == checkpoints.KERAS and not from_backup and backup_path:
+    backup_step = checkpoints.checkpoint_step(backup_path)[1]
+    if backup_step > step:
+      raise ConversionError(
+          f"{model_dir} holds a BackupAndRestore backup at step {backup_step}, newer than its "
+          f"newest checkpoint {path} (step {step}): the run was interrupted after that "
+          "checkpoint. Convert the backup with --from_backup, or resume the run with "
+          "python -m trainers.keras_main to its end and convert that.")
+  return path, skipped
 
 
 def _check_target(dst: str) -> None:
@@ -288,67 +369,157 @@ def _check_target(dst: str) -> None:
 
 @contextlib.contextmanager
 def _staging(dst: str) -> Iterator[str]:
-  """A temporary sibling of `dst`, renamed to `dst` if the block succeeds, else removed.
+  """A temporary directory the conversion writes into, whose files appear in `dst` only if
+  the block succeeds; removed if it fails or is interrupted.
 
-  A conversion that fails or is killed half-way leaves no target a trainer
-  could resume from.
+  A new `dst`: a sibling renamed to it. An existing empty `dst` (a mounted
+  volume, a directory made for the run) is kept, its mode and owner with it:
+  the files are staged inside it and moved up, each checkpoint's `.index` and
+  the `checkpoint` file last, as a trainer finds a checkpoint by those.
   """
   dst = os.path.abspath(dst)
-  parent = os.path.dirname(dst)
-  os.makedirs(parent, exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.tmp-", dir=parent)
-  try:
+  existing = os.path.isdir(dst)
+  if existing:
+    staging = tempfile.mkdtemp(prefix=".convert-", dir=dst)
+  else:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.tmp-", dir=os.path.dirname(dst))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # As os.makedirs would: mkdtemp's 0700 is for scratch.
+  moved: List[str] = []
+  try:
     yield staging
-    _check_target(dst)  # Again: something may have written there meanwhile.
-    try:
-      os.rename(staging, dst)  # Replaces an empty directory, atomically.
-    except OSError as e:
-      raise ConversionError(f"Could not move the converted checkpoint to {dst}: {e}") from e
+    _move_into_place(staging, dst, existing, moved)
   except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
+    _unstage(staging, moved)
     raise
 
 
-def _carry_record(src_model_dir: str, staging: str, backend: str) -> None:
+def _move_into_place(staging: str, dst: str, existing: bool, moved: List[str]) -> None:
+  """`_staging`'s last step; appends to `moved` each file moved into an existing `dst`."""
+  try:
+    if not existing:
+      _check_target(dst)  # Again: something may have written there meanwhile.
+      os.rename(staging, dst)  # Replaces an empty directory, atomically.
+      return
+    if os.listdir(dst) != [os.path.basename(staging)]:
+      raise ConversionError(f"Something wrote into the target {dst} while converting; the "
+                            "conversion is not moved there. Give a new directory.")
+    for name in sorted(os.listdir(staging), key=lambda n: (n == checkpoints.INDEX_FILE,
+                                                           n.endswith(".index"))):
+      os.rename(os.path.join(staging, name), os.path.join(dst, name))
+      moved.append(os.path.join(dst, name))
+    os.rmdir(staging)
+  except OSError as e:
+    raise ConversionError(f"Could not move the converted checkpoint to {dst}: {e}") from e
+
+
+def _unstage(staging: str, moved: Sequence[str]) -> None:
+  """Removes a failed conversion's staging directory and what it moved into the target."""
+  for path in reversed(moved):
+    with contextlib.suppress(OSError):
+      os.remove(path)
+  shutil.rmtree(staging, ignore_errors=True)
+
+
+def _carry_record(src_model_dir: str, staging: str, backend: str,
+                  optimizer: Optional[Config] = None) -> None:
   """The source's run record, for `backend`: the converted run resumes with the settings
-  the source was trained with, and no --allow_config_change (trainers.run_record)."""
+  the source was trained with, and no --allow_config_change (trainers.run_record).
+  `optimizer`: the optimizer settings the slots were reset for, recorded instead."""
   record = run_record.read(src_model_dir)
-  if record is not None:
-    run_record.write(staging, {**record, "backend": backend})
+  if record is None:
+    return
+  record = {**record, "backend": backend}
+  if optimizer is not None:
+    trained = run_record.optimizer_of(record)
+    record = {k: v for k, v in record.items() if k not in config_lib.OPTIMIZERS.get(trained, {})}
+    record.update(optimizer=optimizer.optimizer, **optimizer.hyperparameters())
+  run_record.write(staging, record)
 
 
-def _keras_state(model: tf_keras.Model) -> List[Tuple[str, tf.Variable, str, str]]:
-  """(checkpoint key, variable, model weight name or "", kind) of everything carried.
+def check_counters(values: Mapping[str, np.ndarray], step: int, config: Config,
+                   path: str) -> None:
+  """Raises unless Adam's powers of beta are beta^(step + 1) (the power the next step
+  uses: v1 starts them at beta, and multiplies after each step): they are counters of their own,
+  and a checkpoint whose counters disagree has no one step to go on from. beta1_power
+  reaches float32's zero after about 800 steps (beta1 0.9); from then on beta2_power
+  (0.999: 0.22 at step 1500) alone is checked."""
+  if config.optimizer != "adam":
+    return
+  hyperparameters = config.hyperparameters()
+  for name, beta in zip(checkpoints.V1_OPTIMIZER_VARIABLES,
+                        (hyperparameters["beta1"], hyperparameters["beta2"])):
+    power = float(values[name])
+    if power == 0.0 or beta in (0.0, 1.0):
+      continue  # Underflowed, or no count to read.
+    counted = math.log(power) / math.log(beta)
+    # A float32 running product drifts by about step x 6e-8 relative: well under a step.
+    if abs(counted - (step + 1)) > 0.5:
+      raise ConversionError(
+          f"{path}: {name} is {power:.6g}, {beta}^{counted:.1f}, but the step is {step} "
+          f"(so {beta}^{step + 1}): "
+          "Adam's counters disagree, so the run has no one step to go on from. Convert "
+          "another checkpoint, or go on training with the backend that wrote it.")
+
+
+class KerasState(NamedTuple):
+  """One carried value of a Keras checkpoint."""
+  key: str  # Its checkpoint key.
+  variable: tf.Variable
+  weight: str  # The model weight it is or belongs to (a slot); "" for the optimizer's own.
+  kind: str  # WEIGHT, SLOT, STEP or OPTIMIZER.
+  slot: str  # SLOT: the v1 slot's name; OPTIMIZER: the v1 variable's.
+
+
+def _keras_state(model: tf_keras.Model, config: Config
+                 ) -> Tuple[List[KerasState], Dict[str, str]]:
+  """Everything carried of a compiled model, and the optimizer's variables that are not
+  state (plain SGD's `momentums`), by key, with why.
 
   Keys as `tf.train.Checkpoint(model=model)` writes them (tf-keras 2.15):
   weights under `model/layer_with_weights-<i>/<attribute>`, the optimizer's
-  step as `model/optimizer/_iterations` and its momentum slots as
+  step as `model/optimizer/_iterations` and its other variables as
   `model/optimizer/_variables/<j>`, j their place in `optimizer.variables`
-  (0 is the step; `optimizer.momentums` is not itself a checkpoint
-  dependency). Conversions read back what they write by these keys, so a
+  (0 is the step; the slot lists are not themselves checkpoint
+  dependencies). Conversions read back what they write by these keys, so a
   different layout fails them rather than carrying the wrong values.
   """
   optimizer = model.optimizer
-  optimizer.build(model.trainable_variables)  # Creates the slots (no-op once built).
-  state = [(checkpoints.KERAS_STEP_KEY, optimizer.iterations, "", STEP)]
-  slots = dict(zip((id(v) for v in model.trainable_variables), optimizer.momentums))
+  trainable = model.trainable_variables
+  slots = optimizers.keras_slots(config, optimizer, trainable)  # Built, if not yet.
+  by_weight = {id(v): {name: held[i] for name, held in slots.items()}
+               for i, v in enumerate(trainable)}
   positions = {id(v): j for j, v in enumerate(optimizer.variables)}
+
+  def key(variable: tf.Variable) -> str:
+    return checkpoints.keras_key(f"model/optimizer/_variables/{positions[id(variable)]}")
+
+  state = [KerasState(checkpoints.KERAS_STEP_KEY, optimizer.iterations, "", STEP, "")]
   for i, layer in enumerate(layer for layer in model.layers if layer.weights):
     for weight in layer.weights:
       name = model_lib.weight_name(weight)
-      attribute = name.split("/")[-1]
-      state.append((checkpoints.keras_weight_key(i, attribute), weight, name, WEIGHT))
-      if id(weight) not in slots:  # Not trained by the optimizer (a moving statistic).
-        continue
-      slot = slots[id(weight)]
-      if slot.shape != weight.shape:
-        raise ConversionError(f"The Keras optimizer's slot for {name} has shape {slot.shape}.")
-      state.append((checkpoints.keras_key(f"model/optimizer/_variables/{positions[id(slot)]}"),
-                    slot, name, SLOT))
-  return state
+      state.append(KerasState(checkpoints.keras_weight_key(i, name.split("/")[-1]), weight,
+                              name, WEIGHT, ""))
+      # Only what the optimizer updates has slots (not a moving statistic).
+      for slot, variable in by_weight.get(id(weight), {}).items():
+        if variable.shape != weight.shape:
+          raise ConversionError(f"The Keras optimizer's {slot} slot for {name} has shape "
+                                f"{variable.shape}.")
+        state.append(KerasState(key(variable), variable, name, SLOT, slot))
+  if config.optimizer == "adam":  # optimizers.V1Adam's powers of beta, as v1 names them.
+    for v1_name, variable in zip(checkpoints.V1_OPTIMIZER_VARIABLES,
+                                 optimizer._powers):  # pylint: disable=protected-access
+      state.append(KerasState(key(variable), variable, "", OPTIMIZER, v1_name))
+  carried = {id(s.variable) for s in state}
+  left = [v for v in optimizer.variables if id(v) not in carried]
+  if left and config.optimizer != "sgd":
+    raise ConversionError(f"The Keras {config.optimizer} optimizer holds "
+                          f"{', '.join(v.name for v in left)}, which this converter does not "
+                          "know how to carry.")
+  return state, {key(v): "plain SGD's last update, which a momentum of 0 never reads"
+                 for v in left}
 
 
 def _read_back(path: str, expected: Mapping[str, np.ndarray]) -> None:
@@ -370,9 +541,17 @@ def _inverse_map(assignment_map: Optional[AssignmentMap], config: Config) -> Dic
   return {new: old for old, new in assignment_map.items() if new is not None}
 
 
+def _starts_at(value: np.ndarray) -> str:
+  """What a reset slot starts at, for the table."""
+  flat = np.ravel(value)
+  return (f"starts at {flat[0]:.6g}" if flat.size and np.all(flat == flat[0])
+          else "starts at its initial values")
+
+
 def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
                        assignment_map: Optional[AssignmentMap] = None,
-                       config: Optional[Config] = None) -> Conversion:
+                       config: Optional[Config] = None,
+                       reset_slots: bool = False) -> Conversion:
   """Writes the Estimator's newest checkpoint as a Keras model_dir that keras_main resumes.
 
   Args:
@@ -382,28 +561,38 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
       "hidden/kernel"), or None to drop a variable that is not state to carry.
     config: builds the model and optimizer (seed, learning rate, schedule)
       before the converted values are assigned.
+    reset_slots: carry the weights and the step only; `config.optimizer`'s
+      slots start at their initial values (for a source trained with another
+      optimizer).
 
   Returns:
-    What was read, written and carried.
+    What was read, written, carried and reset.
 
   Raises:
-    ConversionError: no checkpoint, a non-empty target, or a variable that is
-      unmapped, or of the wrong shape, or a model weight without a value.
+    ConversionError: no checkpoint, a non-empty target, a variable that is
+      unmapped or of the wrong shape, a model weight without a value, or
+      another optimizer's state (without `reset_slots`).
   """
   _check_target(dst_model_dir)
   config = config or Config()
-  path = _latest(src_model_dir, "estimator")
-  entries = estimator_accounting(path, config, assignment_map)
-  check_complete(entries, path, config)
-  reader = tf.train.load_checkpoint(path)
+  path, skipped = _latest(src_model_dir, "estimator")
+  entries = estimator_accounting(path, config, assignment_map, reset_slots)
+  check_complete(entries, path, config, reset_slots)
+  reader = _reader(path)
   step = int(reader.get_tensor(STEP_VARIABLE))
 
   model = keras_trainer.compile_model(config)
-  sources = {(e.weight or "", e.kind): e.name for e in entries if e.kind in (WEIGHT, SLOT)}
-  sources[("", STEP)] = STEP_VARIABLE
-  mapped, written = [], {}
-  for key, variable, weight, kind in _keras_state(model):
-    name = sources[(weight, kind)]
+  sources = {(e.weight or "", e.kind, e.slot): e.name for e in entries
+             if e.kind in (WEIGHT, SLOT, OPTIMIZER)}
+  sources[("", STEP, "")] = STEP_VARIABLE
+  mapped, written, reset = [], {}, []
+  state, _ = _keras_state(model, config)
+  for key, variable, weight, kind, slot in state:
+    if reset_slots and kind in (SLOT, OPTIMIZER):  # As the optimizer built it.
+      reset.append(Ignored(f"{weight}/{slot}" if weight else slot, _starts_at(variable.numpy())))
+      written[key] = variable.numpy()
+      continue
+    name = sources[(weight, kind, slot)]
     value = reader.get_tensor(name)
     if kind == STEP:
       value = np.int64(value)  # Very old Estimators kept an int32 global_step.
@@ -413,87 +602,154 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
     variable.assign(value)
     mapped.append(Mapped(name, key, kind))
     written[key] = np.asarray(value)
+  if not reset_slots:
+    check_counters({s: reader.get_tensor(s) for s in checkpoints.V1_OPTIMIZER_VARIABLES
+                    if reader.has_tensor(s)}, step, config, path)
 
   with _staging(dst_model_dir) as staging:
     saved = keras_trainer.save_checkpoint(model, staging, step)
     _read_back(saved, written)
-    _carry_record(src_model_dir, staging, "keras")
+    _carry_record(src_model_dir, staging, "keras", config if reset_slots else None)
     problem = checkpoints.resume_problem("keras", staging, config)
     if problem:
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
   output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
-                    [Ignored(e.name, e.note) for e in entries if e.kind == IGNORED])
+                    [Ignored(e.name, e.note) for e in entries if e.kind == IGNORED],
+                    reset, skipped)
+
+
+_KERAS_OPTIMIZER_VARIABLES = "model/optimizer/_variables/"  # Keys of the step's siblings.
+
+
+def _saved_names(reader: Any) -> Dict[str, str]:
+  """An object-based checkpoint's keys -> the name each variable had when saved
+  (`SGD/m/conv/kernel`), from its object graph."""
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor(checkpoints.OBJECT_GRAPH_KEY))
+  return {a.checkpoint_key: a.full_name for node in graph.nodes for a in node.attributes}
+
+
+def _holds_state_of(saved: Mapping[str, str], model: tf_keras.Model) -> bool:
+  """Whether a Keras checkpoint's optimizer variables (`_saved_names`) are the compiled
+  model's optimizer's, one for one by key and name."""
+  expected = {checkpoints.keras_key(f"{_KERAS_OPTIMIZER_VARIABLES}{j}"): v.name.split(":")[0]
+              for j, v in enumerate(model.optimizer.variables) if j}  # 0: the step.
+  held = {k: name for k, name in saved.items() if k.startswith(_KERAS_OPTIMIZER_VARIABLES)}
+  return held.keys() == expected.keys() and all(
+      held[k] == name or held[k].endswith("/" + name) for k, name in expected.items())
+
+
+def _keras_trained_with(saved: Mapping[str, str], config: Config) -> str:
+  """Which --optimizer wrote these optimizer variables (`_saved_names`), for a message.
+  tf_keras names SGD's and momentum's slots alike: the run record tells them apart."""
+  plain = {name: None for name in config_lib.HYPERPARAMETERS}
+  candidates = [(name, dataclasses.replace(config, optimizer=name, **plain))
+                for name in optimizers.SLOTS]
+  candidates.append(("rmsprop --momentum=0.9", dataclasses.replace(
+      config, optimizer="rmsprop", **{**plain, "momentum": 0.9})))
+  found = []
+  for name, candidate in candidates:
+    model = keras_trainer.compile_model(candidate)
+    model.optimizer.build(model.trainable_variables)
+    if _holds_state_of(saved, model):
+      found.append(f"--optimizer={name}")
+  return " or ".join(found) or "an optimizer this converter does not know"
 
 
 def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
                        assignment_map: Optional[AssignmentMap] = None,
-                       config: Optional[Config] = None) -> Conversion:
+                       config: Optional[Config] = None,
+                       reset_slots: bool = False, from_backup: bool = False) -> Conversion:
   """Writes Keras's newest `ckpt-<step>` as an Estimator model_dir that estimator_main resumes.
 
-  Writes `model.ckpt-<step>` (and its `checkpoint` file): the weights, their
-  `<name>/Momentum` slots and an int64 `global_step`, name-based, as the
-  Estimator's own Saver does.
+  Writes `model.ckpt-<step>` (and its `checkpoint` file): the weights, the
+  v1 optimizer's slots (`<name>/Momentum`, ...; Adam's powers) and an int64
+  `global_step`, name-based, as the Estimator's own Saver does.
 
   Args:
     src_model_dir: the Keras model_dir.
     dst_model_dir: the new Estimator model_dir (must not exist, or be empty).
     assignment_map: the same map as for `estimator_to_keras`, read backwards:
       each model weight is written under the old name that maps to it.
-    config: builds the model and optimizer the checkpoint is restored into.
+    config: builds the model and optimizer the checkpoint is read into.
+    reset_slots: carry the weights and the step only; the v1 optimizer's
+      state is written as it starts.
+    from_backup: convert the BackupAndRestore backup an interrupted run left
+      (`backup/chief`), not the newest `ckpt-<step>`.
 
   Returns:
-    What was read, written and carried.
+    What was read, written, carried and reset.
 
   Raises:
-    ConversionError: no checkpoint, a non-empty target, or a checkpoint entry
-      that is neither carried nor known to be derived.
+    ConversionError: no checkpoint, a non-empty target, a checkpoint entry
+      that is neither carried nor known to be derived, or another optimizer's
+      state (without `reset_slots`).
   """
   _check_target(dst_model_dir)
   config = config or Config()
   names = _inverse_map(assignment_map, config)
-  path = _latest(src_model_dir, "keras")
+  path, skipped = _latest(src_model_dir, "keras", from_backup)
   model = keras_trainer.compile_model(config)
-  status = tf.train.Checkpoint(model=model).restore(path)
-  state = _keras_state(model)  # Builds the slots: a deferred restore fills them.
-  try:
-    status.assert_consumed()
-  except AssertionError as e:
-    raise ConversionError(f"{path} does not match the model and optimizer: {e}") from e
-  keys = {key for key, _ in tf.train.list_variables(path)}
-  carried = {key for key, *_ in state}
-  unknown = sorted(keys - carried - set(KERAS_DERIVED) - {checkpoints.OBJECT_GRAPH_KEY})
+  state, derived = _keras_state(model, config)  # The optimizer built, its slots made.
+  reader = _reader(path)
+  saved = _saved_names(reader)
+  if not reset_slots and not _holds_state_of(saved, model):
+    raise optimizer_differs(path, _keras_trained_with(saved, config), config)
+  if reset_slots:  # The source's optimizer variables, whichever: none is carried.
+    derived = {k: f"{_RESET} (it held {saved[k]})" for k in saved
+               if k.startswith(_KERAS_OPTIMIZER_VARIABLES)}
+    state = [s for s in state if s.kind in (WEIGHT, STEP)]
+  unknown = sorted(set(saved) - {s.key for s in state} - set(KERAS_DERIVED) - set(derived))
   if unknown:
     raise ConversionError(f"{path} holds {', '.join(unknown)}, which this converter does not "
                           "know how to carry.")
-  # The restored values are the checkpoint's, by key: the key layout above is checked too.
-  reader = tf.train.load_checkpoint(path)
   values: Dict[str, np.ndarray] = {}
   mapped = []
-  for key, variable, weight, kind in state:
-    value = variable.numpy()
-    if not np.array_equal(value, reader.get_tensor(key)):
-      raise ConversionError(f"{path}: {key} did not restore into {weight or 'the step'}.")
-    if kind == STEP:
-      name = STEP_VARIABLE
-    else:
-      name = names.get(weight, weight) + (MOMENTUM_SUFFIX if kind == SLOT else "")
+  for key, variable, weight, kind, slot in state:
+    if not reader.has_tensor(key):
+      raise ConversionError(f"{path} has no {key} ({weight or 'the step'}): it does not match "
+                            f"--model={config.model}.")
+    value = reader.get_tensor(key)
+    if value.shape != tuple(variable.shape):
+      raise ConversionError(f"{path}: {key} ({weight}) has shape {_fmt_shape(value.shape)}, "
+                            f"--model={config.model}'s {_fmt_shape(variable.shape)}.")
+    name = {STEP: STEP_VARIABLE, WEIGHT: names.get(weight, weight), OPTIMIZER: slot,
+            SLOT: f"{names.get(weight, weight)}/{slot}"}[kind]
     values[name] = np.int64(value) if kind == STEP else value
     mapped.append(Mapped(key, name, kind))
   step = int(values[STEP_VARIABLE])
+  reset, written_zero = [], []
+  if reset_slots:
+    initial = optimizers.v1_initial_state(config, {
+        names.get(s.weight, s.weight): s.variable.shape for s in state
+        if s.kind == WEIGHT and s.variable.trainable})
+    values.update(initial)
+    reset = [Ignored(name, _starts_at(value)) for name, value in sorted(initial.items())]
+  else:
+    check_counters(values, step, config, path)
+    # The slots v1 keeps and the twin does not (never read): written as zeros, as the
+    # Estimator restores every slot it makes.
+    for slot, why in optimizers.unread_slots(config):
+      for s in state:
+        if s.kind == WEIGHT and s.variable.trainable:
+          name = f"{names.get(s.weight, s.weight)}/{slot.v1}"
+          values[name] = np.zeros(s.variable.shape, s.variable.dtype.as_numpy_dtype)
+          written_zero.append(Ignored(name, f"written as zeros: {why}"))
 
   with _staging(dst_model_dir) as staging:
-    saved = _write_name_based(values, staging, step)
-    _read_back(saved, values)
-    _carry_record(src_model_dir, staging, "estimator")
+    saved_path = _write_name_based(values, staging, step)
+    _read_back(saved_path, values)
+    _carry_record(src_model_dir, staging, "estimator", config if reset_slots else None)
     problem = checkpoints.resume_problem("estimator", staging, config)
     if problem and not names:  # Renamed weights are not this model's names, by design.
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
-  output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
+  output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved_path))
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
-                    [Ignored(k, why) for k, why in KERAS_DERIVED.items() if k in keys])
+                    [Ignored(k, why) for k, why in {**KERAS_DERIVED, **derived}.items()
+                     if k in saved] + written_zero, reset, skipped)
 
 
 def _write_name_based(values: Mapping[str, np.ndarray], directory: str, step: int) -> str:
@@ -537,7 +793,7 @@ def prediction_identity(estimator_export_dir: str, keras_model_dir: str,
   """
   serve = tf.saved_model.load(estimator_export_dir).signatures["serving_default"]
   model = model_lib.build(config)
-  path = _latest(keras_model_dir, "keras")
+  path, _ = _latest(keras_model_dir, "keras")
   # The model only: the checkpoint's optimizer state is not needed to predict.
   tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
   same, max_diff, count = True, 0.0, 0
@@ -559,6 +815,12 @@ def format_table(conversion: Conversion) -> str:
   lines += [f"{m.source:<{width}}  ->  {m.destination}  ({m.kind})" for m in conversion.mapped]
   lines += ["", "Ignored (not carried):"]
   lines += [f"  {i.name}: {i.reason}" for i in conversion.ignored] or ["  none"]
+  if conversion.reset:
+    lines += ["", "Reset (--reset_slots: the optimizer's slots start afresh):"]
+    lines += [f"  {r.name}: {r.reason}" for r in conversion.reset]
+  if conversion.skipped:
+    lines += ["", "Skipped (newer checkpoints that do not load):"]
+    lines += [f"  {s.name}: {s.reason}" for s in conversion.skipped]
   lines += ["", f"Step: {conversion.step}", f"Wrote: {conversion.output}",
             f"Output directory: {os.path.dirname(conversion.output)}"]
   return "\n".join(lines)
