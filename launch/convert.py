@@ -5,6 +5,7 @@ r"""Converts a training checkpoint to the other backend, so the run goes on ther
   python -m launch.convert --from_keras=KERAS_MODEL_DIR --to_estimator=EST_MODEL_DIR \
       [--assignment_map=map.json]
   python -m trainers.keras_main --model_dir=KERAS_MODEL_DIR --train_steps=1500  # Resumes.
+  python -m launch.convert --inspect=ANY_MODEL_DIR [--model=NAME] [--inspect_format=json]
 
 Carries the newest checkpoint that loads (saying which newer ones it skipped, and
 why): its weights, its optimizer's slots (and Adam's powers of beta) and step, for
@@ -12,6 +13,8 @@ every --optimizer. A source trained with another optimizer than --optimizer stop
 the conversion; --reset_slots carries the weights and the step and starts the
 optimizer's slots afresh, listing each. --from_backup converts a Keras run's
 BackupAndRestore backup (an interrupted run's newest state) instead.
+--inspect only reads: every variable of any checkpoint (this project's or not),
+what each is, and the --assignment_map it proposes onto --model, guesses marked.
 --assignment_map is a JSON object of old checkpoint name -> model weight name
 ({"dense_1/kernel": "hidden/kernel"}), or null to drop a variable that is not
 state to carry; any variable left unmapped is an error naming the entry that
@@ -27,7 +30,7 @@ model_dir without one.
 import functools
 import signal
 import sys
-from typing import Sequence
+from typing import Any, Dict, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -51,6 +54,12 @@ _ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an o
 _RESET_SLOTS = flags.DEFINE_bool("reset_slots", False, "Carry the weights and the step only: "
                                  "--optimizer's slots start at their initial values (for a "
                                  "source trained with another optimizer).")
+_INSPECT = flags.DEFINE_string("inspect", None, "Only read: list every variable of this "
+                                "model_dir's newest checkpoint (or of this checkpoint path), "
+                                "what each is, and the --assignment_map it proposes onto "
+                                "--model.")
+_INSPECT_FORMAT = flags.DEFINE_enum("inspect_format", "text", ["text", "json"],
+                                    "How --inspect prints.")
 _FROM_BACKUP = flags.DEFINE_bool("from_backup", False, "With --from_keras: convert the "
                                  "BackupAndRestore backup an interrupted run left, not its "
                                  "newest ckpt-<step>.")
@@ -65,59 +74,87 @@ def _interrupted(signum: int, frame: object) -> None:
 
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  to_keras = (_FROM_ESTIMATOR.value, _TO_KERAS.value)
-  to_estimator = (_FROM_KERAS.value, _TO_ESTIMATOR.value)
-  if any(to_keras) == any(to_estimator) or not all(to_keras if any(to_keras) else to_estimator):
-    raise app.UsageError("Give exactly one direction: --from_estimator and --to_keras, or "
-                         "--from_keras and --to_estimator.", exitcode=2)
-  if _FROM_BACKUP.value and not _FROM_KERAS.value:
-    raise app.UsageError("--from_backup converts a Keras backup: give it with --from_keras.",
-                         exitcode=2)
-  signal.signal(signal.SIGINT, _interrupted)
-  signal.signal(signal.SIGTERM, _interrupted)
-  console.quiet_lone_process(flags.FLAGS.verbosity)  # Before TensorFlow is imported.
-  from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
-  import tensorflow as tf  # noqa: PLC0415
-  source, target = to_keras if any(to_keras) else to_estimator
-  run = (convert.estimator_to_keras if any(to_keras) else
-         functools.partial(convert.keras_to_estimator, from_backup=_FROM_BACKUP.value))
+def _fail(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
+def _model_settings(source: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+  """The flags' settings, with the model the source's run record names unless the flags name
+  one; and that record ({} without one)."""
   settings = trainer_flags.config_settings(_CONFIG)
   recorded = run_record.read(source) or {}
-  # What the flags leave out, the source's run record says (flags win, group by group).
   if "model" in recorded and not any(_CONFIG[n].present for n in trainer_flags.MODEL_FIELDS):
     settings.update(model=recorded["model"], model_options=recorded.get("model_options", ""))
+  return settings, recorded
+
+
+def _settings(source: str, keras_source: bool) -> Dict[str, Any]:
+  """The model and optimizer: the flags', and what they leave out, the source's run record
+  (flags win, group by group)."""
+  settings, recorded = _model_settings(source)
   optimizer = run_record.optimizer_of(recorded)
-  if any(to_estimator) and not recorded and not _CONFIG["optimizer"].present:
+  if keras_source and not recorded and not _CONFIG["optimizer"].present:
     # An Estimator checkpoint's slot names say which optimizer made them; a Keras one's do
     # not tell plain SGD from momentum.
-    print(f"error: {source} has no {run_record.RECORD_FILE} naming the optimizer it was "
-          "trained with: give --optimizer (and its hyperparameter flags) as it was trained.",
-          file=sys.stderr)
-    sys.exit(2)
+    _fail(f"{source} has no {run_record.RECORD_FILE} naming the optimizer it was trained "
+          "with: give --optimizer (and its hyperparameter flags) as it was trained.")
   if recorded and not any(_CONFIG[n].present for n in trainer_flags.OPTIMIZER_FIELDS):
     settings.update(optimizer=optimizer, **{n: recorded[n] for n in
                                             config_lib.OPTIMIZERS.get(optimizer, {})
                                             if n in recorded})
   if optimizer == run_record.CANNED_OPTIMIZER:
-    print(f"error: {source} holds a canned model ({recorded['model']}); launch.convert does "
-          "not carry canned models yet. Go on training it with its own backend.",
-          file=sys.stderr)
-    sys.exit(2)
+    _fail(f"{source} holds a canned model ({recorded['model']}); launch.convert does not "
+          "carry canned models yet. Go on training it with its own backend.")
+  return settings
+
+
+def _inspect(path: str) -> None:
+  from launch.tools import inspect_checkpoint  # noqa: PLC0415 -- imports TensorFlow.
+  import tensorflow as tf  # noqa: PLC0415
+  settings, _ = _model_settings(path)
+  try:
+    inspection = inspect_checkpoint.inspect(path, Config(**settings))
+  except (ValueError, tf.errors.OpError) as e:
+    _fail(f"--inspect={path}: {e}")
+  print(inspection.to_json() if _INSPECT_FORMAT.value == "json"
+        else inspect_checkpoint.format_text(inspection))
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  to_keras = (_FROM_ESTIMATOR.value, _TO_KERAS.value)
+  to_estimator = (_FROM_KERAS.value, _TO_ESTIMATOR.value)
+  console.quiet_lone_process(flags.FLAGS.verbosity)  # Before TensorFlow is imported.
+  if _INSPECT.value:
+    if any(to_keras) or any(to_estimator):
+      raise app.UsageError("--inspect only reads: give it without a direction.", exitcode=2)
+    _inspect(_INSPECT.value)
+    return
+  if any(to_keras) == any(to_estimator) or not all(to_keras if any(to_keras) else to_estimator):
+    raise app.UsageError("Give exactly one direction: --from_estimator and --to_keras, or "
+                         "--from_keras and --to_estimator (or --inspect=DIR).", exitcode=2)
+  if _FROM_BACKUP.value and not _FROM_KERAS.value:
+    raise app.UsageError("--from_backup converts a Keras backup: give it with --from_keras.",
+                         exitcode=2)
+  signal.signal(signal.SIGINT, _interrupted)
+  signal.signal(signal.SIGTERM, _interrupted)
+  from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
+  import tensorflow as tf  # noqa: PLC0415
+  source, target = to_keras if any(to_keras) else to_estimator
+  run = (convert.estimator_to_keras if any(to_keras) else
+         functools.partial(convert.keras_to_estimator, from_backup=_FROM_BACKUP.value))
+  settings = _settings(source, keras_source=any(to_estimator))
   try:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
     conversion = run(source, target, assignment_map=assignment_map,
                      config=Config(**settings), reset_slots=_RESET_SLOTS.value)
   except convert.ConversionError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    _fail(str(e))
   except (OSError, tf.errors.OpError) as e:  # A file TensorFlow or Python could not use.
-    print(f"error: converting {source} to {target}: {type(e).__name__}: {e}. Nothing was "
-          "written.", file=sys.stderr)
-    sys.exit(2)
+    _fail(f"converting {source} to {target}: {type(e).__name__}: {e}. Nothing was written.")
   print(convert.format_table(conversion))
 
 

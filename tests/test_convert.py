@@ -225,8 +225,19 @@ def test_legacy_names_convert_through_the_map_and_predict_the_same(tiny_data_dir
     assert f'"{old}": "{new}"' in message
   assert not target.exists() and not _leftovers(target)
 
+  # --inspect proposes that map (each entry a guess by shape: the names differ).
+  inspected = run_module("launch.convert", [f"--inspect={legacy_dir}", "--inspect_format=json"])
+  assert inspected.returncode == 0, inspected.stderr[-3000:]
+  proposal = json.loads(inspected.stdout)
+  assert proposal["assignment_map"] == legacy_model.ASSIGNMENT_MAP
+  assert set(proposal["matched_by"].values()) == {"shape (guess)"}
+  kinds = {v["name"]: v["kind"] for v in proposal["variables"]}
+  assert kinds["model/dense_1/kernel/Momentum"] == "slot" and kinds["global_step"] == "step"
+  text = run_module("launch.convert", [f"--inspect={legacy_dir}"]).stdout
+  assert '"model/conv2d/kernel": "conv/kernel"' in text and "Check these" in text
+
   map_file = tmp_path / "map.json"
-  map_file.write_text(json.dumps(legacy_model.ASSIGNMENT_MAP))
+  map_file.write_text(json.dumps(proposal["assignment_map"]))
   assignment_map = convert.load_assignment_map(str(map_file))
   conversion = convert.estimator_to_keras(str(legacy_dir), str(target),
                                           assignment_map=assignment_map, config=config)

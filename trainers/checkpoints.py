@@ -12,11 +12,12 @@ name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
 import json
 import os
 import re
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from trainers import failures
 from trainers import model as model_lib
@@ -128,6 +129,14 @@ def keras_step(reader: Any) -> int:
   """The step of a Keras checkpoint: its optimizer's iterations."""
   key = KERAS_STEP_KEY if reader.has_tensor(KERAS_STEP_KEY) else _KERAS_LEGACY_STEP_KEY
   return int(reader.get_tensor(key))
+
+
+def saved_names(reader: Any) -> Dict[str, str]:
+  """An object-based checkpoint's keys -> the name each variable had when saved
+  (`SGD/m/conv/kernel`), from its object graph."""
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+  return {a.checkpoint_key: a.full_name for node in graph.nodes for a in node.attributes}
 
 
 def owner(shapes: Mapping[str, Sequence[int]]) -> str:

@@ -41,7 +41,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl import logging
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from data import mnist
 from trainers import checkpoints
@@ -623,16 +622,8 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
 _KERAS_OPTIMIZER_VARIABLES = "model/optimizer/_variables/"  # Keys of the step's siblings.
 
 
-def _saved_names(reader: Any) -> Dict[str, str]:
-  """An object-based checkpoint's keys -> the name each variable had when saved
-  (`SGD/m/conv/kernel`), from its object graph."""
-  graph = trackable_object_graph_pb2.TrackableObjectGraph()
-  graph.ParseFromString(reader.get_tensor(checkpoints.OBJECT_GRAPH_KEY))
-  return {a.checkpoint_key: a.full_name for node in graph.nodes for a in node.attributes}
-
-
 def _holds_state_of(saved: Mapping[str, str], model: tf_keras.Model) -> bool:
-  """Whether a Keras checkpoint's optimizer variables (`_saved_names`) are the compiled
+  """Whether a Keras checkpoint's optimizer variables (`checkpoints.saved_names`) are the compiled
   model's optimizer's, one for one by key and name."""
   expected = {checkpoints.keras_key(f"{_KERAS_OPTIMIZER_VARIABLES}{j}"): v.name.split(":")[0]
               for j, v in enumerate(model.optimizer.variables) if j}  # 0: the step.
@@ -642,7 +633,7 @@ def _holds_state_of(saved: Mapping[str, str], model: tf_keras.Model) -> bool:
 
 
 def _keras_trained_with(saved: Mapping[str, str], config: Config) -> str:
-  """Which --optimizer wrote these optimizer variables (`_saved_names`), for a message.
+  """Which --optimizer wrote these optimizer variables (`checkpoints.saved_names`), for a message.
   tf_keras names SGD's and momentum's slots alike: the run record tells them apart."""
   plain = {name: None for name in config_lib.HYPERPARAMETERS}
   candidates = [(name, dataclasses.replace(config, optimizer=name, **plain))
@@ -694,7 +685,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   model = keras_trainer.compile_model(config)
   state, derived = _keras_state(model, config)  # The optimizer built, its slots made.
   reader = _reader(path)
-  saved = _saved_names(reader)
+  saved = checkpoints.saved_names(reader)
   if not reset_slots and not _holds_state_of(saved, model):
     raise optimizer_differs(path, _keras_trained_with(saved, config), config)
   if reset_slots:  # The source's optimizer variables, whichever: none is carried.

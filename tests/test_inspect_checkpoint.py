@@ -1,0 +1,67 @@
+"""launch.tools.inspect_checkpoint: what each variable of any checkpoint is, and the map it
+proposes onto a model, guesses marked."""
+
+import tensorflow as tf
+
+from launch.tools import inspect_checkpoint as inspect
+
+F32 = tf.float32
+
+
+def _kinds(shapes, dtypes=None):
+  dtypes = dtypes or {}
+  found = inspect._estimator_variables(  # pylint: disable=protected-access
+      shapes, {name: dtypes.get(name, F32) for name in shapes})
+  return {v.name: (v.kind, v.of) for v in found}
+
+
+def test_each_kind_of_variable_is_told_apart():
+  shapes = {
+      "global_step": [], "beta1_power": [], "beta2_power": [],
+      "dnn/hiddenlayer_0/kernel": [784, 128],
+      # A TF2 canned Estimator's Keras legacy optimizer.
+      "training/Adagrad/dnn/hiddenlayer_0/kernel/accumulator": [784, 128],
+      "training/Adagrad/decay": [], "training/Adagrad/learning_rate": [],
+      # tf.compat.v1.estimator's canned classes name slots under a scope prefix.
+      "linear/linear_model/image/weights": [784, 10],
+      "linear/linear/linear_model/image/weights/Ftrl": [784, 10],
+      "linear/linear/linear_model/image/weights/Ftrl_1": [784, 10],
+      "conv/kernel/Momentum": [3, 3, 1, 32], "conv/kernel": [3, 3, 1, 32],
+      "accuracy/count": [],
+  }
+  kinds = _kinds(shapes, {"global_step": tf.int64})
+  assert kinds == {
+      "global_step": ("step", ""), "beta1_power": ("counter", ""),
+      "beta2_power": ("counter", ""), "dnn/hiddenlayer_0/kernel": ("weight", ""),
+      "training/Adagrad/dnn/hiddenlayer_0/kernel/accumulator":
+          ("slot", "dnn/hiddenlayer_0/kernel"),
+      "training/Adagrad/decay": ("hyperparameter", ""),
+      "training/Adagrad/learning_rate": ("hyperparameter", ""),
+      "linear/linear_model/image/weights": ("weight", ""),
+      "linear/linear/linear_model/image/weights/Ftrl":
+          ("slot", "linear/linear_model/image/weights"),
+      "linear/linear/linear_model/image/weights/Ftrl_1":
+          ("slot", "linear/linear_model/image/weights"),
+      "conv/kernel/Momentum": ("slot", "conv/kernel"), "conv/kernel": ("weight", ""),
+      "accuracy/count": ("other", ""),
+  }
+
+
+def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():
+  weights = {"conv/kernel": [3, 3, 1, 32], "conv/bias": [32], "hidden0/bias": [64],
+             "hidden1/bias": [64], "logits/kernel": [64, 10], "extra/scale": [5]}
+  variables = [inspect.Variable(name, shape, "float32", "weight") for name, shape in (
+      ("model/conv/kernel", [3, 3, 1, 32]),  # The model's name under a scope: by name.
+      ("conv/bias", [32]),  # Its own name.
+      ("dense/bias", [64]), ("dense_1/bias", [64]),  # Two of one shape: by order.
+      ("out/kernel", [64, 10]),  # The only one of its shape: by shape.
+      ("ema/step_size", [7]),  # Nothing of its shape: null, to be checked.
+  )]
+  mapping, rule, unfilled = inspect.propose_map(variables, weights)
+  assert mapping == {"model/conv/kernel": "conv/kernel", "dense/bias": "hidden0/bias",
+                     "dense_1/bias": "hidden1/bias", "out/kernel": "logits/kernel",
+                     "ema/step_size": None}
+  assert rule == {"model/conv/kernel": "name", "conv/bias": "name",
+                  "dense/bias": "order (guess)", "dense_1/bias": "order (guess)",
+                  "out/kernel": "shape (guess)", "ema/step_size": "none"}
+  assert unfilled == ["extra/scale"]
