@@ -85,7 +85,8 @@ def _model_settings(source: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
   settings = trainer_flags.config_settings(_CONFIG)
   recorded = run_record.read(source) or {}
   if "model" in recorded and not any(_CONFIG[n].present for n in trainer_flags.MODEL_FIELDS):
-    settings.update(model=recorded["model"], model_options=recorded.get("model_options", ""))
+    settings.update(model=recorded["model"], model_options=recorded.get("model_options", ""),
+                    **{n: recorded[n] for n in config_lib.CANNED_SETTINGS if n in recorded})
   return settings, recorded
 
 
@@ -94,7 +95,10 @@ def _settings(source: str, keras_source: bool) -> Dict[str, Any]:
   (flags win, group by group)."""
   settings, recorded = _model_settings(source)
   optimizer = run_record.optimizer_of(recorded)
-  if keras_source and not recorded and not _CONFIG["optimizer"].present:
+  if optimizer == run_record.CANNED_OPTIMIZER:
+    return settings  # A canned model's optimizers are among its own settings.
+  if keras_source and not recorded and not _CONFIG["optimizer"].present and not (
+      Config(**settings).canned_settings()):
     # An Estimator checkpoint's slot names say which optimizer made them; a Keras one's do
     # not tell plain SGD from momentum.
     _fail(f"{source} has no {run_record.RECORD_FILE} naming the optimizer it was trained "
@@ -103,9 +107,6 @@ def _settings(source: str, keras_source: bool) -> Dict[str, Any]:
     settings.update(optimizer=optimizer, **{n: recorded[n] for n in
                                             config_lib.OPTIMIZERS.get(optimizer, {})
                                             if n in recorded})
-  if optimizer == run_record.CANNED_OPTIMIZER:
-    _fail(f"{source} holds a canned model ({recorded['model']}); launch.convert does not "
-          "carry canned models yet. Go on training it with its own backend.")
   return settings
 
 

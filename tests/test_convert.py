@@ -319,7 +319,8 @@ def test_cli_refuses_a_run_recorded_with_another_optimizer_than_it_holds(estimat
                                  "optimizer": run_record.CANNED_OPTIMIZER})
   result = run_module("launch.convert", [f"--from_estimator={source}",
                                          f"--to_keras={tmp_path / 'k'}"])
-  assert result.returncode == 2 and "holds a canned model (dnn)" in result.stderr
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "is not a checkpoint of --model=dnn with these settings" in result.stderr
   assert "Traceback" not in result.stderr and not (tmp_path / "k").exists()
 
 
@@ -519,7 +520,7 @@ def test_an_empty_target_is_used_as_it_is(estimator_dir, keras_dir, tmp_path):
 def test_an_interrupted_conversion_leaves_nothing(tmp_path):
   (tmp_path / "empty").mkdir()
   for target in (tmp_path / "new", tmp_path / "empty"):
-    with pytest.raises(KeyboardInterrupt), convert._staging(str(target)) as staging:  # pylint: disable=protected-access
+    with pytest.raises(KeyboardInterrupt), convert.staged_target(str(target)) as staging:
       pathlib.Path(staging, "ckpt-1.index").write_text("half")
       raise KeyboardInterrupt
     assert os.listdir(tmp_path) == ["empty"] and os.listdir(tmp_path / "empty") == []
@@ -556,3 +557,41 @@ def test_cli_asks_for_the_optimizer_of_a_keras_model_dir_without_a_record(keras_
   result = run_module("launch.convert", [f"--from_keras={source}", "--optimizer=momentum",
                                          f"--to_estimator={tmp_path / 'e'}"])
   assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("model, flags", [
+    ("dnn", ["--hidden_units=16,8", "--dnn_optimizer=adam", "--dnn_learning_rate=0.01"]),
+    ("wide_deep", ["--hidden_units=16", "--dnn_learning_rate=0.002"]),
+])
+def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_dir, tmp_path):
+  source = tmp_path / "canned"
+  trained = run_module("trainers.estimator_main", [f"--model={model}", *flags,
+                                                   f"--model_dir={source}",
+                                                   f"--data_dir={tiny_data_dir}",
+                                                   f"--train_steps={STEPS}", *TRAIN_FLAGS])
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  # The model and its canned flags come from the run's record.
+  there = run_module("launch.convert", [f"--from_estimator={source}",
+                                        f"--to_keras={tmp_path / 'k'}"])
+  assert there.returncode == 0, there.stderr[-3000:]
+  back = run_module("launch.convert", [f"--from_keras={tmp_path / 'k'}",
+                                       f"--to_estimator={tmp_path / 'e'}"])
+  assert back.returncode == 0, back.stderr[-3000:]
+  original, returned = _read_checkpoint(str(source)), _read_checkpoint(str(tmp_path / "e"))
+  assert sorted(returned) == sorted(original)
+  assert any(name.startswith("training/") and name.endswith(("/m", "/accumulator"))
+             for name in original)  # Slots, carried.
+  for name, value in original.items():
+    assert returned[name].dtype == value.dtype and np.array_equal(returned[name], value), name
+
+  # Hyperparameters kept as variables are compared, never silently replaced.
+  rate = run_module("launch.convert", [f"--from_estimator={source}",
+                                       f"--to_keras={tmp_path / 'k2'}", f"--model={model}",
+                                       *flags[:-1], "--dnn_learning_rate=0.5"])
+  assert rate.returncode == 2 and "Traceback" not in rate.stderr, rate.stderr[-3000:]
+  assert "learning_rate is" in rate.stderr and "give --dnn_learning_rate=" in rate.stderr
+  other = run_module("launch.convert", [f"--from_estimator={source}",
+                                        f"--to_keras={tmp_path / 'k3'}", f"--model={model}",
+                                        "--hidden_units=32"])
+  assert other.returncode == 2 and "give the canned flags it was trained with" in other.stderr
+  assert not (tmp_path / "k2").exists() and not (tmp_path / "k3").exists()

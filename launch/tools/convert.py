@@ -314,14 +314,14 @@ def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Confi
                           "Estimator training checkpoint.")
 
 
-def _reader(path: str) -> Any:
+def read_checkpoint(path: str) -> Any:
   try:
     return tf.train.load_checkpoint(path)
   except (tf.errors.OpError, ValueError) as e:
     raise ConversionError(f"Cannot read the checkpoint {path}: {e}") from e
 
 
-def _latest(model_dir: str, backend: str, from_backup: bool = False
+def newest(model_dir: str, backend: str, from_backup: bool = False
             ) -> Tuple[str, List[Ignored]]:
   """model_dir's newest checkpoint that loads, which must be `backend`'s, and each newer
   one passed over with why. `from_backup`: Keras's BackupAndRestore backup instead."""
@@ -360,14 +360,14 @@ def _latest(model_dir: str, backend: str, from_backup: bool = False
   return path, skipped
 
 
-def _check_target(dst: str) -> None:
+def check_target(dst: str) -> None:
   if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)):
     raise ConversionError(f"The target {dst} exists and is not empty; it is left untouched. "
                           "Give a new directory.")
 
 
 @contextlib.contextmanager
-def _staging(dst: str) -> Iterator[str]:
+def staged_target(dst: str) -> Iterator[str]:
   """A temporary directory the conversion writes into, whose files appear in `dst` only if
   the block succeeds; removed if it fails or is interrupted.
 
@@ -396,10 +396,10 @@ def _staging(dst: str) -> Iterator[str]:
 
 
 def _move_into_place(staging: str, dst: str, existing: bool, moved: List[str]) -> None:
-  """`_staging`'s last step; appends to `moved` each file moved into an existing `dst`."""
+  """`staged_target`'s last step; appends to `moved` each file moved into an existing `dst`."""
   try:
     if not existing:
-      _check_target(dst)  # Again: something may have written there meanwhile.
+      check_target(dst)  # Again: something may have written there meanwhile.
       os.rename(staging, dst)  # Replaces an empty directory, atomically.
       return
     if os.listdir(dst) != [os.path.basename(staging)]:
@@ -422,7 +422,7 @@ def _unstage(staging: str, moved: Sequence[str]) -> None:
   shutil.rmtree(staging, ignore_errors=True)
 
 
-def _carry_record(src_model_dir: str, staging: str, backend: str,
+def carry_record(src_model_dir: str, staging: str, backend: str,
                   optimizer: Optional[Config] = None) -> None:
   """The source's run record, for `backend`: the converted run resumes with the settings
   the source was trained with, and no --allow_config_change (trainers.run_record).
@@ -521,7 +521,7 @@ def _keras_state(model: tf_keras.Model, config: Config
                  for v in left}
 
 
-def _read_back(path: str, expected: Mapping[str, np.ndarray]) -> None:
+def read_back(path: str, expected: Mapping[str, np.ndarray]) -> None:
   """Raises unless the checkpoint at `path` holds exactly these values at these keys."""
   reader = tf.train.load_checkpoint(path)
   for key, value in expected.items():
@@ -540,7 +540,19 @@ def _inverse_map(assignment_map: Optional[AssignmentMap], config: Config) -> Dic
   return {new: old for old, new in assignment_map.items() if new is not None}
 
 
-def _starts_at(value: np.ndarray) -> str:
+def _canned() -> Any:
+  """launch.tools.convert_canned, which builds on this module: the converter of canned models."""
+  from launch.tools import convert_canned  # noqa: PLC0415
+  return convert_canned
+
+
+def _no_map(assignment_map: Optional[AssignmentMap], config: Config) -> None:
+  if assignment_map:
+    raise ConversionError(f"--model={config.model} is a canned model: its checkpoint names are "
+                          "the canned Estimator's own, so no --assignment_map applies.")
+
+
+def starts_at(value: np.ndarray) -> str:
   """What a reset slot starts at, for the table."""
   flat = np.ravel(value)
   return (f"starts at {flat[0]:.6g}" if flat.size and np.all(flat == flat[0])
@@ -572,12 +584,15 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
       unmapped or of the wrong shape, a model weight without a value, or
       another optimizer's state (without `reset_slots`).
   """
-  _check_target(dst_model_dir)
   config = config or Config()
-  path, skipped = _latest(src_model_dir, "estimator")
+  if config.canned_settings():
+    _no_map(assignment_map, config)
+    return _canned().estimator_to_keras(src_model_dir, dst_model_dir, config, reset_slots)
+  check_target(dst_model_dir)
+  path, skipped = newest(src_model_dir, "estimator")
   entries = estimator_accounting(path, config, assignment_map, reset_slots)
   check_complete(entries, path, config, reset_slots)
-  reader = _reader(path)
+  reader = read_checkpoint(path)
   step = int(reader.get_tensor(STEP_VARIABLE))
 
   model = keras_trainer.compile_model(config)
@@ -588,7 +603,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
   state, _ = _keras_state(model, config)
   for key, variable, weight, kind, slot in state:
     if reset_slots and kind in (SLOT, OPTIMIZER):  # As the optimizer built it.
-      reset.append(Ignored(f"{weight}/{slot}" if weight else slot, _starts_at(variable.numpy())))
+      reset.append(Ignored(f"{weight}/{slot}" if weight else slot, starts_at(variable.numpy())))
       written[key] = variable.numpy()
       continue
     name = sources[(weight, kind, slot)]
@@ -605,10 +620,10 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
     check_counters({s: reader.get_tensor(s) for s in checkpoints.V1_OPTIMIZER_VARIABLES
                     if reader.has_tensor(s)}, step, config, path)
 
-  with _staging(dst_model_dir) as staging:
+  with staged_target(dst_model_dir) as staging:
     saved = keras_trainer.save_checkpoint(model, staging, step)
-    _read_back(saved, written)
-    _carry_record(src_model_dir, staging, "keras", config if reset_slots else None)
+    read_back(saved, written)
+    carry_record(src_model_dir, staging, "keras", config if reset_slots else None)
     problem = checkpoints.resume_problem("keras", staging, config)
     if problem:
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
@@ -678,13 +693,17 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
       that is neither carried nor known to be derived, or another optimizer's
       state (without `reset_slots`).
   """
-  _check_target(dst_model_dir)
   config = config or Config()
+  if config.canned_settings():
+    _no_map(assignment_map, config)
+    return _canned().keras_to_estimator(src_model_dir, dst_model_dir, config, reset_slots,
+                                        from_backup)
+  check_target(dst_model_dir)
   names = _inverse_map(assignment_map, config)
-  path, skipped = _latest(src_model_dir, "keras", from_backup)
+  path, skipped = newest(src_model_dir, "keras", from_backup)
   model = keras_trainer.compile_model(config)
   state, derived = _keras_state(model, config)  # The optimizer built, its slots made.
-  reader = _reader(path)
+  reader = read_checkpoint(path)
   saved = checkpoints.saved_names(reader)
   if not reset_slots and not _holds_state_of(saved, model):
     raise optimizer_differs(path, _keras_trained_with(saved, config), config)
@@ -717,7 +736,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
         names.get(s.weight, s.weight): s.variable.shape for s in state
         if s.kind == WEIGHT and s.variable.trainable})
     values.update(initial)
-    reset = [Ignored(name, _starts_at(value)) for name, value in sorted(initial.items())]
+    reset = [Ignored(name, starts_at(value)) for name, value in sorted(initial.items())]
   else:
     check_counters(values, step, config, path)
     # The slots v1 keeps and the twin does not (never read): written as zeros, as the
@@ -729,10 +748,10 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
           values[name] = np.zeros(s.variable.shape, s.variable.dtype.as_numpy_dtype)
           written_zero.append(Ignored(name, f"written as zeros: {why}"))
 
-  with _staging(dst_model_dir) as staging:
-    saved_path = _write_name_based(values, staging, step)
-    _read_back(saved_path, values)
-    _carry_record(src_model_dir, staging, "estimator", config if reset_slots else None)
+  with staged_target(dst_model_dir) as staging:
+    saved_path = write_name_based(values, staging, step)
+    read_back(saved_path, values)
+    carry_record(src_model_dir, staging, "estimator", config if reset_slots else None)
     problem = checkpoints.resume_problem("estimator", staging, config)
     if problem and not names:  # Renamed weights are not this model's names, by design.
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
@@ -743,7 +762,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
                      if k in saved] + written_zero, reset, skipped)
 
 
-def _write_name_based(values: Mapping[str, np.ndarray], directory: str, step: int) -> str:
+def write_name_based(values: Mapping[str, np.ndarray], directory: str, step: int) -> str:
   """Saves `values` by name as `directory/model.ckpt-<step>`, as the Estimator's Saver does."""
   with tf.Graph().as_default():
     # The Saver writes each under its dict key; the graph's op names do not matter.
@@ -784,7 +803,7 @@ def prediction_identity(estimator_export_dir: str, keras_model_dir: str,
   """
   serve = tf.saved_model.load(estimator_export_dir).signatures["serving_default"]
   model = model_lib.build(config)
-  path, _ = _latest(keras_model_dir, "keras")
+  path, _ = newest(keras_model_dir, "keras")
   # The model only: the checkpoint's optimizer state is not needed to predict.
   tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
   same, max_diff, count = True, 0.0, 0

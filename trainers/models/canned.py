@@ -139,11 +139,15 @@ class PartOptimizers(tf_keras.optimizers.legacy.Optimizer):
   def iterations(self) -> tf.Variable:
     return self.dnn.iterations
 
+  @staticmethod
+  def part_of(variable: tf.Variable) -> str:
+    """"linear" or "dnn": which part's optimizer updates `variable`."""
+    return "linear" if variable.name.startswith("linear/") else "dnn"
+
   def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
     parts: Dict[str, list] = {"dnn": [], "linear": []}
     for gradient, variable in grads_and_vars:
-      parts["linear" if variable.name.startswith("linear/") else "dnn"].append(
-          (gradient, variable))
+      parts[self.part_of(variable)].append((gradient, variable))
     return tf.group(*(getattr(self, part).apply_gradients(
         pairs, experimental_aggregate_gradients=experimental_aggregate_gradients)
                       for part, pairs in parts.items() if pairs))
