@@ -106,9 +106,6 @@ def main(argv: Sequence[str]) -> None:
   timeout = tool_flags.timeout(_TIMEOUT)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
                   **trainer_flags.config_settings(_CONFIG))
-  if config.canned_settings():
-    raise app.UsageError(f"--model={config.model} is a canned model, which launch.convert "
-                         "does not carry yet: prove it with launch.parity.", exitcode=2)
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")

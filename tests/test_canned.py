@@ -100,7 +100,7 @@ def test_both_backends_train_as_the_reference(case, backend_name, tmp_path):
 @pytest.mark.skipif(bool(ESTIMATOR_MISSING), reason=str(ESTIMATOR_MISSING))
 def test_the_canned_export_serves_tf_examples_as_the_twin_predicts(tmp_path):
   from launch.tools import harness  # noqa: PLC0415
-  from launch.tools import parity  # noqa: PLC0415
+  from trainers.models import canned  # noqa: PLC0415
   from trainers import estimator_trainer  # noqa: PLC0415 -- absent after TF 2.15.
   from trainers import loop  # noqa: PLC0415
   config = dataclasses.replace(CONFIG, model="dnn", hidden_units="16", feature_name="pixels")
@@ -114,7 +114,7 @@ def test_the_canned_export_serves_tf_examples_as_the_twin_predicts(tmp_path):
   assert {"serving_default", "classification", "predict"} <= set(serving.signatures)
   images, _ = next(iter(input_fn(mnist.EVAL)))
   served = serving.signatures["predict"](
-      examples=tf.constant(parity.tf_examples(images.numpy(), "pixels")))
+      examples=tf.constant(canned.tf_examples(images.numpy(), "pixels")))
   twin = model_lib.build(config, harness.backend_weights("estimator", summary, config))
   logits = twin(images, training=False).numpy()
   np.testing.assert_allclose(served["logits"].numpy(), logits, atol=1e-5)

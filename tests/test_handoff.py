@@ -130,7 +130,18 @@ def test_cli_rejects_a_split_or_an_end_past_the_schedule_saying_how_it_read_them
   assert said is None or said in result.stderr, result.stderr
 
 
-def test_cli_refuses_a_canned_model_it_cannot_convert(tmp_path):
-  result = run_module("launch.handoff", ["--model=linear", f"--out={tmp_path / 'out'}"])
-  assert result.returncode == 2 and "--model=linear is a canned model" in result.stderr
-  assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+@pytest.mark.real_data
+def test_cli_carries_a_canned_model_both_ways(real_data_dir, tmp_path):
+  # The canned DNNClassifier and its twin: the Adagrad slots, its hyperparameter variables
+  # and the step go across; the export serves tf.Examples.
+  out = tmp_path / "handoff"
+  result = run_module("launch.handoff", ["--workers=1", "--model=dnn", "--hidden_units=64",
+                                         f"--split_at={SPLIT}",
+                                         f"--train_steps={SPLIT + RESUME}",
+                                         f"--data_dir={real_data_dir}", f"--out={out}",
+                                         "--nomeasure_uninterrupted"], timeout=1500)
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+  report = json.loads((out / "handoff_report.json").read_text())
+  names = [c["name"] for c in report["checks"]]
+  assert all(c["passed"] for c in report["checks"]) and len(names) == 15, names
+  assert "1w estimator-then-keras: step carried" in names

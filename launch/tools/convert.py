@@ -51,6 +51,7 @@ from trainers import model_dir as layout
 from trainers import optimizers
 from trainers import run_record
 from trainers.config import Config
+from trainers.models import canned
 
 AssignmentMap = Mapping[str, Optional[str]]  # Old checkpoint name -> model weight, or None.
 STEP_VARIABLE = checkpoints.ESTIMATOR_STEP_KEY
@@ -796,12 +797,23 @@ def prediction_identity(estimator_export_dir: str, keras_model_dir: str,
   """Compares the Estimator's SavedModel with the Keras model of a (converted) checkpoint.
 
   Runs both on the whole test split of `config.data_dir`, in batches of
-  `config.eval_batch_size`.
+  `config.eval_batch_size`; a canned Estimator's export is sent tf.Examples, as
+  its clients send them.
 
   Returns:
     (whether every predicted class is the same, max |logit difference|, images compared).
   """
-  serve = tf.saved_model.load(estimator_export_dir).signatures["serving_default"]
+  signatures = tf.saved_model.load(estimator_export_dir).signatures
+  feature = config.canned_settings().get("feature_name")
+  if feature:
+    def serve(images: tf.Tensor) -> Tuple[np.ndarray, np.ndarray]:
+      out = signatures["predict"](examples=tf.constant(canned.tf_examples(images.numpy(),
+                                                                           feature)))
+      return out["class_ids"].numpy()[:, 0], out["logits"].numpy()
+  else:
+    def serve(images: tf.Tensor) -> Tuple[np.ndarray, np.ndarray]:
+      out = signatures["serving_default"](image=images)
+      return out["classes"].numpy(), out["logits"].numpy()
   model = model_lib.build(config)
   path, _ = newest(keras_model_dir, "keras")
   # The model only: the checkpoint's optimizer state is not needed to predict.
@@ -809,10 +821,10 @@ def prediction_identity(estimator_export_dir: str, keras_model_dir: str,
   same, max_diff, count = True, 0.0, 0
   for images, _ in mnist.input_fn(mnist.EVAL, None, global_batch_size=config.eval_batch_size,
                                   data_dir=config.data_dir):
-    exported = serve(image=images)
+    classes, exported = serve(images)
     logits = model(images, training=False).numpy()
-    same &= bool(np.array_equal(exported["classes"].numpy(), np.argmax(logits, axis=-1)))
-    max_diff = max(max_diff, float(np.max(np.abs(exported["logits"].numpy() - logits))))
+    same &= bool(np.array_equal(classes, np.argmax(logits, axis=-1)))
+    max_diff = max(max_diff, float(np.max(np.abs(exported - logits))))
     count += len(logits)
   return same, max_diff, count
 

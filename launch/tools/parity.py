@@ -28,6 +28,7 @@ from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import model_registry
 from trainers.config import Config
+from trainers.models import canned
 
 BACKENDS = runs.BACKENDS
 Check = harness.Check
@@ -296,25 +297,18 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
                 loss_gap, loss_atol, where)]
 
 
-def tf_examples(images: np.ndarray, feature: str) -> List[bytes]:
-  """Each image as the serialized tf.Example a canned Estimator's clients send."""
-  return [tf.train.Example(features=tf.train.Features(feature={
-      feature: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel()))
-  })).SerializeToString() for image in images]
-
-
 def prediction_parity(config: Config, summaries: Dict[str, Dict[str, Any]], atol: float
                       ) -> List[Check]:
   """A canned model's predictions on the whole test split: the Keras twin's export (of
   images) against the canned Estimator's `predict` signature (of tf.Examples)."""
   twin = tf.saved_model.load(summaries["keras"]["export_dir"]).signatures["serving_default"]
-  canned = tf.saved_model.load(summaries["estimator"]["export_dir"]).signatures["predict"]
+  estimator = tf.saved_model.load(summaries["estimator"]["export_dir"]).signatures["predict"]
   feature = config.canned_settings()["feature_name"]
   worst = {"logits": 0.0, "probabilities": 0.0}
   differing = seen = 0
   for images, _ in inputs.default_input_fn(config)(mnist.EVAL, None):
     ours = twin(image=images)
-    theirs = canned(examples=tf.constant(tf_examples(images.numpy(), feature)))
+    theirs = estimator(examples=tf.constant(canned.tf_examples(images.numpy(), feature)))
     for key in worst:
       worst[key] = max(worst[key], float(np.max(np.abs(ours[key] - theirs[key]))))
     differing += int(np.sum(ours["classes"].numpy() != theirs["class_ids"].numpy()[:, 0]))
