@@ -30,7 +30,7 @@ model_dir without one.
 import functools
 import signal
 import sys
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -65,16 +65,17 @@ _FROM_BACKUP = flags.DEFINE_bool("from_backup", False, "With --from_keras: conve
                                  "newest ckpt-<step>.")
 
 
+_SIGNALS: List[int] = []  # The signals that interrupted the conversion.
+
+
 def _interrupted(signum: int, frame: object) -> None:
   """Unwinds the conversion (its staging directory is removed on the way out)."""
   del frame
-  print(f"error: interrupted by {signal.Signals(signum).name}; nothing was written.",
-        file=sys.stderr)
-  sys.exit(128 + signum)
+  _SIGNALS.append(signum)
+  raise KeyboardInterrupt  # Whatever TensorFlow code it lands in may wrap it: see main.
 
 
-
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
   print(f"error: {message}", file=sys.stderr)
   sys.exit(2)
 
@@ -141,22 +142,36 @@ def main(argv: Sequence[str]) -> None:
                          exitcode=2)
   signal.signal(signal.SIGINT, _interrupted)
   signal.signal(signal.SIGTERM, _interrupted)
+  try:
+    conversion = _convert(*(to_keras if any(to_keras) else to_estimator), any(to_keras))
+  except BaseException:
+    if _SIGNALS:  # However the code it landed in wrapped it.
+      print(f"error: interrupted by {signal.Signals(_SIGNALS[0]).name}; nothing was written.",
+            file=sys.stderr)
+      sys.exit(128 + _SIGNALS[0])
+    raise
+  signal.signal(signal.SIGINT, signal.SIG_DFL)  # The target is whole from here on.
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  print(conversion)
+
+
+def _convert(source: str, target: str, to_keras: bool) -> str:
+  """Converts, returning the table to print; exits 2 with the message if it cannot."""
   from launch.tools import convert  # noqa: PLC0415 -- imports TensorFlow, quieted first.
   import tensorflow as tf  # noqa: PLC0415
-  source, target = to_keras if any(to_keras) else to_estimator
-  run = (convert.estimator_to_keras if any(to_keras) else
+  run = (convert.estimator_to_keras if to_keras else
          functools.partial(convert.keras_to_estimator, from_backup=_FROM_BACKUP.value))
-  settings = _settings(source, keras_source=any(to_estimator))
+  settings = _settings(source, keras_source=not to_keras)
   try:
     assignment_map = (convert.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
-    conversion = run(source, target, assignment_map=assignment_map,
-                     config=Config(**settings), reset_slots=_RESET_SLOTS.value)
+    return convert.format_table(run(source, target, assignment_map=assignment_map,
+                                    config=Config(**settings),
+                                    reset_slots=_RESET_SLOTS.value))
   except convert.ConversionError as e:
     _fail(str(e))
   except (OSError, tf.errors.OpError) as e:  # A file TensorFlow or Python could not use.
     _fail(f"converting {source} to {target}: {type(e).__name__}: {e}. Nothing was written.")
-  print(convert.format_table(conversion))
 
 
 if __name__ == "__main__":
