@@ -35,7 +35,8 @@ import math
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -423,6 +424,21 @@ def _unstage(staging: str, moved: Sequence[str]) -> None:
   shutil.rmtree(staging, ignore_errors=True)
 
 
+def write_target(src_model_dir: str, dst_model_dir: str, backend: str, config: Config,
+                 write: Callable[[str], str], reset_for: Optional[Config] = None,
+                 check_resume: bool = True) -> str:
+  """Writes the target through a staging directory: `write(staging)` saves (and reads back)
+  the checkpoint, returning its path; the source's run record is carried (`carry_record`),
+  and `backend` must be able to resume from it. Returns the checkpoint's final path."""
+  with staged_target(dst_model_dir) as staging:
+    saved = write(staging)
+    carry_record(src_model_dir, staging, backend, reset_for)
+    problem = checkpoints.resume_problem(backend, staging, config)
+    if problem and check_resume:
+      raise ConversionError(f"The converted checkpoint would not resume: {problem}")
+  return os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
+
+
 def carry_record(src_model_dir: str, staging: str, backend: str,
                   optimizer: Optional[Config] = None) -> None:
   """The source's run record, for `backend`: the converted run resumes with the settings
@@ -621,14 +637,13 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
     check_counters({s: reader.get_tensor(s) for s in checkpoints.V1_OPTIMIZER_VARIABLES
                     if reader.has_tensor(s)}, step, config, path)
 
-  with staged_target(dst_model_dir) as staging:
+  def write(staging: str) -> str:
     saved = keras_trainer.save_checkpoint(model, staging, step)
     read_back(saved, written)
-    carry_record(src_model_dir, staging, "keras", config if reset_slots else None)
-    problem = checkpoints.resume_problem("keras", staging, config)
-    if problem:
-      raise ConversionError(f"The converted checkpoint would not resume: {problem}")
-  output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
+    return saved
+
+  output = write_target(src_model_dir, dst_model_dir, checkpoints.KERAS, config, write,
+                        config if reset_slots else None)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
                     [Ignored(e.name, e.note) for e in entries if e.kind == IGNORED],
@@ -749,14 +764,14 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
           values[name] = np.zeros(s.variable.shape, s.variable.dtype.as_numpy_dtype)
           written_zero.append(Ignored(name, f"written as zeros: {why}"))
 
-  with staged_target(dst_model_dir) as staging:
-    saved_path = write_name_based(values, staging, step)
-    read_back(saved_path, values)
-    carry_record(src_model_dir, staging, "estimator", config if reset_slots else None)
-    problem = checkpoints.resume_problem("estimator", staging, config)
-    if problem and not names:  # Renamed weights are not this model's names, by design.
-      raise ConversionError(f"The converted checkpoint would not resume: {problem}")
-  output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved_path))
+  def write(staging: str) -> str:
+    saved = write_name_based(values, staging, step)
+    read_back(saved, values)
+    return saved
+
+  # Renamed weights are not this model's names, by design: no resume check then.
+  output = write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config, write,
+                        config if reset_slots else None, check_resume=not names)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
                     [Ignored(k, why) for k, why in {**KERAS_DERIVED, **derived}.items()

@@ -20,7 +20,6 @@ Anything else, or anything missing (a run with another `--hidden_units` or
 optimizers) are not carried yet.
 """
 
-import os
 from typing import Dict, List, NamedTuple, Tuple
 
 import numpy as np
@@ -146,14 +145,12 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, config: Config,
       mapped.append(convert.Mapped(s.name, s.variable.name.split(":")[0], s.kind))
     written[s.name] = s.variable.numpy()
   step = int(values[convert.STEP_VARIABLE])
-  with convert.staged_target(dst_model_dir) as staging:
+  def write(staging: str) -> str:
     saved = keras_trainer.save_checkpoint(model, staging, step)
     _read_back(saved, config, written)
-    convert.carry_record(src_model_dir, staging, checkpoints.KERAS)
-    problem = checkpoints.resume_problem(checkpoints.KERAS, staging, config)
-    if problem:
-      raise convert.ConversionError(f"The converted checkpoint would not resume: {problem}")
-  output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
+    return saved
+
+  output = convert.write_target(src_model_dir, dst_model_dir, checkpoints.KERAS, config, write)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return convert.Conversion(path, output, step, mapped, [], reset, skipped)
 
@@ -189,13 +186,12 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, config: Config,
   mapped = [convert.Mapped(s.variable.name.split(":")[0], s.name, s.kind) for s in state
             if not (reset_slots and s.kind == convert.SLOT)]
   step = int(values[convert.STEP_VARIABLE])
-  with convert.staged_target(dst_model_dir) as staging:
+  def write(staging: str) -> str:
     saved = convert.write_name_based(values, staging, step)
     convert.read_back(saved, values)
-    convert.carry_record(src_model_dir, staging, checkpoints.ESTIMATOR)
-    problem = checkpoints.resume_problem(checkpoints.ESTIMATOR, staging, config)
-    if problem:
-      raise convert.ConversionError(f"The converted checkpoint would not resume: {problem}")
-  output = os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
+    return saved
+
+  output = convert.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config,
+                                write)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return convert.Conversion(path, output, step, mapped, [], reset, skipped)
