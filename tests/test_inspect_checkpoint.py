@@ -65,3 +65,20 @@ def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():
                   "dense/bias": "order (guess)", "dense_1/bias": "order (guess)",
                   "out/kernel": "shape (guess)", "ema/step_size": "none"}
   assert unfilled == ["extra/scale"]
+
+
+def test_a_keras_checkpoint_is_read_by_the_names_it_saved(tmp_path):
+  from trainers import keras_trainer  # noqa: PLC0415
+  from trainers.config import Config  # noqa: PLC0415
+  config = Config(optimizer="adam")
+  model = keras_trainer.compile_model(config)
+  model.optimizer.build(model.trainable_variables)
+  keras_trainer.save_checkpoint(model, str(tmp_path), 7)
+  found = inspect.inspect(str(tmp_path), config)
+  kinds = {v.name.split(":")[0]: (v.kind, v.of) for v in found.variables}
+  assert found.backend == "keras" and found.step == 0  # The optimizer's own count.
+  assert kinds["conv/kernel"] == ("weight", "")
+  assert [k for k, (kind, of) in kinds.items() if of == "conv/kernel"] and all(
+      kind == "slot" for kind, of in kinds.values() if of == "conv/kernel")
+  assert {kind for kind, _ in kinds.values()} >= {"weight", "slot", "step", "counter"}
+  assert found.assignment_map == {} and "no map applies" in inspect.format_text(found)

@@ -14,18 +14,25 @@ fails naming it and the `--assignment_map` entry that fixes it:
 - step: `global_step`, which becomes the Keras optimizer's `iterations` (the
   cosine schedule reads it);
 - ignored: what the assignment map drops with null, and a slot no update reads
-  (RMSProp's momentum slot at momentum 0). Another optimizer's state (a
-  `/Momentum` slot in an Adam run, moving averages) is state the run's optimizer
-  has no place for: dropping it changes the run, so the user says so, by name,
-  and the table shows it.
+  (RMSProp's momentum slot at momentum 0).
 
-A Keras checkpoint holds, besides the model and optimizer state, two derived
-values that are not carried: tf.train.Checkpoint's `save_counter` and the
+A checkpoint trained with another optimizer than `config.optimizer` (its slot
+names tell which; a Keras checkpoint's, the names its object graph saved) stops
+the conversion, naming the two ways on: that optimizer's settings, or
+`reset_slots`, which carries the weights and the step and starts the
+optimizer's slots as it builds them, listing each.
+
+A Keras checkpoint holds, besides the model and optimizer state, derived
+values that are not carried: tf.train.Checkpoint's `save_counter`, the
 optimizer's `_current_learning_rate` (recomputed from `iterations` before
-every update). Any other unknown entry fails the conversion.
+every update) and a backup's `ckpt_saved_epoch` / `ckpt_saved_batch`. Any
+other unknown entry fails the conversion.
 
-The target is written beside its final name and renamed into place when
-complete and read back; an existing non-empty target is refused, untouched.
+The source is only read: its newest checkpoint that loads is converted
+(`checkpoints.newest_good`), and the newer ones passed over are listed. The
+target is written into a staging directory, read back, and moved into place
+when complete (`staged_target`); an existing non-empty target is refused,
+untouched. Canned models go to `convert_canned`.
 """
 
 import contextlib
