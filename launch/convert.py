@@ -28,6 +28,7 @@ model_dir without one.
 """
 
 import functools
+import os
 import signal
 import sys
 from typing import Any, Dict, List, NoReturn, Sequence, Tuple
@@ -142,12 +143,14 @@ def main(argv: Sequence[str]) -> None:
                          exitcode=2)
   signal.signal(signal.SIGINT, _interrupted)
   signal.signal(signal.SIGTERM, _interrupted)
+  source, target = to_keras if any(to_keras) else to_estimator
   try:
-    conversion = _convert(*(to_keras if any(to_keras) else to_estimator), any(to_keras))
+    conversion = _convert(source, target, any(to_keras))
   except BaseException:
     if _SIGNALS:  # However the code it landed in wrapped it.
-      print(f"error: interrupted by {signal.Signals(_SIGNALS[0]).name}; nothing was written.",
-            file=sys.stderr)
+      whole = os.path.isdir(target) and any(n.endswith(".index") for n in os.listdir(target))
+      print(f"error: interrupted by {signal.Signals(_SIGNALS[0]).name}; {target} was "
+            + ("already written whole." if whole else "not written."), file=sys.stderr)
       sys.exit(128 + _SIGNALS[0])
     raise
   signal.signal(signal.SIGINT, signal.SIG_DFL)  # The target is whole from here on.

@@ -529,21 +529,31 @@ def test_an_interrupted_conversion_leaves_nothing(tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_cli_stopped_by_a_signal_removes_its_staging_directory(signum, estimator_dir,
                                                                tmp_path):
-  target = tmp_path / "k"
-  process = subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, "-m", "launch.convert", f"--from_estimator={estimator_dir}",
-       f"--to_keras={target}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      cwd=REPO, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
-  deadline = time.monotonic() + 120
-  while not _leftovers(target) and process.poll() is None and time.monotonic() < deadline:
-    time.sleep(0.002)
-  staged = bool(_leftovers(target))
-  process.send_signal(signum)
-  _, stderr = process.communicate(timeout=120)
-  assert staged, f"the conversion ended before its staging directory was seen: {stderr[-2000:]}"
-  assert process.returncode == 128 + signum, stderr[-3000:]
-  assert f"interrupted by {signal.Signals(signum).name}" in stderr and "Traceback" not in stderr
-  assert not target.exists() and not _leftovers(target)
+  # The signal goes as soon as the staging directory appears; the conversion's last steps
+  # are short and may still finish first: then the target must be whole. Up to 5 tries
+  # for one that lands mid-conversion.
+  finished = []
+  for attempt in range(5):
+    target = tmp_path / f"k{attempt}"
+    process = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-m", "launch.convert", f"--from_estimator={estimator_dir}",
+         f"--to_keras={target}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    deadline = time.monotonic() + 120
+    while not _leftovers(target) and process.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.002)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert "Traceback" not in stderr and not _leftovers(target), stderr[-3000:]
+    if target.exists():  # Whole: written before the signal landed.
+      assert checkpoints.resume_problem("keras", str(target), Config()) is None
+      assert process.returncode in (0, -signum, 128 + signum), stderr[-3000:]
+      finished.append(process.returncode)
+      continue
+    assert process.returncode == 128 + signum, stderr[-3000:]
+    assert f"interrupted by {signal.Signals(signum).name}; {target} was not written" in stderr
+    return
+  pytest.fail(f"every conversion finished before the signal landed: exits {finished}")
 
 
 def test_cli_asks_for_the_optimizer_of_a_keras_model_dir_without_a_record(keras_dir, tmp_path):
@@ -557,41 +567,3 @@ def test_cli_asks_for_the_optimizer_of_a_keras_model_dir_without_a_record(keras_
   result = run_module("launch.convert", [f"--from_keras={source}", "--optimizer=momentum",
                                          f"--to_estimator={tmp_path / 'e'}"])
   assert result.returncode == 0, result.stderr[-3000:]
-
-
-@pytest.mark.parametrize("model, flags", [
-    ("dnn", ["--hidden_units=16,8", "--dnn_optimizer=adam", "--dnn_learning_rate=0.01"]),
-    ("wide_deep", ["--hidden_units=16", "--dnn_learning_rate=0.002"]),
-])
-def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_dir, tmp_path):
-  source = tmp_path / "canned"
-  trained = run_module("trainers.estimator_main", [f"--model={model}", *flags,
-                                                   f"--model_dir={source}",
-                                                   f"--data_dir={tiny_data_dir}",
-                                                   f"--train_steps={STEPS}", *TRAIN_FLAGS])
-  assert trained.returncode == 0, trained.stderr[-3000:]
-  # The model and its canned flags come from the run's record.
-  there = run_module("launch.convert", [f"--from_estimator={source}",
-                                        f"--to_keras={tmp_path / 'k'}"])
-  assert there.returncode == 0, there.stderr[-3000:]
-  back = run_module("launch.convert", [f"--from_keras={tmp_path / 'k'}",
-                                       f"--to_estimator={tmp_path / 'e'}"])
-  assert back.returncode == 0, back.stderr[-3000:]
-  original, returned = _read_checkpoint(str(source)), _read_checkpoint(str(tmp_path / "e"))
-  assert sorted(returned) == sorted(original)
-  assert any(name.startswith("training/") and name.endswith(("/m", "/accumulator"))
-             for name in original)  # Slots, carried.
-  for name, value in original.items():
-    assert returned[name].dtype == value.dtype and np.array_equal(returned[name], value), name
-
-  # Hyperparameters kept as variables are compared, never silently replaced.
-  rate = run_module("launch.convert", [f"--from_estimator={source}",
-                                       f"--to_keras={tmp_path / 'k2'}", f"--model={model}",
-                                       *flags[:-1], "--dnn_learning_rate=0.5"])
-  assert rate.returncode == 2 and "Traceback" not in rate.stderr, rate.stderr[-3000:]
-  assert "learning_rate is" in rate.stderr and "give --dnn_learning_rate=" in rate.stderr
-  other = run_module("launch.convert", [f"--from_estimator={source}",
-                                        f"--to_keras={tmp_path / 'k3'}", f"--model={model}",
-                                        "--hidden_units=32"])
-  assert other.returncode == 2 and "give the canned flags it was trained with" in other.stderr
-  assert not (tmp_path / "k2").exists() and not (tmp_path / "k3").exists()
