@@ -357,8 +357,10 @@ def newest(model_dir: str, backend: str, from_backup: bool = False
   if owner != backend:
     raise ConversionError(f"{path} is a {owner} checkpoint, not a {backend} one: convert it "
                           f"with --from_{owner}.")
-  backup_path, _ = checkpoints.newest_good(backup)
-  if backend == checkpoints.KERAS and not from_backup and backup_path:
+  # Only a Keras run leaves a backup; reading it loads every tensor, so only then.
+  backup_path = (checkpoints.newest_good(backup)[0]
+                 if backend == checkpoints.KERAS and not from_backup else None)
+  if backup_path:
     backup_step = checkpoints.checkpoint_step(backup_path)[1]
     if backup_step > step:
       raise ConversionError(

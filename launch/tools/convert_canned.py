@@ -79,17 +79,24 @@ def canned_state(model: tf_keras.Model, config: Config) -> List[CannedState]:
 
 
 def _hyperparameter_problems(path: str, state: List[CannedState],
-                             values: Dict[str, np.ndarray]) -> List[str]:
-  """Each hyperparameter of the checkpoint (`values`) that is not the run's, with the fix."""
+                             values: Dict[str, np.ndarray],
+                             run: Dict[str, np.ndarray]) -> List[str]:
+  """Each hyperparameter of the checkpoint (`values`) that is not the run's (`run`), with
+  the fix."""
   problems = []
   for s in (s for s in state if s.kind == HYPERPARAMETER):
-    ours = s.variable.numpy()
+    ours = run[s.name]
     if not np.allclose(values[s.name], ours, rtol=1e-6, atol=0):
       fix = (f"give {s.flag}={float(values[s.name]):.6g} as it was trained" if s.flag else
              "it is the canned optimizer's default, which this twin does not change")
       problems.append(f"{s.name} is {float(values[s.name]):.6g} in {path}, "
                       f"{float(ours):.6g} in this run ({fix})")
   return problems
+
+
+def _hyperparameters(state: List[CannedState]) -> Dict[str, np.ndarray]:
+  """The twin's hyperparameter values now, by their checkpoint names."""
+  return {s.name: s.variable.numpy() for s in state if s.kind == HYPERPARAMETER}
 
 
 def _check_names(path: str, held: Dict[str, List[int]], state: List[CannedState],
@@ -133,7 +140,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, config: Config,
   state = canned_state(model, config)
   _check_names(path, reader.get_variable_to_shape_map(), state, config)
   values = {s.name: reader.get_tensor(s.name) for s in state}
-  problems = _hyperparameter_problems(path, state, values)
+  problems = _hyperparameter_problems(path, state, values, _hyperparameters(state))
   if problems:
     raise convert.ConversionError("The optimizer's settings differ: " + "; ".join(problems))
   mapped, reset, written = [], [], {}
@@ -164,16 +171,14 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, config: Config,
   path, skipped = convert.newest(src_model_dir, checkpoints.KERAS, from_backup)
   model = keras_trainer.compile_model(config)
   state = canned_state(model, config)
-  configured = {s.name: s.variable.numpy() for s in state if s.kind == HYPERPARAMETER}
+  configured = _hyperparameters(state)
   try:
     tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
   except (AssertionError, ValueError, tf.errors.OpError) as e:
     raise convert.ConversionError(f"{path} is not a checkpoint of --model={config.model} with "
                                   f"these settings: {str(e).splitlines()[0]}") from e
   values = {s.name: s.variable.numpy() for s in state}
-  restored = [s._replace(variable=tf.Variable(configured[s.name])) for s in state
-              if s.kind == HYPERPARAMETER]
-  problems = _hyperparameter_problems(path, restored, values)
+  problems = _hyperparameter_problems(path, state, values, configured)
   if problems:
     raise convert.ConversionError("The optimizer's settings differ: " + "; ".join(problems))
   reset: List[convert.Ignored] = []
@@ -182,7 +187,6 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, config: Config,
     for s in (s for s in fresh if s.kind == convert.SLOT):
       values[s.name] = s.variable.numpy()
       reset.append(convert.Ignored(s.name, convert.starts_at(values[s.name])))
-  values = {name: np.int64(v) if v.dtype == np.int64 else v for name, v in values.items()}
   mapped = [convert.Mapped(s.variable.name.split(":")[0], s.name, s.kind) for s in state
             if not (reset_slots and s.kind == convert.SLOT)]
   step = int(values[convert.STEP_VARIABLE])
