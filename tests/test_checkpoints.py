@@ -74,3 +74,22 @@ def test_a_checkpoint_removed_while_it_is_inspected_is_no_problem(tmp_path, monk
 
   monkeypatch.setattr(tf.train, "list_variables", rotated)
   assert checkpoints.resume_problem("keras", str(tmp_path), Config()) is None
+
+
+@pytest.mark.parametrize("name, slot", [
+    ("dense/kernel/Momentum", ("dense/kernel", "Momentum")),
+    # The v1 canned Estimators' forms: under a strategy, under their model_fn's scope...
+    ("linear/linear/linear_model/pixels/weights/Ftrl_1",
+     ("linear/linear_model/pixels/weights", "Ftrl_1")),
+    ("dnn/dnn/hiddenlayer_0/kernel/Adagrad", ("dnn/hiddenlayer_0/kernel", "Adagrad")),
+    # ... and without one, with the partitioned variable's part.
+    ("linear/linear_model/bias_weights/part_0/Ftrl", ("linear/linear_model/bias_weights", "Ftrl")),
+    ("dnn/logits/bias/t_0/Adagrad", ("dnn/logits/bias", "Adagrad")),
+    ("dnn/logits/bias", None),  # A weight.
+    ("other/kernel/Adam", None),  # The slot of nothing the checkpoint holds.
+    ("training/Adagrad/dnn/logits/bias/accumulator", None),  # A Keras legacy optimizer's.
+])
+def test_v1_slots_are_found_in_every_form_the_canned_estimators_write(name, slot):
+  variables = {"dense/kernel", "dnn/hiddenlayer_0/kernel", "dnn/logits/bias",
+               "linear/linear_model/pixels/weights", "linear/linear_model/bias_weights"}
+  assert checkpoints.v1_slot(name, variables) == slot

@@ -12,7 +12,8 @@ name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
 import json
 import os
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -30,9 +31,12 @@ ESTIMATOR_PREFIX = "model.ckpt"  # The Estimator: model.ckpt-<step>.
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # Only object-based checkpoints have it.
 ESTIMATOR_STEP_KEY = "global_step"
 # What a tf.compat.v1.train optimizer adds to an Estimator checkpoint: slots named
-# `<variable>/<its name>` (a second slot gets `_1`), and Adam's two powers of beta.
+# `<variable>/<its name>` (a second slot gets `_1`; see `v1_slot` for the other forms),
+# and Adam's two powers of beta.
 V1_SLOT_SUFFIXES = ("/Momentum", "/Adagrad", "/Adam", "/Adam_1", "/Ftrl", "/Ftrl_1", "/RMSProp",
                     "/RMSProp_1")
+# A partitioned variable's (one) part, in its slots' names: `<variable>/part_0/Ftrl`.
+_PART = re.compile(r"/(?:part|t)_\d+$")
 V1_OPTIMIZER_VARIABLES = ("beta1_power", "beta2_power")
 # Where a TF2 canned Estimator's Keras legacy optimizer keeps its state: slots as
 # `training/<Optimizer>/<variable>/<slot>`, hyperparameters as `training/<Optimizer>/<name>`.
@@ -137,6 +141,26 @@ def saved_names(reader: Any) -> Dict[str, str]:
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
   return {a.checkpoint_key: a.full_name for node in graph.nodes for a in node.attributes}
+
+
+def v1_slot(name: str, variables: Collection[str]) -> Optional[Tuple[str, str]]:
+  """(variable, slot) if `name` is a tf.compat.v1.train optimizer's slot of one of
+  `variables`, with the slot's name (`Ftrl_1`); else None.
+
+  Besides `<variable>/<slot>`, the forms the v1 canned Estimators write: under the scope
+  their model_fn minimizes in when a strategy trains them
+  (`linear/linear/linear_model/<feature>/weights/Ftrl`), and with the variable's one
+  part when none does (`<variable>/part_0/Ftrl`, `<variable>/t_0/Adagrad`).
+  """
+  suffix = next((s for s in V1_SLOT_SUFFIXES if name.endswith(s)), None)
+  if suffix is None:
+    return None
+  parts = _PART.sub("", name[:-len(suffix)]).split("/")
+  for i in range(len(parts)):
+    variable = "/".join(parts[i:])
+    if variable in variables:
+      return variable, suffix[1:]
+  return None
 
 
 def owner(shapes: Mapping[str, Sequence[int]]) -> str:

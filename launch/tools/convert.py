@@ -125,12 +125,6 @@ def _fmt_shape(shape: Sequence[int]) -> str:
   return str(list(shape))
 
 
-def _slot_base(name: str) -> Optional[str]:
-  """The variable whose v1 optimizer slot `name` is, or None."""
-  suffix = next((s for s in checkpoints.V1_SLOT_SUFFIXES if name.endswith(s)), None)
-  return name[:-len(suffix)] if suffix else None
-
-
 def _check_map(assignment_map: AssignmentMap, weights: Mapping[str, Tuple[int, ...]]) -> None:
   """Raises unless the map sends old names to distinct model weights (or null)."""
   targets: Dict[str, str] = {}
@@ -140,7 +134,7 @@ def _check_map(assignment_map: AssignmentMap, weights: Mapping[str, Tuple[int, .
                             "keys must be names, values a model weight's name or null.")
     if new is None:
       continue
-    if old == STEP_VARIABLE or _slot_base(old) is not None:
+    if old == STEP_VARIABLE or old.endswith(checkpoints.V1_SLOT_SUFFIXES):
       raise ConversionError(
           f"--assignment_map maps {old!r}, a step or slot: these follow their weight. Map the "
           f"weight instead (or drop {old!r} with null).")
@@ -185,13 +179,12 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
   entries = []
   for name in sorted(n for n in shapes if n != checkpoints.OBJECT_GRAPH_KEY):
     shape = tuple(shapes[name])
-    base = _slot_base(name)
+    base, slot = checkpoints.v1_slot(name, shapes) or (None, name)
     if name in assignment_map and assignment_map[name] is None:
       entries.append(Entry(name, shape, IGNORED, None, "dropped by --assignment_map (null)"))
     elif name == STEP_VARIABLE:
       entries.append(Entry(name, shape, STEP, None))
-    elif reset_slots and (name in checkpoints.V1_OPTIMIZER_VARIABLES or base in shapes):
-      slot = name if base is None else name[len(base) + 1:]
+    elif reset_slots and (name in checkpoints.V1_OPTIMIZER_VARIABLES or base):
       entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=slot))
     elif name in checkpoints.V1_OPTIMIZER_VARIABLES:
       if config.optimizer == "adam":
@@ -202,8 +195,8 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
     elif name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE):
       entries.append(Entry(name, shape, IGNORED, None,
                            "a canned Estimator's optimizer state, not carried yet"))
-    elif base is not None and base in shapes:
-      weight, slot = weight_of(base), name[len(base) + 1:]
+    elif base:
+      weight = weight_of(base)
       if weight and slot in kept:
         kind, note = SLOT, ""
       elif weight and slot in unread:
