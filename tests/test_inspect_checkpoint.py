@@ -47,6 +47,34 @@ def test_each_kind_of_variable_is_told_apart():
   }
 
 
+def _canned_flags(shapes, values):
+  variables = inspect._estimator_variables(  # pylint: disable=protected-access
+      shapes, {name: F32 for name in shapes})
+  return inspect.canned_flags(variables, values.__getitem__)
+
+
+def test_a_tf2_canned_checkpoint_names_its_twins_flags():
+  deep = {"dnn/hiddenlayer_0/kernel": [784, 32], "dnn/hiddenlayer_1/kernel": [32, 16],
+          "dnn/logits/kernel": [16, 10],
+          "training/Adagrad/dnn/hiddenlayer_1/kernel/accumulator": [32, 16],
+          "training/Adagrad/learning_rate": []}
+  assert _canned_flags(deep, {"training/Adagrad/learning_rate": 0.05}) == [
+      "--model=dnn", "--hidden_units=32,16"]  # Adagrad at 0.05: the defaults.
+  wide = {"linear/linear_model/pixels/weights": [784, 10],
+          "training/Ftrl/linear/linear_model/pixels/weights/accumulator": [784, 10],
+          "training/Ftrl/learning_rate": []}
+  assert _canned_flags(wide, {"training/Ftrl/learning_rate": 0.2}) == [
+      "--model=linear", "--feature_name=pixels"]
+  adam = {**deep, "training/Adam/dnn/hiddenlayer_1/kernel/m": [32, 16],
+          "training/Adam/learning_rate": []}
+  del adam["training/Adagrad/dnn/hiddenlayer_1/kernel/accumulator"]
+  assert _canned_flags({**adam, **wide}, {"training/Adam/learning_rate": 0.01,
+                                          "training/Ftrl/learning_rate": 0.005}) == [
+      "--model=wide_deep", "--hidden_units=32,16", "--feature_name=pixels",
+      "--dnn_optimizer=adam", "--dnn_learning_rate=0.01"]
+  assert _canned_flags({"conv/kernel": [3, 3, 1, 32]}, {}) == []  # Not canned.
+
+
 def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():
   weights = {"conv/kernel": [3, 3, 1, 32], "conv/bias": [32], "hidden0/bias": [64],
              "hidden1/bias": [64], "logits/kernel": [64, 10], "extra/scale": [5]}

@@ -5,8 +5,9 @@ For any checkpoint, from this project or not. Each variable is one of:
 
 - weight: a value of the model (a kernel, a bias, a moving statistic);
 - slot: an optimizer's value for one weight: a v1 optimizer's `<weight>/Momentum`
-  (also under a scope prefix, as `tf.compat.v1.estimator`'s canned classes write
-  `linear/linear/linear_model/<feature>/weights/Ftrl`), or a Keras legacy
+  (also in the forms `tf.compat.v1.estimator`'s canned classes write,
+  `linear/linear/linear_model/<feature>/weights/Ftrl` and `<weight>/part_0/Ftrl`:
+  `checkpoints.v1_slot`), or a Keras legacy
   optimizer's `training/<Optimizer>/<weight>/<slot>` (the TF2 canned Estimators);
 - step: `global_step`, or a Keras optimizer's `_iterations` / `iter`;
 - counter: Adam's `beta1_power` / `beta2_power`;
@@ -19,16 +20,21 @@ the model weight it goes to: by name first (the same name under a scope prefix),
 by shape (the one model weight of that shape left), then by order (the n-th of that
 shape, in the checkpoint's sorted order and the model's build order). Shape and order
 are guesses, and marked so; a weight that matches nothing gets null, to be checked.
+A TF2 canned Estimator's checkpoint also gets its Keras twin's flags
+(`--model=dnn --hidden_units=32,16`, its optimizers and rates where not the defaults).
 """
 
 import collections
 import dataclasses
 import json
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+import re
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from trainers import checkpoints
+from trainers import config as config_lib
 from trainers import model as model_lib
 from trainers import optimizers
 from trainers.config import Config
@@ -59,6 +65,8 @@ class Inspection:
   assignment_map: Dict[str, Optional[str]]  # Ready for --assignment_map.
   matched_by: Dict[str, str]  # Each map entry's (and each same-named weight's) rule.
   unfilled: List[str]  # Model weights nothing in the checkpoint gives a value.
+  # A canned Estimator's checkpoint: the flags of its twin, as far as it tells them.
+  canned_flags: List[str] = dataclasses.field(default_factory=list)
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2)
@@ -72,14 +80,9 @@ def _slot_of(name: str, shapes: Mapping[str, Sequence[int]]) -> Optional[Tuple[s
     weight = "/".join(parts[2:-1])
     if weight in shapes:
       return weight, f"the Keras {parts[1]} optimizer's {parts[-1]} (a TF2 canned Estimator's)"
-  suffix = next((s for s in checkpoints.V1_SLOT_SUFFIXES if name.endswith(s)), None)
-  if suffix:
-    parts = name[:-len(suffix)].split("/")
-    for i in range(len(parts)):  # A scope prefix: v1 canned slots are named under theirs.
-      weight = "/".join(parts[i:])
-      if weight in shapes:
-        return weight, (f"the v1 {optimizers.trained_with([suffix[1:]])} optimizer's "
-                        f"{suffix[1:]}")
+  slot = checkpoints.v1_slot(name, shapes)
+  if slot:
+    return slot[0], f"the v1 {optimizers.trained_with([slot[1]])} optimizer's {slot[1]}"
   return None
 
 
@@ -130,6 +133,48 @@ def _keras_variables(reader) -> List[Variable]:
     else:
       found.append(Variable(name, shape, dtype, OTHER, detail=key))
   return found
+
+
+_HIDDEN = re.compile(r"^dnn/hiddenlayer_(\d+)/kernel$")
+_LINEAR_WEIGHTS = re.compile(r"^linear/linear_model/(\w+)/weights$")
+
+
+def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) -> List[str]:
+  """The flags of the Keras twin (trainers/models/canned.py) of the TF2 canned Estimator
+  whose checkpoint holds `variables` (`values(name)` reads one), or [] if it is not one.
+
+  A DNN keeps no variable of its feature: `--feature_name` is only told by a linear part.
+  """
+  names = {v.name: v for v in variables}
+  hidden = sorted((int(m.group(1)), names[m.group(0)].shape[1])
+                  for m in map(_HIDDEN.match, names) if m)
+  linear = [m.group(1) for m in map(_LINEAR_WEIGHTS.match, names) if m]
+  if "dnn/logits/kernel" not in names and not linear:
+    return []
+  model = "wide_deep" if hidden and linear else "dnn" if hidden else "linear"
+  flags = [f"--model={model}"]
+  if hidden:
+    flags.append("--hidden_units=" + ",".join(str(width) for _, width in hidden))
+  if linear:
+    flags.append(f"--feature_name={linear[0]}")
+  defaults = config_lib.CANNED[model]
+  for part in ("dnn", "linear"):
+    if f"{part}_optimizer" not in defaults:
+      continue
+    # Its optimizer: the one keeping a slot of a weight of the part.
+    scopes = {v.name.split("/")[1] for v in variables if v.kind == SLOT
+              and v.name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE)
+              and v.of.startswith(part + "/")}
+    if len(scopes) != 1:  # A v1 optimizer's, or SGD's (no slots): not told here.
+      continue
+    scope = scopes.pop()
+    name = scope.split("_")[0].lower()  # "Adagrad_1": the second optimizer of a kind.
+    if name in config_lib.CANNED_OPTIMIZERS and name != defaults[f"{part}_optimizer"]:
+      flags.append(f"--{part}_optimizer={name}")
+    rate = f"{checkpoints.CANNED_OPTIMIZER_SCOPE}{scope}/learning_rate"
+    if rate in names and not np.isclose(values(rate), defaults[f"{part}_learning_rate"]):
+      flags.append(f"--{part}_learning_rate={float(values(rate)):.6g}")
+  return flags
 
 
 def propose_map(variables: Sequence[Variable], weights: Mapping[str, Sequence[int]]
@@ -194,8 +239,9 @@ def inspect(model_dir: str, config: Config) -> Inspection:
     assignment_map, rule, unfilled = {}, {}, []
   else:
     assignment_map, rule, unfilled = propose_map(variables, weights)
+  flags = [] if backend == checkpoints.KERAS else canned_flags(variables, reader.get_tensor)
   return Inspection(path, backend, step, variables, config.model, assignment_map, rule,
-                    unfilled)
+                    unfilled, flags)
 
 
 def format_text(inspection: Inspection) -> str:
@@ -213,6 +259,11 @@ def format_text(inspection: Inspection) -> str:
   if inspection.backend == checkpoints.KERAS:
     lines.append("A Keras checkpoint: its weights are read by layer, no map applies.")
     return "\n".join(lines)
+  if inspection.canned_flags:
+    lines += ["A canned Estimator's checkpoint: its Keras twin is "
+              + " ".join(inspection.canned_flags)
+              + ("" if any(f.startswith("--feature_name") for f in inspection.canned_flags)
+                 else " (with --feature_name=<its feature column's name>, if not image)"), ""]
   lines.append(f"Proposed --assignment_map onto --model={inspection.model} "
                "(slots follow their weight):")
   lines.append(json.dumps(inspection.assignment_map, indent=2)
