@@ -34,9 +34,10 @@ def _reset_step(model, config):
 @pytest.mark.real_data
 def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
   # One worker, for CI's time: each run is one process. The 2-worker figures in
-  # docs/parity.md were measured with the same command at --workers=1,2.
+  # docs/parity.md were measured with the same command at --workers=1,2. Adam: two slots
+  # a weight and its powers of beta, which the converter checks against the step.
   out = tmp_path / "handoff"
-  result = run_module("launch.handoff", ["--workers=1", f"--split_at={SPLIT}",
+  result = run_module("launch.handoff", ["--workers=1", "--optimizer=adam", f"--split_at={SPLIT}",
                                          f"--train_steps={SPLIT + RESUME}",
                                          f"--decay_steps={STEPS}",
                                          f"--data_dir={real_data_dir}", f"--out={out}",
@@ -60,13 +61,16 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
   assert {len(v) for k, v in report["losses"].items() if " 0-" not in k} == {RESUME}
   assert report["measured"] == {} and os.path.getsize(out / "loss_curves.png") > 10_000
 
+  accounted = next(c for c in report["checks"] if "every Estimator variable" in c["name"])
+  assert accounted["measured"] == 21, accounted  # 6 weights, 12 slots, 2 powers, the step.
+
   # Negative controls: the Estimator's checkpoint at the split converted, with
-  # its step reset or its momentum zeroed. A reset step already fails the rate
-  # check, before any step is taken; zeroed momentum keeps the rate, so Keras
+  # its step reset or its optimizer's state zeroed. A reset step already fails the rate
+  # check, before any step is taken; zeroed state keeps the rate, so Keras
   # trains again from it: the resume checks against the Estimator's own must fail.
   run_dir = out / "1w"
   config = Config(data_dir=real_data_dir, init_weights=str(out / "init_weights.npz"),
-                  deterministic=True, decay_steps=STEPS)
+                  deterministic=True, decay_steps=STEPS, optimizer="adam")
   tolerances = handoff.Tolerances()
   for name, change in (("reset_step", _reset_step), ("zero_slots", _zero_slots)):
     leg = tmp_path / name
@@ -85,27 +89,28 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
             name: json.loads((leg / "losses.json").read_text())["losses"]}
   checks = handoff.resume_checks(name, {own: runs.read_summary(str(run_dir / own / "model")),
                                         name: summary}, losses,
-                                 {own: "estimator", name: "keras"}, tolerances, Config())
+                                 {own: "estimator", name: "keras"}, tolerances, config)
   weights = next(c for c in checks if "max |weight diff|" in c.name)
   assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
       handoff.Report([1], SPLIT, SPLIT + RESUME, STEPS, checks, {}, {}))
-  # Same steps, same rates: only the momentum differs.
+  # Same steps, same rates: only the optimizer's state differs.
   assert len(losses[name]) == RESUME
   assert not next(c for c in checks if "per-step loss" in c.name).passed
 
 
 @pytest.mark.real_data
 @pytest.mark.parametrize("flags, variables", [
-    # Two slots a weight and Adam's powers of beta, checked against the step: 6 weights,
-    # 12 slots, 2 powers, the step.
-    (["--optimizer=adam", f"--decay_steps={STEPS}"], 21),
-    # At momentum 0, a v1 slot the Keras twin does not keep: 6 of 12 slots ignored,
-    # written back as zeros.
-    (["--optimizer=rmsprop", f"--decay_steps={STEPS}"], 19),
     # The canned DNNClassifier: weights, Adagrad's training/ slots, its hyperparameter
     # variables and the step; its export is fed tf.Examples.
     (["--model=dnn", "--hidden_units=64"], 11),
-], ids=["adam", "rmsprop", "canned-dnn"])
+    # Momentum, the default: a slot a weight. RMSProp at momentum 0: a v1 slot the Keras
+    # twin does not keep, 6 of 12 ignored and written back as zeros. (Each optimizer's
+    # state also goes across and back bit for bit in test_convert.py.)
+    pytest.param(["--optimizer=momentum", f"--decay_steps={STEPS}"], 13,
+                 marks=pytest.mark.extended),
+    pytest.param(["--optimizer=rmsprop", f"--decay_steps={STEPS}"], 19,
+                 marks=pytest.mark.extended),
+], ids=["canned-dnn", "momentum", "rmsprop"])
 def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_dir, tmp_path):
   out = tmp_path / "handoff"
   result = run_module("launch.handoff", ["--workers=1", *flags, f"--split_at={SPLIT}",
