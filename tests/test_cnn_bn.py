@@ -89,16 +89,21 @@ def test_without_update_ops_the_moving_statistics_never_move(tmp_path, monkeypat
 @pytest.mark.slow
 @pytest.mark.real_data
 @pytest.mark.estimator
-def test_parity_passes_at_one_worker_and_measures_dropout_on(real_data_dir, tmp_path):
+@pytest.mark.parametrize("measure", [
+    False, pytest.param(True, marks=pytest.mark.extended)], ids=["checked", "measured"])
+def test_parity_passes_at_one_worker_and_measures_dropout_on(measure, real_data_dir, tmp_path):
   # No --model_options: parity takes dropout=0 from the spec's deterministic_options.
+  measuring = ["--measure_seeds=1", "--measure_steps=60", "--measure_model_options="]
   result = run_module("launch.parity", ["--workers=1", "--model=cnn_bn", "--long_steps=0",
-                                        "--measure_seeds=1", "--measure_steps=60",
-                                        "--measure_model_options=",
+                                        *(measuring if measure else []),
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   report = json.loads((tmp_path / "parity_report.json").read_text())
   mapping = next(c for c in report["checks"] if c["name"] == "variable mapping")
   assert all(f"{name}[" in mapping["where"] for name in MOVING), mapping
+  if not measure:
+    assert report["passed"] and report["measured"] == {}, report
+    return
   # Dropout on (the spec's 0.25), 60 steps: reported, not checked.
   assert set(report["measured"]) == {"seed 1, keras", "seed 1, estimator"}
   assert all(0.8 < accuracy <= 1.0 for accuracy in report["measured"].values()), report

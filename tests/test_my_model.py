@@ -52,6 +52,7 @@ def test_the_estimator_trains_it_as_the_reference_does(tmp_path):
       config, trained_weights(estimator_trainer.Backend, config, tmp_path / "e"))
 
 
+@pytest.mark.extended  # Both backends train it as the reference does: the tests above.
 @pytest.mark.slow
 @pytest.mark.real_data
 @pytest.mark.estimator
