@@ -73,6 +73,9 @@ def test_a_tf2_canned_checkpoint_names_its_twins_flags():
       "--model=wide_deep", "--hidden_units=32,16", "--feature_name=pixels",
       "--dnn_optimizer=adam", "--dnn_learning_rate=0.01"]
   assert _canned_flags({"conv/kernel": [3, 3, 1, 32]}, {}) == []  # Not canned.
+  v1 = {"linear/linear_model/pixels/weights": [784, 10],
+        "linear/linear/linear_model/pixels/weights/Ftrl": [784, 10]}
+  assert _canned_flags(v1, {}) == []  # tf.compat.v1.estimator's: its twin is not built.
 
 
 def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():

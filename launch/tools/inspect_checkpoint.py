@@ -149,8 +149,10 @@ def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) ->
   hidden = sorted((int(m.group(1)), names[m.group(0)].shape[1])
                   for m in map(_HIDDEN.match, names) if m)
   linear = [m.group(1) for m in map(_LINEAR_WEIGHTS.match, names) if m]
-  if "dnn/logits/kernel" not in names and not linear:
-    return []
+  v1_slots = [v for v in variables if v.kind == SLOT
+              and not v.name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE)]
+  if "dnn/logits/kernel" not in names and not linear or v1_slots:
+    return []  # Not canned, or a tf.compat.v1.estimator class's (summed loss): no twin yet.
   model = "wide_deep" if hidden and linear else "dnn" if hidden else "linear"
   flags = [f"--model={model}"]
   if hidden:
