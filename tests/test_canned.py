@@ -74,6 +74,11 @@ CASES = {
     "wide_deep-adam-rmsprop": {"model": "wide_deep", "hidden_units": "16",
                                "dnn_optimizer": "adam", "dnn_learning_rate": 0.01,
                                "linear_optimizer": "rmsprop"},
+    # The tf.compat.v1.estimator classes: a summed loss, tf.compat.v1.train optimizers.
+    "dnn_v1-bn-adagrad": {"model": "dnn_v1", "hidden_units": "16,8", "batch_norm": True},
+    "linear_v1-ftrl": {"model": "linear_v1", "feature_name": "pixels"},
+    "dnn_v1-adam": {"model": "dnn_v1", "hidden_units": "16", "dnn_optimizer": "adam",
+                    "dnn_learning_rate": 0.01},
 }
 
 

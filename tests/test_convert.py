@@ -352,6 +352,33 @@ def test_every_optimizers_state_goes_across_and_back_unchanged(optimizer, tmp_pa
                                   else original[name], err_msg=name)
 
 
+@pytest.mark.parametrize("settings, counters", [
+    ({"model": "linear_v1", "feature_name": "pixels"}, False),
+    ({"model": "dnn_v1", "hidden_units": "8", "dnn_optimizer": "adam"}, True),
+])
+def test_a_v1_canned_run_goes_across_and_back_unchanged(settings, counters, tmp_path):
+  # A tf.compat.v1.estimator class trained under a strategy names its slots and Adam's
+  # counters under its scope (dnn/dnn/.../Adam, dnn/head/dnn/beta1_power): read, and
+  # written back so.
+  config = Config(train_steps=STEPS, global_batch_size=32, eval_batch_size=50,
+                  log_every_steps=1, checkpoint_every_steps=STEPS, **settings)
+  source = tmp_path / "estimator"
+  loop.train_and_evaluate(estimator_trainer.Backend, config, str(source),
+                          strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                          input_fn=memory_input_fn(config.global_batch_size))
+  original = _read_checkpoint(str(source))
+  scope = settings["model"].split("_")[0]
+  assert any(n.startswith(f"{scope}/{scope}/") for n in original), sorted(original)
+  assert any(n.endswith("/beta1_power") for n in original) == counters
+  there = convert.estimator_to_keras(str(source), str(tmp_path / "keras"), config=config)
+  assert not there.ignored and len(there.mapped) == len(original), there
+  convert.keras_to_estimator(str(tmp_path / "keras"), str(tmp_path / "back"), config=config)
+  returned = _read_checkpoint(str(tmp_path / "back"))
+  assert set(returned) == set(original)
+  for name, value in returned.items():
+    np.testing.assert_array_equal(value, original[name], err_msg=name)
+
+
 def test_adams_counters_must_agree_with_the_step(tmp_path):
   config = Config(optimizer="adam")
   values = {"beta1_power": np.float32(0.9 ** 4), "beta2_power": np.float32(0.999 ** 4)}

@@ -75,7 +75,11 @@ def test_a_tf2_canned_checkpoint_names_its_twins_flags():
   assert _canned_flags({"conv/kernel": [3, 3, 1, 32]}, {}) == []  # Not canned.
   v1 = {"linear/linear_model/pixels/weights": [784, 10],
         "linear/linear/linear_model/pixels/weights/Ftrl": [784, 10]}
-  assert _canned_flags(v1, {}) == []  # tf.compat.v1.estimator's: its twin is not built.
+  assert _canned_flags(v1, {}) == ["--model=linear_v1", "--feature_name=pixels"]
+  v1_adam = {"dnn/hiddenlayer_0/kernel": [784, 8], "dnn/logits/kernel": [8, 10],
+             "dnn/dnn/logits/kernel/Adam_1": [8, 10], "dnn/head/dnn/beta1_power": []}
+  assert _canned_flags(v1_adam, {}) == ["--model=dnn_v1", "--hidden_units=8",
+                                        "--dnn_optimizer=adam"]
 
 
 def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():

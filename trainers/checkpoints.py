@@ -163,6 +163,12 @@ def v1_slot(name: str, variables: Collection[str]) -> Optional[Tuple[str, str]]:
   return None
 
 
+def v1_counter(name: str) -> Optional[str]:
+  """`beta1_power` or `beta2_power` if `name` is a v1 Adam's power of beta: bare, or as the
+  v1 canned classes name it under their scopes (`dnn/head/dnn/beta1_power`); else None."""
+  return next((c for c in V1_OPTIMIZER_VARIABLES if name == c or name.endswith("/" + c)), None)
+
+
 def owner(shapes: Mapping[str, Sequence[int]]) -> str:
   """KERAS for object-based checkpoints (tf.train.Checkpoint), ESTIMATOR for name-based."""
   return KERAS if OBJECT_GRAPH_KEY in shapes else ESTIMATOR
@@ -176,7 +182,7 @@ def checkpoint_step(path: str) -> Tuple[str, int]:
                  else int(reader.get_tensor(ESTIMATOR_STEP_KEY)))
 
 
-def _attribute(layer, weight) -> str:
+def layer_attribute(layer, weight) -> str:
   """The name a layer tracks `weight` under (`kernel`; a custom layer's add_weight name),
   escaped as its object-based checkpoint key holds it."""
   for name, child in layer._trackable_children().items():  # pylint: disable=protected-access
@@ -196,7 +202,7 @@ def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Con
     expected = {name: list(shape) for name, shape in built.shapes.items()}
   else:
     layers = [layer for layer in built.model.layers if layer.weights]
-    expected = {keras_weight_key(i, _attribute(layer, w)): w.shape.as_list()
+    expected = {keras_weight_key(i, layer_attribute(layer, w)): w.shape.as_list()
                 for i, layer in enumerate(layers) for w in layer.weights}
   for key, shape in expected.items():
     if key not in shapes:

@@ -20,6 +20,7 @@ from data import mnist
 from launch import cluster
 from trainers import checkpoints
 from trainers import distribute
+from trainers import evaluation
 from trainers import failures
 from trainers import loop
 from trainers import model as model_lib
@@ -168,9 +169,10 @@ class _Progress(tf.estimator.SessionRunHook):
   stops: before the checkpoint hook's turn, so nothing diverged is saved (the
   Estimator's own NanTensorHook catches a NaN loss only).
 
-  A canned Estimator reports the sum of the replicas' batch means (it reduces its loss by
-  MEAN only after a tf.compat.v1.train optimizer, which the TF2 canned ones do not use):
-  `scale` (1 / the replicas) makes that the global batch's mean.
+  A TF2 canned Estimator reports the sum of the replicas' batch means (it reduces its loss
+  by MEAN only after a tf.compat.v1.train optimizer, which the TF2 canned ones do not use):
+  `scale` (1 / the replicas) makes that the global batch's mean. A v1 canned one reports
+  the sum of the replicas' batch sums, the global batch's: as Keras reports a summed loss.
   """
 
   def __init__(self, every: int, total: int, model_dir: Optional[str], scale: float = 1.0):
@@ -302,9 +304,10 @@ class Backend(loop.Backend):
 
   def train(self) -> loop.Trained:
     run, config = self.run, self.run.config
+    scale = (1 / run.strategy.num_replicas_in_sync
+             if self._canned and self._canned.v1_scope is None else 1.0)
     progress = _Progress(config.log_every_steps, config.train_steps,
-                         run.model_dir if run.chief else None,
-                         1 / run.strategy.num_replicas_in_sync if self._canned else 1.0)
+                         run.model_dir if run.chief else None, scale)
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:
@@ -336,10 +339,11 @@ class Backend(loop.Backend):
   def evaluate(self, step: int) -> Dict[str, float]:
     if self._result is not None and self._result[0] is not None:
       # One process: train_and_evaluate evaluated every checkpoint, the final one last.
-      return self._result[0]
+      return evaluation.mean_loss(self._result[0])
     # Nothing was trained (so nothing evaluated), or a cluster without an
     # evaluator task: the chief evaluates, outside the strategy (no eval_distribute).
-    return self._estimator.evaluate(lambda: self._input_fn(mnist.EVAL), steps=None)
+    return evaluation.mean_loss(
+        self._estimator.evaluate(lambda: self._input_fn(mnist.EVAL), steps=None))
 
   def export(self) -> str:
     receiver = canned_serving_input_fn(self.run.config) if self._canned else serving_input_fn

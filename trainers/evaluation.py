@@ -13,6 +13,7 @@ from trainers import model_dir as layout
 
 RESULT_WAIT_SECONDS = 600.0  # How long a chief waits for the evaluator's final result.
 METRICS = ("accuracy", "loss")
+_MEAN_LOSS = "average_loss"
 
 
 def log_result(step: int, metrics: Mapping[str, float]) -> None:
@@ -51,12 +52,21 @@ def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
     try:
       for event in tf.compat.v1.train.summary_iterator(path):
         for v in event.summary.value:
-          if v.tag in METRICS:
+          if v.tag in METRICS or v.tag == _MEAN_LOSS:
             values.setdefault(int(event.step), {})[v.tag] = _scalar(v)
     except tf.errors.DataLossError:
       pass  # The evaluator is still writing this file.
-  return {step: metrics for step, metrics in sorted(values.items())
-          if len(metrics) == len(METRICS)}
+  values = {step: mean_loss(metrics) for step, metrics in values.items()}
+  return {step: {k: metrics[k] for k in METRICS} for step, metrics in sorted(values.items())
+          if all(k in metrics for k in METRICS)}
+
+
+def mean_loss(metrics: Dict[str, float]) -> Dict[str, float]:
+  """An Estimator's evaluation with `loss` the per-example mean, as both backends report
+  it: a canned head's `average_loss` (a v1 head's `loss` is the sum over its batch)."""
+  if _MEAN_LOSS not in metrics:
+    return metrics
+  return {**metrics, "loss": metrics[_MEAN_LOSS]}
 
 
 def read_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:

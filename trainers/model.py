@@ -73,10 +73,14 @@ class Canned:
     estimator: `estimator(config, run_config, warm_start_from)` -> the canned
       Estimator with the run's settings (`Config.canned_settings`).
     keras_optimizer: `keras_optimizer(config)` -> the twin's optimizer.
+    v1_scope: for a `tf.compat.v1.estimator` class (v1 optimizers, summed loss), the
+      scope its model_fn minimizes in under a strategy, which prefixes its slots'
+      names (`dnn/` for `dnn/dnn/hiddenlayer_0/kernel/Adagrad`); None for a TF2 one.
   """
 
   estimator: Callable[[Config, Any, Optional[Any]], Any]
   keras_optimizer: Callable[[Config], Any]
+  v1_scope: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,6 +70,9 @@ KERAS_DERIVED = {
     checkpoints.keras_key("save_counter"): "tf.train.Checkpoint's count of its own saves",
     checkpoints.keras_key("model/optimizer/_current_learning_rate"):
         "the schedule's rate at the last update, recomputed from the step before every update",
+    # A v1 canned twin's constant rate (its --dnn_learning_rate or --linear_learning_rate).
+    checkpoints.keras_key("model/optimizer/_learning_rate"):
+        "the canned model's constant rate, which the run's flags give",
     # A BackupAndRestore backup's (--from_backup).
     checkpoints.keras_key("ckpt_saved_epoch"): "the epoch BackupAndRestore resumes fit at",
     checkpoints.keras_key("ckpt_saved_batch"): "the batch BackupAndRestore resumes fit at",
@@ -161,6 +164,7 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
   Returns:
     One Entry per variable: weight, slot, step, ignored or unmapped (with why).
   """
+  config = _as_v1(config) or config
   assignment_map = dict(assignment_map or {})
   weights = _weight_shapes(config)
   _check_map(assignment_map, weights)
@@ -180,18 +184,19 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
   for name in sorted(n for n in shapes if n != checkpoints.OBJECT_GRAPH_KEY):
     shape = tuple(shapes[name])
     base, slot = checkpoints.v1_slot(name, shapes) or (None, name)
+    counter = checkpoints.v1_counter(name)
     if name in assignment_map and assignment_map[name] is None:
       entries.append(Entry(name, shape, IGNORED, None, "dropped by --assignment_map (null)"))
     elif name == STEP_VARIABLE:
       entries.append(Entry(name, shape, STEP, None))
-    elif reset_slots and (name in checkpoints.V1_OPTIMIZER_VARIABLES or base):
-      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=slot))
-    elif name in checkpoints.V1_OPTIMIZER_VARIABLES:
+    elif reset_slots and (counter or base):
+      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=counter or slot))
+    elif counter:
       if config.optimizer == "adam":
-        entries.append(Entry(name, shape, OPTIMIZER, None, slot=name))
+        entries.append(Entry(name, shape, OPTIMIZER, None, slot=counter))
       else:
         entries.append(Entry(name, shape, UNMAPPED, None, _FOREIGN.format(config.optimizer),
-                             slot=name))
+                             slot=counter))
     elif name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE):
       entries.append(Entry(name, shape, IGNORED, None,
                            "a canned Estimator's optimizer state, not carried yet"))
@@ -518,8 +523,8 @@ def _keras_state(model: tf_keras.Model, config: Config
   for i, layer in enumerate(layer for layer in model.layers if layer.weights):
     for weight in layer.weights:
       name = model_lib.weight_name(weight)
-      state.append(KerasState(checkpoints.keras_weight_key(i, name.split("/")[-1]), weight,
-                              name, WEIGHT, ""))
+      state.append(KerasState(checkpoints.keras_weight_key(i, checkpoints.layer_attribute(
+          layer, weight)), weight, name, WEIGHT, ""))
       # Only what the optimizer updates has slots (not a moving statistic).
       for slot, variable in by_weight.get(id(weight), {}).items():
         if variable.shape != weight.shape:
@@ -565,6 +570,30 @@ def _canned() -> Any:
   return convert_canned
 
 
+def _as_v1(config: Config) -> Optional[Config]:
+  """For a `tf.compat.v1.estimator` canned model, its config as this module's single-optimizer
+  path reads it (`--optimizer` its part's, at the v1 defaults); None for any other model.
+  Its twin trains with the v1-exact Keras optimizer, whose slots are the CNN's."""
+  if model_lib.spec(config).canned is None or model_lib.spec(config).canned.v1_scope is None:
+    return None
+  settings = config.canned_settings()
+  return dataclasses.replace(config, optimizer=settings[
+      "dnn_optimizer" if "dnn_optimizer" in settings else "linear_optimizer"])
+
+
+def _v1_slot_name(config: Config, weight: str, slot: str) -> str:
+  """A v1 slot's name as the Estimator of `config.model` names it under a strategy."""
+  canned = model_lib.spec(config).canned
+  return f"{canned.v1_scope if canned else ''}{weight}/{slot}"
+
+
+def _v1_counter_name(config: Config, counter: str) -> str:
+  """Adam's power of beta (`beta1_power`) as the Estimator of `config.model` names it."""
+  canned = model_lib.spec(config).canned
+  scope = canned.v1_scope if canned and canned.v1_scope else ""
+  return f"{scope}head/{scope}{counter}" if scope else counter
+
+
 def _no_map(assignment_map: Optional[AssignmentMap], config: Config) -> None:
   if assignment_map:
     raise ConversionError(f"--model={config.model} is a canned model: its checkpoint names are "
@@ -604,9 +633,11 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
       another optimizer's state (without `reset_slots`).
   """
   config = config or Config()
-  if config.canned_settings():
+  v1 = _as_v1(config)
+  if config.canned_settings() and not v1:
     _no_map(assignment_map, config)
     return _canned().estimator_to_keras(src_model_dir, dst_model_dir, config, reset_slots)
+  config = v1 or config
   check_target(dst_model_dir)
   path, skipped = newest(src_model_dir, "estimator")
   entries = estimator_accounting(path, config, assignment_map, reset_slots)
@@ -636,8 +667,8 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
     mapped.append(Mapped(name, key, kind))
     written[key] = np.asarray(value)
   if not reset_slots:
-    check_counters({s: reader.get_tensor(s) for s in checkpoints.V1_OPTIMIZER_VARIABLES
-                    if reader.has_tensor(s)}, step, config, path)
+    check_counters({e.slot: reader.get_tensor(e.name) for e in entries if e.kind == OPTIMIZER},
+                   step, config, path)
 
   def write(staging: str) -> str:
     saved = keras_trainer.save_checkpoint(model, staging, step)
@@ -712,10 +743,12 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
       state (without `reset_slots`).
   """
   config = config or Config()
-  if config.canned_settings():
+  v1 = _as_v1(config)
+  if config.canned_settings() and not v1:
     _no_map(assignment_map, config)
     return _canned().keras_to_estimator(src_model_dir, dst_model_dir, config, reset_slots,
                                         from_backup)
+  config = v1 or config
   check_target(dst_model_dir)
   names = _inverse_map(assignment_map, config)
   path, skipped = newest(src_model_dir, "keras", from_backup)
@@ -743,8 +776,9 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     if value.shape != tuple(variable.shape):
       raise ConversionError(f"{path}: {key} ({weight}) has shape {_fmt_shape(value.shape)}, "
                             f"--model={config.model}'s {_fmt_shape(variable.shape)}.")
-    name = {STEP: STEP_VARIABLE, WEIGHT: names.get(weight, weight), OPTIMIZER: slot,
-            SLOT: f"{names.get(weight, weight)}/{slot}"}[kind]
+    name = {STEP: STEP_VARIABLE, WEIGHT: names.get(weight, weight),
+            OPTIMIZER: _v1_counter_name(config, slot),
+            SLOT: _v1_slot_name(config, names.get(weight, weight), slot)}[kind]
     values[name] = np.int64(value) if kind == STEP else value
     mapped.append(Mapped(key, name, kind))
   step = int(values[STEP_VARIABLE])
@@ -753,16 +787,20 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     initial = optimizers.v1_initial_state(config, {
         names.get(s.weight, s.weight): s.variable.shape for s in state
         if s.kind == WEIGHT and s.variable.trainable})
+    initial = {_v1_counter_name(config, name) if name in checkpoints.V1_OPTIMIZER_VARIABLES
+               else _v1_slot_name(config, *name.rsplit("/", 1)): value
+               for name, value in initial.items()}
     values.update(initial)
     reset = [Ignored(name, starts_at(value)) for name, value in sorted(initial.items())]
   else:
-    check_counters(values, step, config, path)
+    check_counters({checkpoints.v1_counter(k): v for k, v in values.items()
+                    if checkpoints.v1_counter(k)}, step, config, path)
     # The slots v1 keeps and the twin does not (never read): written as zeros, as the
     # Estimator restores every slot it makes.
     for slot, why in optimizers.unread_slots(config):
       for s in state:
         if s.kind == WEIGHT and s.variable.trainable:
-          name = f"{names.get(s.weight, s.weight)}/{slot.v1}"
+          name = _v1_slot_name(config, names.get(s.weight, s.weight), slot.v1)
           values[name] = np.zeros(s.variable.shape, s.variable.dtype.as_numpy_dtype)
           written_zero.append(Ignored(name, f"written as zeros: {why}"))
 

@@ -54,7 +54,7 @@ def _parts(model: tf_keras.Model, config: Config
     return [(part, getattr(optimizer, part),
              [v for v in model.trainable_variables if optimizer.part_of(v) == part])
             for part in ("dnn", "linear")]
-  return [("linear" if config.model == "linear" else "dnn", optimizer,
+  return [("dnn" if "dnn_optimizer" in config.canned_settings() else "linear", optimizer,
            model.trainable_variables)]
 
 

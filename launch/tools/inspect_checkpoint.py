@@ -20,8 +20,9 @@ the model weight it goes to: by name first (the same name under a scope prefix),
 by shape (the one model weight of that shape left), then by order (the n-th of that
 shape, in the checkpoint's sorted order and the model's build order). Shape and order
 are guesses, and marked so; a weight that matches nothing gets null, to be checked.
-A TF2 canned Estimator's checkpoint also gets its Keras twin's flags
-(`--model=dnn --hidden_units=32,16`, its optimizers and rates where not the defaults).
+A canned Estimator's checkpoint also gets its Keras twin's flags
+(`--model=dnn --hidden_units=32,16`, `--model=linear_v1` for a tf.compat.v1.estimator
+class's, its optimizers and rates where not the defaults).
 """
 
 import collections
@@ -94,7 +95,7 @@ def _estimator_variables(shapes: Mapping[str, Sequence[int]],
     slot = _slot_of(name, shapes)
     if name == checkpoints.ESTIMATOR_STEP_KEY:
       found.append(Variable(name, shape, dtype, STEP))
-    elif name in checkpoints.V1_OPTIMIZER_VARIABLES:
+    elif checkpoints.v1_counter(name):
       found.append(Variable(name, shape, dtype, COUNTER, detail="Adam's power of beta"))
     elif slot:
       found.append(Variable(name, shape, dtype, SLOT, of=slot[0], detail=slot[1]))
@@ -140,20 +141,25 @@ _LINEAR_WEIGHTS = re.compile(r"^linear/linear_model/(\w+)/weights$")
 
 
 def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) -> List[str]:
-  """The flags of the Keras twin (trainers/models/canned.py) of the TF2 canned Estimator
+  """The flags of the Keras twin (trainers/models/canned.py) of the canned Estimator
   whose checkpoint holds `variables` (`values(name)` reads one), or [] if it is not one.
 
-  A DNN keeps no variable of its feature: `--feature_name` is only told by a linear part.
+  A DNN keeps no variable of its feature: `--feature_name` is only told by a linear part;
+  a v1 optimizer keeps no rate: `--<part>_learning_rate` is only told by a TF2 one.
   """
   names = {v.name: v for v in variables}
   hidden = sorted((int(m.group(1)), names[m.group(0)].shape[1])
                   for m in map(_HIDDEN.match, names) if m)
   linear = [m.group(1) for m in map(_LINEAR_WEIGHTS.match, names) if m]
-  v1_slots = [v for v in variables if v.kind == SLOT
-              and not v.name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE)]
-  if "dnn/logits/kernel" not in names and not linear or v1_slots:
-    return []  # Not canned, or a tf.compat.v1.estimator class's (summed loss): no twin yet.
+  v1_slots = {v.of: v.name for v in variables if v.kind == SLOT
+              and not v.name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE)}
+  if "dnn/logits/kernel" not in names and not linear:
+    return []
   model = "wide_deep" if hidden and linear else "dnn" if hidden else "linear"
+  if v1_slots:  # A tf.compat.v1.estimator class's: its twin sums the loss.
+    if model == "wide_deep":
+      return []  # No twin of the v1 DNNLinearCombinedClassifier yet.
+    model += "_v1"
   flags = [f"--model={model}"]
   if hidden:
     flags.append("--hidden_units=" + ",".join(str(width) for _, width in hidden))
@@ -162,6 +168,13 @@ def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) ->
   defaults = config_lib.CANNED[model]
   for part in ("dnn", "linear"):
     if f"{part}_optimizer" not in defaults:
+      continue
+    if v1_slots:  # Its v1 optimizer, by its slots' names; it keeps no rate.
+      slots = [checkpoints.v1_slot(name, names)[1] for weight, name in v1_slots.items()
+               if weight.startswith(part + "/")]
+      name = optimizers.trained_with(slots) if slots else "sgd"
+      if name != defaults[f"{part}_optimizer"]:
+        flags.append(f"--{part}_optimizer={name}")
       continue
     # Its optimizer: the one keeping a slot of a weight of the part.
     scopes = {v.name.split("/")[1] for v in variables if v.kind == SLOT

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 import tensorflow as tf
 
 from data import mnist
+from trainers import config as config_lib
 from trainers import inputs
 from trainers import model as model_lib
 from trainers.config import Config
@@ -155,10 +156,14 @@ def rules(config: Config) -> Callable[[str], Rule]:
   if not settings:
     every = Rule(UPDATES[config.optimizer], config.hyperparameters(), None)
     return lambda name: every
+  v1 = model_lib.spec(config).canned.v1_scope is not None
   by_part = {}
   for part in ("dnn", "linear"):
     if f"{part}_optimizer" in settings:
-      update, hyperparameters = CANNED_UPDATES[settings[f"{part}_optimizer"]]
+      name = settings[f"{part}_optimizer"]
+      # A v1 canned class's optimizer is tf.compat.v1.train's, at its defaults.
+      update, hyperparameters = ((UPDATES[name], config_lib.OPTIMIZERS[name]) if v1
+                                 else CANNED_UPDATES[name])
       by_part[part] = Rule(update, hyperparameters, settings[f"{part}_learning_rate"])
   return lambda name: by_part["linear" if name.startswith("linear/") else "dnn"]
 

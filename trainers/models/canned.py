@@ -29,6 +29,7 @@ import tf_keras
 from data import mnist
 from trainers import config as config_lib
 from trainers import model
+from trainers import optimizers
 from trainers.config import Config
 
 # The canned Estimators' names of the optimizers (tensorflow_estimator's
@@ -182,29 +183,58 @@ def _canned_optimizer(name: str, learning_rate: float):
                            learning_rate=learning_rate)
 
 
+def _v1_hyperparameters(name: str) -> Dict[str, float]:
+  """A v1 optimizer's defaults but the rate: what a v1 canned class builds from its name
+  (tf.compat.v1.train's defaults, which Config's are)."""
+  return {k: v for k, v in config_lib.OPTIMIZERS[name].items() if k != "learning_rate"}
+
+
+def _v1_canned_optimizer(name: str, learning_rate: float):
+  """What a `tf.compat.v1.estimator` canned class takes as its optimizer: a callable
+  making the tf.compat.v1.train optimizer it makes from `name`, at `learning_rate`."""
+  return functools.partial(optimizers.OPTIMIZERS[name].v1, learning_rate,
+                           **_v1_hyperparameters(name))
+
+
+def _v1_twin_optimizer(part: str):
+  """The twin's optimizer of a v1 canned class's `part`: the tf_keras optimizer that
+  updates as its v1 optimizer does (trainers/optimizers.py), at its constant rate."""
+  def make(config: Config) -> tf_keras.optimizers.Optimizer:
+    settings = config.canned_settings()
+    name = settings[f"{part}_optimizer"]
+    return optimizers.OPTIMIZERS[name].keras(settings[f"{part}_learning_rate"],
+                                             **_v1_hyperparameters(name))
+  return make
+
+
 def _columns(settings: Dict[str, Any]):
   return [tf.feature_column.numeric_column(settings["feature_name"], shape=mnist.IMAGE_SHAPE)]
 
 
-def dnn_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any]) -> Any:
-  """tf.estimator.DNNClassifier with the run's settings."""
+def dnn_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any],
+                   v1: bool = False) -> Any:
+  """tf.estimator.DNNClassifier with the run's settings (`v1`: tf.compat.v1.estimator's)."""
   settings = config.canned_settings()
-  return tf.estimator.DNNClassifier(
+  api, optimizer = ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
+                    else (tf.estimator, _canned_optimizer))
+  return api.DNNClassifier(
       hidden_units=config.hidden_units_list(), feature_columns=_columns(settings),
       n_classes=mnist.NUM_CLASSES,
-      optimizer=_canned_optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
+      optimizer=optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
       activation_fn=getattr(tf.nn, settings["activation"]),
       dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
       config=run_config, warm_start_from=warm_start_from)
 
 
-def linear_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any]) -> Any:
-  """tf.estimator.LinearClassifier with the run's settings."""
+def linear_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any],
+                      v1: bool = False) -> Any:
+  """tf.estimator.LinearClassifier with the run's settings (`v1`: tf.compat.v1.estimator's)."""
   settings = config.canned_settings()
-  return tf.estimator.LinearClassifier(
+  api, optimizer = ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
+                    else (tf.estimator, _canned_optimizer))
+  return api.LinearClassifier(
       feature_columns=_columns(settings), n_classes=mnist.NUM_CLASSES,
-      optimizer=_canned_optimizer(settings["linear_optimizer"],
-                                  settings["linear_learning_rate"]),
+      optimizer=optimizer(settings["linear_optimizer"], settings["linear_learning_rate"]),
       config=run_config, warm_start_from=warm_start_from)
 
 
@@ -244,3 +274,14 @@ WIDE_DEEP = model.ModelSpec(
     name="wide_deep", build=build_wide_deep,
     canned=model.Canned(estimator=wide_deep_classifier, keras_optimizer=lambda config: (
         PartOptimizers(_part_optimizer(config, "dnn"), _part_optimizer(config, "linear")))))
+
+# The tf.compat.v1.estimator classes: their heads sum the loss over the batch
+# (tf.compat.v1.losses.Reduction.SUM), and they train with tf.compat.v1.train optimizers.
+DNN_V1 = model.ModelSpec(
+    name="dnn_v1", build=build_dnn, loss_reduction=model.SUM,
+    canned=model.Canned(estimator=functools.partial(dnn_classifier, v1=True),
+                        keras_optimizer=_v1_twin_optimizer("dnn"), v1_scope="dnn/"))
+LINEAR_V1 = model.ModelSpec(
+    name="linear_v1", build=build_linear, loss_reduction=model.SUM,
+    canned=model.Canned(estimator=functools.partial(linear_classifier, v1=True),
+                        keras_optimizer=_v1_twin_optimizer("linear"), v1_scope="linear/"))
