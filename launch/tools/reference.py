@@ -9,6 +9,7 @@ statistics and updates that replica's own moving statistics, and the weights ret
 hold their mean over the replicas (what both backends save: a read averages them).
 """
 
+import functools
 import math
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -24,14 +25,25 @@ from trainers.config import Config
 def v1_cosine_rate(config: Config, step: int) -> float:
   """tf.compat.v1.train.cosine_decay's rate at `step` (0-based), written out.
 
-  In float32 scalars, as v1 (and Keras's CosineDecay) computes it: computed in double,
-  the rate is an ulp off at 869 of 1500 steps (7 of 10), and Adagrad at rate 0.1 grows
-  that to 3.4e-6 in the weights within 10 steps.
+  In float32, in a graph whose constants are the schedule's, as both backends evaluate
+  it (the Estimator's graph, Keras's train step): Grappler rewrites such a graph, and
+  its float32 rounding follows. Computed in double, the rate is an ulp off at 869 of
+  1500 steps (7 of 10); op by op (eagerly), cos lands an ulp apart on AVX-512 CPUs,
+  which 1 + cos near -1 magnifies to 2.5e-6 of the rate; and Adagrad at rate 0.1 grows
+  an ulp of the rate to 3.4e-6 in the weights within 10 steps.
   """
-  decay = tf.constant(config.schedule_steps(), tf.float32)
-  done = tf.constant(min(step, config.schedule_steps()), tf.float32) / decay
-  cosine = 0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float32) * done))
-  return float(tf.constant(config.initial_learning_rate(), tf.float32) * cosine)
+  schedule = _cosine_schedule(config.initial_learning_rate(), config.schedule_steps())
+  return float(schedule(tf.constant(step, tf.int64)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cosine_schedule(initial: float, decay_steps: int) -> Callable[[tf.Tensor], tf.Tensor]:
+  @tf.function
+  def rate(step: tf.Tensor) -> tf.Tensor:
+    decay = tf.constant(decay_steps, tf.float32)
+    done = tf.minimum(tf.cast(step, tf.float32), decay) / decay
+    return initial * (0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float32) * done)))
+  return rate
 
 
 class Update(NamedTuple):
@@ -74,6 +86,15 @@ def _rmsprop(variable, g, slots, rate, h):
   variable.assign_sub(moment)
 
 
+def _adagrad(variable, g, slots, rate, h):
+  del h
+  slots[0].assign_add(tf.square(g))
+  # (g * rate) * rsqrt(accum), in the kernel's order. Grappler reorders a chain of
+  # products so that a scalar multiplies last; the rate as a full tensor keeps the order
+  # (reordered, it rounds otherwise, and 10 steps at rate 0.1 grow that to 4.6e-6).
+  variable.assign_sub(g * tf.fill(tf.shape(g), rate) * tf.math.rsqrt(slots[0]))
+
+
 def _zeros(n):
   return lambda variable, h: [tf.zeros_like(variable)] * n
 
@@ -86,9 +107,7 @@ UPDATES: Dict[str, Update] = {
         variable.assign_sub(rate * slots[0]))),
     "adagrad": Update(
         lambda variable, h: [tf.fill(variable.shape, h["initial_accumulator_value"])],
-        lambda variable, g, slots, rate, h: (
-            slots[0].assign_add(tf.square(g)),
-            variable.assign_sub(g * rate * tf.math.rsqrt(slots[0])))),
+        _adagrad),
     "adam": Update(lambda variable, h: [tf.zeros_like(variable), tf.zeros_like(variable),
                                         tf.constant(h["beta1"], tf.float32),
                                         tf.constant(h["beta2"], tf.float32)], _adam),
