@@ -79,6 +79,10 @@ CASES = {
     "linear_v1-ftrl": {"model": "linear_v1", "feature_name": "pixels"},
     "dnn_v1-adam": {"model": "dnn_v1", "hidden_units": "16", "dnn_optimizer": "adam",
                     "dnn_learning_rate": 0.01},
+    "wide_deep_v1": {"model": "wide_deep_v1", "hidden_units": "16"},
+    "wide_deep_v1-rmsprop-adam": {"model": "wide_deep_v1", "hidden_units": "16",
+                                  "dnn_optimizer": "rmsprop", "dnn_learning_rate": 0.01,
+                                  "linear_optimizer": "adam"},
 }
 
 

@@ -80,6 +80,13 @@ def test_a_tf2_canned_checkpoint_names_its_twins_flags():
              "dnn/dnn/logits/kernel/Adam_1": [8, 10], "dnn/head/dnn/beta1_power": []}
   assert _canned_flags(v1_adam, {}) == ["--model=dnn_v1", "--hidden_units=8",
                                         "--dnn_optimizer=adam"]
+  v1_wide_deep = {"dnn/hiddenlayer_0/kernel": [784, 8], "dnn/logits/kernel": [8, 10],
+                  "dnn/hiddenlayer_0/kernel/Adagrad": [784, 8],
+                  "linear/linear_model/image/weights": [784, 10],
+                  "linear/linear_model/image/weights/RMSProp": [784, 10]}
+  assert _canned_flags(v1_wide_deep, {}) == ["--model=wide_deep_v1", "--hidden_units=8",
+                                             "--feature_name=image",
+                                             "--linear_optimizer=rmsprop"]
 
 
 def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():

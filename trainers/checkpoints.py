@@ -126,12 +126,12 @@ def keras_weight_key(layer_index: int, attribute: str) -> str:
 
 KERAS_STEP_KEY = keras_key("model/optimizer/_iterations")
 # A tf_keras legacy optimizer's (a canned model's twin) keeps its step as `iter`.
-_KERAS_LEGACY_STEP_KEY = keras_key("model/optimizer/iter")
+KERAS_LEGACY_STEP_KEY = keras_key("model/optimizer/iter")
 
 
 def keras_step(reader: Any) -> int:
   """The step of a Keras checkpoint: its optimizer's iterations."""
-  key = KERAS_STEP_KEY if reader.has_tensor(KERAS_STEP_KEY) else _KERAS_LEGACY_STEP_KEY
+  key = KERAS_STEP_KEY if reader.has_tensor(KERAS_STEP_KEY) else KERAS_LEGACY_STEP_KEY
   return int(reader.get_tensor(key))
 
 

@@ -46,8 +46,7 @@ CANNED = {
                   "linear_learning_rate": 0.005},
 }
 # The tf.compat.v1.estimator classes take the same arguments, with the same defaults.
-CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()
-               if name != "wide_deep"})
+CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()})
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
                    "linear_learning_rate")

@@ -23,6 +23,7 @@ BUILT_IN = {
     "wide_deep": "trainers.models.canned:WIDE_DEEP",
     "dnn_v1": "trainers.models.canned:DNN_V1",
     "linear_v1": "trainers.models.canned:LINEAR_V1",
+    "wide_deep_v1": "trainers.models.canned:WIDE_DEEP_V1",
 }
 _FIX = ("--model takes a built-in name (" + ", ".join(BUILT_IN) + ") or package.module:NAME, "
         "a ModelSpec in a module on PYTHONPATH (docs/MIGRATION.md, \"Bring your model\")")

@@ -12,7 +12,7 @@ fails naming it and the `--assignment_map` entry that fixes it:
   (`optimizers.SLOTS`);
 - optimizer: Adam's `beta1_power` and `beta2_power`, V1Adam's powers;
 - step: `global_step`, which becomes the Keras optimizer's `iterations` (the
-  cosine schedule reads it);
+  cosine schedule reads it; both parts' for `--model=wide_deep_v1`);
 - ignored: what the assignment map drops with null, and a slot no update reads
   (RMSProp's momentum slot at momentum 0).
 
@@ -32,7 +32,8 @@ The source is only read: its newest checkpoint that loads is converted
 (`checkpoints.newest_good`), and the newer ones passed over are listed. The
 target is written into a staging directory, read back, and moved into place
 when complete (`staged_target`); an existing non-empty target is refused,
-untouched. Canned models go to `convert_canned`.
+untouched. The TF2 canned models go to `convert_canned`; the `tf.compat.v1.estimator`
+ones are carried here, each part's optimizer as `--optimizer` is (`_parts`).
 """
 
 import contextlib
@@ -65,6 +66,7 @@ AssignmentMap = Mapping[str, Optional[str]]  # Old checkpoint name -> model weig
 STEP_VARIABLE = checkpoints.ESTIMATOR_STEP_KEY
 WEIGHT, SLOT, STEP, IGNORED, UNMAPPED = "weight", "slot", "step", "ignored", "unmapped"
 OPTIMIZER = "optimizer"  # The optimizer's own state, not a slot: Adam's powers of beta.
+PART_STEP = "part step"  # canned.PartOptimizers's linear part's own count of steps.
 # Keras checkpoint entries that are derived, not state: (key, why it is not carried).
 KERAS_DERIVED = {
     checkpoints.keras_key("save_counter"): "tf.train.Checkpoint's count of its own saves",
@@ -94,6 +96,7 @@ class Entry(NamedTuple):
   weight: Optional[str]  # The model weight it is (WEIGHT) or belongs to (SLOT).
   note: str = ""  # Why it is ignored or unmapped.
   slot: str = ""  # SLOT: the v1 slot's name (`Momentum`); OPTIMIZER: the variable's.
+  part: str = ""  # SLOT, OPTIMIZER: the part whose optimizer keeps it (`_parts`).
 
 
 class Mapped(NamedTuple):
@@ -164,7 +167,7 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
   Returns:
     One Entry per variable: weight, slot, step, ignored or unmapped (with why).
   """
-  config = _as_v1(config) or config
+  parts = _parts(config)
   assignment_map = dict(assignment_map or {})
   weights = _weight_shapes(config)
   _check_map(assignment_map, weights)
@@ -178,8 +181,7 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
       return assignment_map[name]
     return name if name in weights else None
 
-  kept = optimizers.kept_slots(config)
-  unread = {slot.v1: why for slot, why in optimizers.unread_slots(config)}
+  adam = [name for name, part in parts.items() if part.optimizer == "adam"]
   entries = []
   for name in sorted(n for n in shapes if n != checkpoints.OBJECT_GRAPH_KEY):
     shape = tuple(shapes[name])
@@ -190,30 +192,34 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
     elif name == STEP_VARIABLE:
       entries.append(Entry(name, shape, STEP, None))
     elif reset_slots and (counter or base):
-      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=counter or slot))
+      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=counter or slot,
+                           part=adam[0] if counter and adam else _part_of(parts, base or "")))
     elif counter:
-      if config.optimizer == "adam":
-        entries.append(Entry(name, shape, OPTIMIZER, None, slot=counter))
+      if adam:
+        entries.append(Entry(name, shape, OPTIMIZER, None, slot=counter, part=adam[0]))
       else:
-        entries.append(Entry(name, shape, UNMAPPED, None, _FOREIGN.format(config.optimizer),
-                             slot=counter))
+        entries.append(Entry(name, shape, UNMAPPED, None, _FOREIGN.format(
+            "+".join(part.optimizer for part in parts.values())), slot=counter))
     elif name.startswith(checkpoints.CANNED_OPTIMIZER_SCOPE):
       entries.append(Entry(name, shape, IGNORED, None,
                            "a canned Estimator's optimizer state, not carried yet"))
     elif base:
       weight = weight_of(base)
-      if weight and slot in kept:
+      part_name = _part_of(parts, weight or base)
+      part = parts[part_name]
+      unread = {slot.v1: why for slot, why in optimizers.unread_slots(part)}
+      if weight and slot in optimizers.kept_slots(part):
         kind, note = SLOT, ""
       elif weight and slot in unread:
         kind, weight, note = IGNORED, None, unread[slot]
       elif weight:
-        kind, weight, note = UNMAPPED, None, _FOREIGN.format(config.optimizer)
+        kind, weight, note = UNMAPPED, None, _FOREIGN.format(part.optimizer)
       elif base in assignment_map:  # Dropped with null: its slot goes with it.
         kind, note = IGNORED, f"the slot of dropped {base}"
       else:
         kind, note = UNMAPPED, f"{_SLOT_OF_UNMAPPED}{base}"
       # Every slot names its optimizer's: `check_complete` tells which optimizer trained.
-      entries.append(Entry(name, shape, kind, weight, note, slot=slot))
+      entries.append(Entry(name, shape, kind, weight, note, slot=slot, part=part_name))
     elif weight_of(name):
       entries.append(Entry(name, shape, WEIGHT, weight_of(name)))
     else:
@@ -254,15 +260,18 @@ def _fix(entries: Sequence[Entry], weights: Mapping[str, Tuple[int, ...]]) -> st
   return "\n".join(["{", ",\n".join(lines), "}", *notes])
 
 
-def optimizer_differs(path: str, trained: str, config: Config) -> ConversionError:
-  """The error for a checkpoint trained with another optimizer than `config`'s, naming the
-  two ways on. `trained` says which ("--optimizer=adam", or what it holds)."""
+def optimizer_differs(path: str, trained: str, config: Config, part: str = ""
+                      ) -> ConversionError:
+  """The error for a checkpoint trained with another optimizer than `config`'s (that of
+  `part`, a `_parts` key), naming the two ways on. `trained` says which
+  ("--optimizer=adam", or what it holds)."""
+  flag = f"{_optimizer_flag(part)}={config.optimizer}"
   return ConversionError(
-      f"{path} was trained with {trained}, not --optimizer={config.optimizer}: its optimizer "
-      "state has no place in the other's. Two ways on: convert it with the --optimizer it was "
-      "trained with (and its hyperparameter flags) and train on with that, or give "
-      "--reset_slots, which carries the weights and the step and starts "
-      f"--optimizer={config.optimizer}'s slots at their initial values.")
+      f"{path} was trained with {trained}, not {flag}: its optimizer "
+      f"state has no place in the other's. Two ways on: convert it with the "
+      f"{_optimizer_flag(part)} it was trained with (and its hyperparameter flags) and train "
+      "on with that, or give --reset_slots, which carries the weights and the step and starts "
+      f"{flag}'s slots at their initial values.")
 
 
 def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Config,
@@ -272,12 +281,14 @@ def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Confi
   exactly one value of the right shape."""
   built = model_lib.graph_model(config)
   weights = built.shapes
-  state = sorted({e.slot for e in entries if e.slot})
-  trained = optimizers.trained_with(state)
-  if not reset_slots and trained != config.optimizer:
-    raise optimizer_differs(checkpoint_path, f"--optimizer={trained}" if trained else
-                            f"optimizer state no one optimizer keeps ({', '.join(state)})",
-                            config)
+  parts = _parts(config)
+  for name, part in parts.items():
+    state = sorted({e.slot for e in entries if e.slot and e.part == name})
+    trained = optimizers.trained_with(state)
+    if not reset_slots and trained != part.optimizer:
+      raise optimizer_differs(
+          checkpoint_path, f"{_optimizer_flag(name)}={trained}" if trained else
+          f"optimizer state no one optimizer keeps ({', '.join(state)})", part, name)
   unmapped = [e for e in entries if e.kind == UNMAPPED and not _follows(e)]
   if unmapped:
     slots = sum(1 for e in entries if e.kind == UNMAPPED and _follows(e))
@@ -304,17 +315,18 @@ def check_complete(entries: Sequence[Entry], checkpoint_path: str, config: Confi
                             "its value; map one to it in --assignment_map.")
   # Only what the optimizer updates has slots (not BatchNorm's moving statistics).
   for weight in built.trainable if not reset_slots else ():
-    for slot in optimizers.kept_slots(config):
+    name = _part_of(parts, weight)
+    for slot in optimizers.kept_slots(parts[name]):
       if (weight, slot) not in received:
         raise ConversionError(
             f"{checkpoint_path}: no variable gives the model weight {weight} its "
-            f"--optimizer={config.optimizer} {slot} slot (expected "
-            f"{received[weight, '']}/{slot}): was it trained with another --optimizer?")
+            f"{_optimizer_flag(name)}={parts[name].optimizer} {slot} slot (expected "
+            f"{received[weight, '']}/{slot}): was it trained with another optimizer?")
   optimizer_state = {e.slot for e in entries if e.kind == OPTIMIZER}
   missing = sorted(set(checkpoints.V1_OPTIMIZER_VARIABLES) - optimizer_state)
-  if config.optimizer == "adam" and missing and not reset_slots:
+  if any(p.optimizer == "adam" for p in parts.values()) and missing and not reset_slots:
     raise ConversionError(f"{checkpoint_path} has no {', '.join(missing)}, which Adam keeps: "
-                          "was it trained with another --optimizer?")
+                          "was it trained with another optimizer?")
   steps = [e for e in entries if e.kind == STEP]
   if not steps or steps[0].shape != ():
     raise ConversionError(f"{checkpoint_path} has no scalar {STEP_VARIABLE}: it is not an "
@@ -492,8 +504,30 @@ class KerasState(NamedTuple):
   key: str  # Its checkpoint key.
   variable: tf.Variable
   weight: str  # The model weight it is or belongs to (a slot); "" for the optimizer's own.
-  kind: str  # WEIGHT, SLOT, STEP or OPTIMIZER.
+  kind: str  # WEIGHT, SLOT, STEP, PART_STEP or OPTIMIZER.
   slot: str  # SLOT: the v1 slot's name; OPTIMIZER: the v1 variable's.
+  part: str = ""  # SLOT, OPTIMIZER: the part whose optimizer keeps it (`_parts`).
+
+
+class _OptimizerPart(NamedTuple):
+  name: str  # A `_parts` key.
+  config: Config
+  optimizer: tf_keras.optimizers.Optimizer
+  variables: List[tf.Variable]  # The trainable ones it updates.
+  prefix: str  # Its object path in the checkpoint.
+
+
+def _optimizer_parts(model: tf_keras.Model, config: Config) -> List[_OptimizerPart]:
+  """The compiled model's optimizer, or `canned.PartOptimizers`'s two, with what each
+  updates; the step's part first."""
+  parts = _parts(config)
+  if len(parts) == 1:
+    ((name, part),) = parts.items()
+    return [_OptimizerPart(name, part, model.optimizer, model.trainable_variables,
+                           "model/optimizer")]
+  return [_OptimizerPart(name, part, getattr(model.optimizer, name),
+                         [v for v in model.trainable_variables if canned.part_of(v.name) == name],
+                         f"model/optimizer/{name}") for name, part in parts.items()]
 
 
 def _keras_state(model: tf_keras.Model, config: Config
@@ -506,43 +540,58 @@ def _keras_state(model: tf_keras.Model, config: Config
   step as `model/optimizer/_iterations` and its other variables as
   `model/optimizer/_variables/<j>`, j their place in `optimizer.variables`
   (0 is the step; the slot lists are not themselves checkpoint
-  dependencies). Conversions read back what they write by these keys, so a
-  different layout fails them rather than carrying the wrong values.
+  dependencies); for `canned.PartOptimizers`, each part's under
+  `model/optimizer/<part>/`, and the DNN part's step, the model's, as
+  `model/optimizer/iter`. Conversions read back what they write by these keys,
+  so a different layout fails them rather than carrying the wrong values.
   """
-  optimizer = model.optimizer
-  trainable = model.trainable_variables
-  slots = optimizers.keras_slots(config, optimizer, trainable)  # Built, if not yet.
-  by_weight = {id(v): {name: held[i] for name, held in slots.items()}
-               for i, v in enumerate(trainable)}
-  positions = {id(v): j for j, v in enumerate(optimizer.variables)}
-
-  def key(variable: tf.Variable) -> str:
-    return checkpoints.keras_key(f"model/optimizer/_variables/{positions[id(variable)]}")
-
-  state = [KerasState(checkpoints.KERAS_STEP_KEY, optimizer.iterations, "", STEP, "")]
+  parts = _optimizer_parts(model, config)
+  slots_of, keys = {}, {}
+  for part in parts:
+    slots = optimizers.keras_slots(part.config, part.optimizer, part.variables)  # Built.
+    slots_of.update({id(v): (part.name, {name: held[i] for name, held in slots.items()})
+                     for i, v in enumerate(part.variables)})
+    keys.update({id(v): checkpoints.keras_key(f"{part.prefix}/_variables/{j}")
+                 for j, v in enumerate(part.optimizer.variables)})
+  if len(parts) == 1:
+    state = [KerasState(checkpoints.KERAS_STEP_KEY, parts[0].optimizer.iterations, "", STEP, "")]
+  else:  # The linear part counts its steps too: the same count, in a run that trained both.
+    state = [KerasState(checkpoints.KERAS_LEGACY_STEP_KEY, parts[0].optimizer.iterations, "",
+                        STEP, ""),
+             KerasState(checkpoints.keras_key(f"{parts[1].prefix}/_iterations"),
+                        parts[1].optimizer.iterations, "", PART_STEP, "", parts[1].name)]
   for i, layer in enumerate(layer for layer in model.layers if layer.weights):
     for weight in layer.weights:
       name = model_lib.weight_name(weight)
       state.append(KerasState(checkpoints.keras_weight_key(i, checkpoints.layer_attribute(
           layer, weight)), weight, name, WEIGHT, ""))
       # Only what the optimizer updates has slots (not a moving statistic).
-      for slot, variable in by_weight.get(id(weight), {}).items():
+      part, slots = slots_of.get(id(weight), ("", {}))
+      for slot, variable in slots.items():
         if variable.shape != weight.shape:
           raise ConversionError(f"The Keras optimizer's {slot} slot for {name} has shape "
                                 f"{variable.shape}.")
-        state.append(KerasState(key(variable), variable, name, SLOT, slot))
-  if config.optimizer == "adam":  # optimizers.V1Adam's powers of beta, as v1 names them.
-    for v1_name, variable in zip(checkpoints.V1_OPTIMIZER_VARIABLES,
-                                 optimizer._powers):  # pylint: disable=protected-access
-      state.append(KerasState(key(variable), variable, "", OPTIMIZER, v1_name))
-  carried = {id(s.variable) for s in state}
-  left = [v for v in optimizer.variables if id(v) not in carried]
-  if left and config.optimizer != "sgd":
-    raise ConversionError(f"The Keras {config.optimizer} optimizer holds "
-                          f"{', '.join(v.name for v in left)}, which this converter does not "
-                          "know how to carry.")
-  return state, {key(v): "plain SGD's last update, which a momentum of 0 never reads"
-                 for v in left}
+        state.append(KerasState(keys[id(variable)], variable, name, SLOT, slot, part))
+  left = []
+  for part in parts:
+    if part.config.optimizer == "adam":  # optimizers.V1Adam's powers of beta, as v1 names them.
+      for v1_name, variable in zip(checkpoints.V1_OPTIMIZER_VARIABLES,
+                                   part.optimizer._powers):  # pylint: disable=protected-access
+        state.append(KerasState(keys[id(variable)], variable, "", OPTIMIZER, v1_name, part.name))
+    carried = {id(s.variable) for s in state}
+    others = [v for v in part.optimizer.variables if id(v) not in carried]
+    if others and part.config.optimizer != "sgd":
+      raise ConversionError(f"The Keras {part.config.optimizer} optimizer holds "
+                            f"{', '.join(v.name for v in others)}, which this converter does "
+                            "not know how to carry.")
+    left += others
+  derived = {keys[id(v)]: "plain SGD's last update, which a momentum of 0 never reads"
+             for v in left}
+  if len(parts) > 1:
+    derived.update({checkpoints.keras_key(f"{part.prefix}/_learning_rate"):
+                    f"the {part.name} part's constant rate, which the run's flags give"
+                    for part in parts})
+  return state, derived
 
 
 def read_back(path: str, expected: Mapping[str, np.ndarray]) -> None:
@@ -570,15 +619,62 @@ def _canned() -> Any:
   return convert_canned
 
 
-def _as_v1(config: Config) -> Optional[Config]:
-  """For a `tf.compat.v1.estimator` canned model, its config as this module's single-optimizer
-  path reads it (`--optimizer` its part's, at the v1 defaults); None for any other model.
-  Its twin trains with the v1-exact Keras optimizer, whose slots are the CNN's."""
-  if model_lib.spec(config).canned is None or model_lib.spec(config).canned.v1_scope is None:
+def _v1_parts(config: Config) -> Optional[Dict[str, Config]]:
+  """For a `tf.compat.v1.estimator` canned model, each part's config as this module's
+  single-optimizer path reads it (`--optimizer` the part's, at the v1 defaults), by part
+  ("dnn", "linear"); None for any other model. Its twin trains each part with the v1-exact
+  Keras optimizer, whose slots are the CNN's."""
+  canned_spec = model_lib.spec(config).canned
+  if canned_spec is None or canned_spec.v1_scope is None:
     return None
   settings = config.canned_settings()
-  return dataclasses.replace(config, optimizer=settings[
-      "dnn_optimizer" if "dnn_optimizer" in settings else "linear_optimizer"])
+  return {part: dataclasses.replace(config, optimizer=settings[f"{part}_optimizer"])
+          for part in ("dnn", "linear") if f"{part}_optimizer" in settings}
+
+
+def _parts(config: Config) -> Dict[str, Config]:
+  """The model's optimizers, each as a config whose `--optimizer` is its: `_v1_parts`, or
+  {"": config} for a model of one optimizer the Estimator builds from --optimizer."""
+  return _v1_parts(config) or {"": config}
+
+
+def _part_of(parts: Mapping[str, Config], weight: str) -> str:
+  """Which of `parts` updates the weight of this name."""
+  return canned.part_of(weight) if len(parts) > 1 else next(iter(parts))
+
+
+def _optimizer_flag(part: str) -> str:
+  return f"--{part}_optimizer" if part else "--optimizer"
+
+
+def _single_or_v1(config: Config, assignment_map: Optional[AssignmentMap]) -> Config:
+  """`config` as this module reads it: a one-part `tf.compat.v1.estimator` canned model's
+  part's (`--optimizer` its), else `config` itself. Refuses a map for a TF2 canned model
+  (its names are the canned Estimator's), and two Adam parts (whose powers of beta v1
+  names apart only by the order it made them in)."""
+  if config.canned_settings() and not _v1_parts(config):
+    _no_map(assignment_map, config)
+    return config
+  parts = _parts(config)
+  if sum(part.optimizer == "adam" for part in parts.values()) > 1:
+    raise ConversionError(f"--model={config.model} with Adam in both parts is not carried: "
+                          "give one part another optimizer, or go on training with the "
+                          "backend that wrote the run.")
+  return next(iter(parts.values())) if len(parts) == 1 else config
+
+
+def _adam_part(config: Config) -> Config:
+  """The part that trains with Adam (whose powers of beta `check_counters` reads), or any."""
+  parts = list(_parts(config).values())
+  return next((part for part in parts if part.optimizer == "adam"), parts[0])
+
+
+def _check_part_steps(part_steps: Mapping[str, int], step: int, path: str) -> None:
+  for key, counted in part_steps.items():
+    if counted != step:
+      raise ConversionError(f"{path}: {key} counted {counted} steps, the model's optimizer "
+                            f"{step}: the Estimator keeps one step, so the run has no one step "
+                            "to go on from. Convert another checkpoint.")
 
 
 def _v1_slot_name(config: Config, weight: str, slot: str) -> str:
@@ -589,9 +685,8 @@ def _v1_slot_name(config: Config, weight: str, slot: str) -> str:
 
 def _v1_counter_name(config: Config, counter: str) -> str:
   """Adam's power of beta (`beta1_power`) as the Estimator of `config.model` names it."""
-  canned = model_lib.spec(config).canned
-  scope = canned.v1_scope if canned and canned.v1_scope else ""
-  return f"{scope}head/{scope}{counter}" if scope else counter
+  scope = model_lib.spec(config).canned.v1_scope if _v1_parts(config) else None
+  return counter if scope is None else f"{scope}head/{scope}{counter}"
 
 
 def _no_map(assignment_map: Optional[AssignmentMap], config: Config) -> None:
@@ -632,12 +727,9 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
       unmapped or of the wrong shape, a model weight without a value, or
       another optimizer's state (without `reset_slots`).
   """
-  config = config or Config()
-  v1 = _as_v1(config)
-  if config.canned_settings() and not v1:
-    _no_map(assignment_map, config)
+  config = _single_or_v1(config or Config(), assignment_map)
+  if config.canned_settings() and not _v1_parts(config):
     return _canned().estimator_to_keras(src_model_dir, dst_model_dir, config, reset_slots)
-  config = v1 or config
   check_target(dst_model_dir)
   path, skipped = newest(src_model_dir, "estimator")
   entries = estimator_accounting(path, config, assignment_map, reset_slots)
@@ -651,14 +743,14 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
   sources[("", STEP, "")] = STEP_VARIABLE
   mapped, written, reset = [], {}, []
   state, _ = _keras_state(model, config)
-  for key, variable, weight, kind, slot in state:
+  for key, variable, weight, kind, slot, _ in state:
     if reset_slots and kind in (SLOT, OPTIMIZER):  # As the optimizer built it.
       reset.append(Ignored(f"{weight}/{slot}" if weight else slot, starts_at(variable.numpy())))
       written[key] = variable.numpy()
       continue
-    name = sources[(weight, kind, slot)]
+    name = sources[("", STEP, "") if kind == PART_STEP else (weight, kind, slot)]
     value = reader.get_tensor(name)
-    if kind == STEP:
+    if kind in (STEP, PART_STEP):
       value = np.int64(value)  # Very old Estimators kept an int32 global_step.
     elif value.dtype != variable.dtype.as_numpy_dtype:
       raise ConversionError(f"{path}: {name} is {value.dtype}, the model's {weight} "
@@ -668,7 +760,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
     written[key] = np.asarray(value)
   if not reset_slots:
     check_counters({e.slot: reader.get_tensor(e.name) for e in entries if e.kind == OPTIMIZER},
-                   step, config, path)
+                   step, _adam_part(config), path)
 
   def write(staging: str) -> str:
     saved = keras_trainer.save_checkpoint(model, staging, step)
@@ -683,15 +775,18 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
                     reset, skipped)
 
 
-_KERAS_OPTIMIZER_VARIABLES = "model/optimizer/_variables/"  # Keys of the step's siblings.
+def _optimizer_variable(key: str) -> bool:
+  """Whether a Keras checkpoint key is one of an optimizer's variables (not its step)."""
+  return key.startswith("model/optimizer/") and "/_variables/" in key
 
 
-def _holds_state_of(saved: Mapping[str, str], model: tf_keras.Model) -> bool:
+def _holds_state_of(saved: Mapping[str, str], model: tf_keras.Model, config: Config) -> bool:
   """Whether a Keras checkpoint's optimizer variables (`checkpoints.saved_names`) are the compiled
-  model's optimizer's, one for one by key and name."""
-  expected = {checkpoints.keras_key(f"{_KERAS_OPTIMIZER_VARIABLES}{j}"): v.name.split(":")[0]
-              for j, v in enumerate(model.optimizer.variables) if j}  # 0: the step.
-  held = {k: name for k, name in saved.items() if k.startswith(_KERAS_OPTIMIZER_VARIABLES)}
+  model's optimizer's (or optimizers'), one for one by key and name."""
+  expected = {checkpoints.keras_key(f"{part.prefix}/_variables/{j}"): v.name.split(":")[0]
+              for part in _optimizer_parts(model, config)
+              for j, v in enumerate(part.optimizer.variables) if j}  # 0: the step.
+  held = {k: name for k, name in saved.items() if _optimizer_variable(k)}
   return held.keys() == expected.keys() and all(
       held[k] == name or held[k].endswith("/" + name) for k, name in expected.items())
 
@@ -699,6 +794,8 @@ def _holds_state_of(saved: Mapping[str, str], model: tf_keras.Model) -> bool:
 def _keras_trained_with(saved: Mapping[str, str], config: Config) -> str:
   """Which --optimizer wrote these optimizer variables (`checkpoints.saved_names`), for a message.
   tf_keras names SGD's and momentum's slots alike: the run record tells them apart."""
+  if len(_parts(config)) > 1:
+    return "other --dnn_optimizer and --linear_optimizer settings"
   plain = {name: None for name in config_lib.HYPERPARAMETERS}
   candidates = [(name, dataclasses.replace(config, optimizer=name, **plain))
                 for name in optimizers.SLOTS]
@@ -708,7 +805,7 @@ def _keras_trained_with(saved: Mapping[str, str], config: Config) -> str:
   for name, candidate in candidates:
     model = keras_trainer.compile_model(candidate)
     model.optimizer.build(model.trainable_variables)
-    if _holds_state_of(saved, model):
+    if _holds_state_of(saved, model, candidate):
       found.append(f"--optimizer={name}")
   return " or ".join(found) or "an optimizer this converter does not know"
 
@@ -742,13 +839,10 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
       that is neither carried nor known to be derived, or another optimizer's
       state (without `reset_slots`).
   """
-  config = config or Config()
-  v1 = _as_v1(config)
-  if config.canned_settings() and not v1:
-    _no_map(assignment_map, config)
+  config = _single_or_v1(config or Config(), assignment_map)
+  if config.canned_settings() and not _v1_parts(config):
     return _canned().keras_to_estimator(src_model_dir, dst_model_dir, config, reset_slots,
                                         from_backup)
-  config = v1 or config
   check_target(dst_model_dir)
   names = _inverse_map(assignment_map, config)
   path, skipped = newest(src_model_dir, "keras", from_backup)
@@ -756,19 +850,19 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   state, derived = _keras_state(model, config)  # The optimizer built, its slots made.
   reader = read_checkpoint(path)
   saved = checkpoints.saved_names(reader)
-  if not reset_slots and not _holds_state_of(saved, model):
+  if not reset_slots and not _holds_state_of(saved, model, config):
     raise optimizer_differs(path, _keras_trained_with(saved, config), config)
   if reset_slots:  # The source's optimizer variables, whichever: none is carried.
-    derived = {k: f"{_RESET} (it held {saved[k]})" for k in saved
-               if k.startswith(_KERAS_OPTIMIZER_VARIABLES)}
-    state = [s for s in state if s.kind in (WEIGHT, STEP)]
+    derived.update({k: f"{_RESET} (it held {saved[k]})" for k in saved
+                    if _optimizer_variable(k)})
+    state = [s for s in state if s.kind in (WEIGHT, STEP, PART_STEP)]
   unknown = sorted(set(saved) - {s.key for s in state} - set(KERAS_DERIVED) - set(derived))
   if unknown:
     raise ConversionError(f"{path} holds {', '.join(unknown)}, which this converter does not "
                           "know how to carry.")
   values: Dict[str, np.ndarray] = {}
-  mapped = []
-  for key, variable, weight, kind, slot in state:
+  mapped, part_steps = [], {}
+  for key, variable, weight, kind, slot, _ in state:
     if not reader.has_tensor(key):
       raise ConversionError(f"{path} has no {key} ({weight or 'the step'}): it does not match "
                             f"--model={config.model}.")
@@ -776,17 +870,27 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     if value.shape != tuple(variable.shape):
       raise ConversionError(f"{path}: {key} ({weight}) has shape {_fmt_shape(value.shape)}, "
                             f"--model={config.model}'s {_fmt_shape(variable.shape)}.")
+    if kind == PART_STEP:  # The Estimator counts one step: this one must equal it.
+      part_steps[key] = int(value)
+      continue
     name = {STEP: STEP_VARIABLE, WEIGHT: names.get(weight, weight),
             OPTIMIZER: _v1_counter_name(config, slot),
             SLOT: _v1_slot_name(config, names.get(weight, weight), slot)}[kind]
     values[name] = np.int64(value) if kind == STEP else value
     mapped.append(Mapped(key, name, kind))
   step = int(values[STEP_VARIABLE])
+  _check_part_steps(part_steps, step, path)
+  parts = _parts(config)
+  trained = {}  # Each part's trainable weights, by the name written, and their variables.
+  for s in state:
+    if s.kind == WEIGHT and s.variable.trainable:
+      trained.setdefault(_part_of(parts, s.weight), {})[names.get(s.weight, s.weight)] = s.variable
   reset, written_zero = [], []
   if reset_slots:
-    initial = optimizers.v1_initial_state(config, {
-        names.get(s.weight, s.weight): s.variable.shape for s in state
-        if s.kind == WEIGHT and s.variable.trainable})
+    initial = {}
+    for part_name, part in parts.items():
+      initial.update(optimizers.v1_initial_state(part, {
+          name: variable.shape for name, variable in trained[part_name].items()}))
     initial = {_v1_counter_name(config, name) if name in checkpoints.V1_OPTIMIZER_VARIABLES
                else _v1_slot_name(config, *name.rsplit("/", 1)): value
                for name, value in initial.items()}
@@ -794,14 +898,14 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     reset = [Ignored(name, starts_at(value)) for name, value in sorted(initial.items())]
   else:
     check_counters({checkpoints.v1_counter(k): v for k, v in values.items()
-                    if checkpoints.v1_counter(k)}, step, config, path)
+                    if checkpoints.v1_counter(k)}, step, _adam_part(config), path)
     # The slots v1 keeps and the twin does not (never read): written as zeros, as the
     # Estimator restores every slot it makes.
-    for slot, why in optimizers.unread_slots(config):
-      for s in state:
-        if s.kind == WEIGHT and s.variable.trainable:
-          name = _v1_slot_name(config, names.get(s.weight, s.weight), slot.v1)
-          values[name] = np.zeros(s.variable.shape, s.variable.dtype.as_numpy_dtype)
+    for part_name, part in parts.items():
+      for slot, why in optimizers.unread_slots(part):
+        for weight, variable in trained[part_name].items():
+          name = _v1_slot_name(config, weight, slot.v1)
+          values[name] = np.zeros(variable.shape, variable.dtype.as_numpy_dtype)
           written_zero.append(Ignored(name, f"written as zeros: {why}"))
 
   def write(staging: str) -> str:
@@ -815,7 +919,9 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
                     [Ignored(k, why) for k, why in {**KERAS_DERIVED, **derived}.items()
-                     if k in saved] + written_zero, reset, skipped)
+                     if k in saved] + written_zero
+                    + [Ignored(k, "the linear part's own count of steps, the step's")
+                       for k in part_steps], reset, skipped)
 
 
 def write_name_based(values: Mapping[str, np.ndarray], directory: str, step: int) -> str:

@@ -17,7 +17,7 @@ Estimator's checkpoint has one place in the twin:
 
 Anything else, or anything missing (a run with another `--hidden_units` or
 `--dnn_optimizer`), stops it. The `tf.compat.v1.estimator` canned classes (v1
-optimizers) are not carried yet.
+optimizers, whose slots are the CNN's) are carried by `convert` itself.
 """
 
 from typing import Dict, List, NamedTuple, Tuple
@@ -52,7 +52,7 @@ def _parts(model: tf_keras.Model, config: Config
   optimizer = model.optimizer
   if isinstance(optimizer, canned.PartOptimizers):
     return [(part, getattr(optimizer, part),
-             [v for v in model.trainable_variables if optimizer.part_of(v) == part])
+             [v for v in model.trainable_variables if canned.part_of(v.name) == part])
             for part in ("dnn", "linear")]
   return [("dnn" if "dnn_optimizer" in config.canned_settings() else "linear", optimizer,
            model.trainable_variables)]

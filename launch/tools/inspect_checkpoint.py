@@ -157,8 +157,6 @@ def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) ->
     return []
   model = "wide_deep" if hidden and linear else "dnn" if hidden else "linear"
   if v1_slots:  # A tf.compat.v1.estimator class's: its twin sums the loss.
-    if model == "wide_deep":
-      return []  # No twin of the v1 DNNLinearCombinedClassifier yet.
     model += "_v1"
   flags = [f"--model={model}"]
   if hidden:

@@ -7,6 +7,9 @@
 - `linear`: `tf.estimator.LinearClassifier`;
 - `wide_deep`: `tf.estimator.DNNLinearCombinedClassifier`, the sum of the two, each
   part with its own optimizer;
+- `dnn_v1`, `linear_v1`, `wide_deep_v1`: the `tf.compat.v1.estimator` classes (a summed
+  loss, tf.compat.v1.train optimizers), whose twins train with the v1-exact tf_keras
+  optimizers;
 
 each over one `numeric_column` of the image (`--feature_name`), 10 classes. The
 Estimator backend constructs the canned class itself (`Canned.estimator`) with the
@@ -120,14 +123,21 @@ def build_wide_deep(seed: int, init: model.Init, hidden_units: str, dropout: flo
   return tf_keras.Model(image, logits, name="wide_deep")
 
 
+def part_of(weight: str) -> str:
+  """"linear" or "dnn": which part of DNNLinearCombinedClassifier, and so which of its
+  optimizers, has the weight (or variable) of this name."""
+  return "linear" if weight.startswith("linear/") else "dnn"
+
+
 class PartOptimizers(tf_keras.optimizers.legacy.Optimizer):
   """DNNLinearCombinedClassifier's two optimizers as the one `Model.fit` takes: the linear
   part's updates the `linear/` weights, the DNN part's the others. Its iterations are the
   DNN part's, as the canned Estimator's global step is; the linear part counts its own.
+  The parts are tf_keras legacy optimizers (the TF2 class's twin) or the v1-exact ones of
+  trainers/optimizers.py (the tf.compat.v1 class's); each aggregates its own gradients.
   """
 
-  def __init__(self, dnn: tf_keras.optimizers.legacy.Optimizer,
-               linear: tf_keras.optimizers.legacy.Optimizer, name: str = "PartOptimizers"):
+  def __init__(self, dnn: Any, linear: Any, name: str = "PartOptimizers"):
     super().__init__(name)
     self.dnn, self.linear = dnn, linear
     self._track_trackable(dnn, "dnn")
@@ -140,15 +150,10 @@ class PartOptimizers(tf_keras.optimizers.legacy.Optimizer):
   def iterations(self) -> tf.Variable:
     return self.dnn.iterations
 
-  @staticmethod
-  def part_of(variable: tf.Variable) -> str:
-    """"linear" or "dnn": which part's optimizer updates `variable`."""
-    return "linear" if variable.name.startswith("linear/") else "dnn"
-
   def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
     parts: Dict[str, list] = {"dnn": [], "linear": []}
     for gradient, variable in grads_and_vars:
-      parts[self.part_of(variable)].append((gradient, variable))
+      parts[part_of(variable.name)].append((gradient, variable))
     return tf.group(*(getattr(self, part).apply_gradients(
         pairs, experimental_aggregate_gradients=experimental_aggregate_gradients)
                       for part, pairs in parts.items() if pairs))
@@ -238,17 +243,18 @@ def linear_classifier(config: Config, run_config: Any, warm_start_from: Optional
       config=run_config, warm_start_from=warm_start_from)
 
 
-def wide_deep_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any]
-                         ) -> Any:
+def wide_deep_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any],
+                         v1: bool = False) -> Any:
   """tf.estimator.DNNLinearCombinedClassifier with the run's settings, both parts over the
-  image."""
+  image (`v1`: tf.compat.v1.estimator's)."""
   settings = config.canned_settings()
-  return tf.estimator.DNNLinearCombinedClassifier(
+  api, optimizer = ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
+                    else (tf.estimator, _canned_optimizer))
+  return api.DNNLinearCombinedClassifier(
       linear_feature_columns=_columns(settings),
-      linear_optimizer=_canned_optimizer(settings["linear_optimizer"],
-                                         settings["linear_learning_rate"]),
+      linear_optimizer=optimizer(settings["linear_optimizer"], settings["linear_learning_rate"]),
       dnn_feature_columns=_columns(settings),
-      dnn_optimizer=_canned_optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
+      dnn_optimizer=optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
       dnn_hidden_units=config.hidden_units_list(),
       dnn_activation_fn=getattr(tf.nn, settings["activation"]),
       dnn_dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
@@ -285,3 +291,11 @@ LINEAR_V1 = model.ModelSpec(
     name="linear_v1", build=build_linear, loss_reduction=model.SUM,
     canned=model.Canned(estimator=functools.partial(linear_classifier, v1=True),
                         keras_optimizer=_v1_twin_optimizer("linear"), v1_scope="linear/"))
+# Its model_fn minimizes outside the parts' scopes: its slots are `<weight>/<slot>`.
+WIDE_DEEP_V1 = model.ModelSpec(
+    name="wide_deep_v1", build=build_wide_deep, loss_reduction=model.SUM,
+    canned=model.Canned(estimator=functools.partial(wide_deep_classifier, v1=True),
+                        keras_optimizer=lambda config: PartOptimizers(
+                            _v1_twin_optimizer("dnn")(config),
+                            _v1_twin_optimizer("linear")(config)),
+                        v1_scope=""))
