@@ -383,6 +383,16 @@ def test_a_v1_canned_run_goes_across_and_back_unchanged(settings, slot, counter,
     np.testing.assert_array_equal(value, original[name], err_msg=name)
 
 
+def test_adam_in_both_v1_parts_and_part_steps_apart_are_refused(tmp_path):
+  both = Config(model="wide_deep_v1", dnn_optimizer="adam", linear_optimizer="adam")
+  with pytest.raises(convert.ConversionError, match="with Adam in both parts is not carried"):
+    convert.estimator_to_keras(str(tmp_path / "nothing"), str(tmp_path / "keras"), config=both)
+  assert not (tmp_path / "keras").exists()
+  convert.check_part_steps({"linear/_iterations": 7}, 7, "ckpt")
+  with pytest.raises(convert.ConversionError, match="counted 6 steps, the model's optimizer 7"):
+    convert.check_part_steps({"linear/_iterations": 6}, 7, "ckpt")
+
+
 def test_adams_counters_must_agree_with_the_step(tmp_path):
   config = Config(optimizer="adam")
   values = {"beta1_power": np.float32(0.9 ** 4), "beta2_power": np.float32(0.999 ** 4)}

@@ -90,9 +90,11 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
 @pytest.mark.parametrize("workers, models", [
     (1, ["wide_deep"]),  # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl.
     (2, ["dnn"]),
-    # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer, its own loss reports.
-    (2, ["linear_v1"]),
+    # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer per part, its own loss
+    # reports.
+    (2, ["wide_deep_v1"]),
     pytest.param(1, ["dnn", "linear"], marks=pytest.mark.extended),
+    pytest.param(2, ["linear_v1"], marks=pytest.mark.extended),
 ])
 def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_data_dir,
                                                        tmp_path):
@@ -106,7 +108,7 @@ def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_dat
   cells = (json.loads((tmp_path / "parity_matrix.json").read_text())["cells"] if len(models) > 1
            else [json.loads((tmp_path / "parity_report.json").read_text())])
   optimizers = {"dnn": "adagrad", "linear": "ftrl", "wide_deep": "adagrad+ftrl",
-                "linear_v1": "ftrl"}
+                "linear_v1": "ftrl", "wide_deep_v1": "adagrad+ftrl"}
   assert [(c["model"], c["optimizer"]) for c in cells] == [(m, optimizers[m]) for m in models]
   for cell in cells:
     assert cell["passed"], cell["model"]

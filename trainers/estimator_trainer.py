@@ -305,7 +305,7 @@ class Backend(loop.Backend):
   def train(self) -> loop.Trained:
     run, config = self.run, self.run.config
     scale = (1 / run.strategy.num_replicas_in_sync
-             if self._canned and self._canned.v1_scope is None else 1.0)
+             if self._canned and not self._canned.v1 else 1.0)
     progress = _Progress(config.log_every_steps, config.train_steps,
                          run.model_dir if run.chief else None, scale)
     worker = run.task is not None and not run.chief

@@ -75,12 +75,18 @@ class Canned:
     keras_optimizer: `keras_optimizer(config)` -> the twin's optimizer.
     v1_scope: for a `tf.compat.v1.estimator` class (v1 optimizers, summed loss), the
       scope its model_fn minimizes in under a strategy, which prefixes its slots'
-      names (`dnn/` for `dnn/dnn/hiddenlayer_0/kernel/Adagrad`); None for a TF2 one.
+      names (`dnn/` for `dnn/dnn/hiddenlayer_0/kernel/Adagrad`, "" where it minimizes
+      outside its parts' scopes); None for a TF2 one.
   """
 
   estimator: Callable[[Config, Any, Optional[Any]], Any]
   keras_optimizer: Callable[[Config], Any]
   v1_scope: Optional[str] = None
+
+  @property
+  def v1(self) -> bool:
+    """Whether it is a `tf.compat.v1.estimator` class."""
+    return self.v1_scope is not None
 
 
 @dataclasses.dataclass(frozen=True)

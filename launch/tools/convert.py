@@ -625,7 +625,7 @@ def _v1_parts(config: Config) -> Optional[Dict[str, Config]]:
   ("dnn", "linear"); None for any other model. Its twin trains each part with the v1-exact
   Keras optimizer, whose slots are the CNN's."""
   canned_spec = model_lib.spec(config).canned
-  if canned_spec is None or canned_spec.v1_scope is None:
+  if canned_spec is None or not canned_spec.v1:
     return None
   settings = config.canned_settings()
   return {part: dataclasses.replace(config, optimizer=settings[f"{part}_optimizer"])
@@ -669,7 +669,8 @@ def _adam_part(config: Config) -> Config:
   return next((part for part in parts if part.optimizer == "adam"), parts[0])
 
 
-def _check_part_steps(part_steps: Mapping[str, int], step: int, path: str) -> None:
+def check_part_steps(part_steps: Mapping[str, int], step: int, path: str) -> None:
+  """Raises unless each part's own count of steps (by its Keras key) is the model's `step`."""
   for key, counted in part_steps.items():
     if counted != step:
       raise ConversionError(f"{path}: {key} counted {counted} steps, the model's optimizer "
@@ -879,7 +880,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     values[name] = np.int64(value) if kind == STEP else value
     mapped.append(Mapped(key, name, kind))
   step = int(values[STEP_VARIABLE])
-  _check_part_steps(part_steps, step, path)
+  check_part_steps(part_steps, step, path)
   parts = _parts(config)
   trained = {}  # Each part's trainable weights, by the name written, and their variables.
   for s in state:

@@ -175,7 +175,7 @@ def rules(config: Config) -> Callable[[str], Rule]:
   if not settings:
     every = Rule(UPDATES[config.optimizer], config.hyperparameters(), None)
     return lambda name: every
-  v1 = model_lib.spec(config).canned.v1_scope is not None
+  v1 = model_lib.spec(config).canned.v1
   by_part = {}
   for part in ("dnn", "linear"):
     if f"{part}_optimizer" in settings:
