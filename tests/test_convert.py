@@ -1,5 +1,6 @@
 """launch.tools.convert and launch.convert: checkpoints carried between the backends."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -381,6 +382,39 @@ def test_a_v1_canned_run_goes_across_and_back_unchanged(settings, slot, counter,
   assert set(returned) == set(original)
   for name, value in returned.items():
     np.testing.assert_array_equal(value, original[name], err_msg=name)
+
+
+def test_a_v1_canned_run_goes_to_other_part_optimizers_with_reset_slots(tmp_path):
+  trained = Config(model="wide_deep_v1", hidden_units="8", train_steps=STEPS,
+                   global_batch_size=32, eval_batch_size=50, checkpoint_every_steps=STEPS)
+  source = tmp_path / "estimator"
+  loop.train_and_evaluate(estimator_trainer.Backend, trained, str(source),
+                          strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                          input_fn=memory_input_fn(trained.global_batch_size))
+  original = _read_checkpoint(str(source))
+  other = dataclasses.replace(trained, dnn_optimizer="adam", linear_optimizer="rmsprop")
+  with pytest.raises(convert.ConversionError, match="trained with --dnn_optimizer=adagrad, not "
+                     "--dnn_optimizer=adam"):
+    convert.estimator_to_keras(str(source), str(tmp_path / "refused"), config=other)
+  there = convert.estimator_to_keras(str(source), str(tmp_path / "keras"), config=other,
+                                     reset_slots=True)
+  # The weights and the step carried; Adagrad's and Ftrl's slots not, each saying so.
+  slots = {n for n in original if n.endswith(("/Adagrad", "/Ftrl", "/Ftrl_1"))}
+  assert len(slots) == 8  # 4 DNN weights, 2 linear ones with 2 slots each.
+  assert {m.source for m in there.mapped} == set(original) - slots
+  assert {i.name for i in there.ignored} == slots
+  # Back, with the source's optimizers, reset: v1's starting state, by the v1 class's names.
+  convert.keras_to_estimator(str(tmp_path / "keras"), str(tmp_path / "back"), config=trained,
+                             reset_slots=True)
+  returned = _read_checkpoint(str(tmp_path / "back"))
+  assert set(returned) == set(original)
+  for name, value in returned.items():
+    if name.endswith(("/Adagrad", "/Ftrl")):
+      np.testing.assert_array_equal(value, np.full_like(value, 0.1), err_msg=name)
+    elif name.endswith("/Ftrl_1"):
+      np.testing.assert_array_equal(value, np.zeros_like(value), err_msg=name)
+    else:
+      np.testing.assert_array_equal(value, original[name], err_msg=name)
 
 
 def test_adam_in_both_v1_parts_and_part_steps_apart_are_refused(tmp_path):
