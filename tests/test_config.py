@@ -28,7 +28,7 @@ from trainers.config import Config
     ({"record_dir": "/tmp/r", "steps_per_execution": 10}, "needs --steps_per_execution=1"),
     # A canned model's settings (the canned Estimator's arguments) and nobody else's.
     ({"hidden_units": "64"}, "--hidden_units is not a setting of --model=cnn; it is one of "
-     "--model=dnn, wide_deep, dnn_v1."),
+     "--model=dnn, wide_deep, dnn_v1, wide_deep_v1."),
     ({"model": "linear", "dropout": 0.1}, "--dropout is not a setting of --model=linear"),
     ({"model": "dnn", "optimizer": "adam"}, "--optimizer is not a setting of --model=dnn, which "
      "trains with the canned Estimator's optimizers: set --dnn_optimizer, --dnn_learning_rate."),

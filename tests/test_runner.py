@@ -261,7 +261,7 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
      "--momentum is not a setting of --optimizer=adam"),
     (["--optimizer=rmsprop", "--rho=1"], {}, "--rho must be in [0, 1), got 1.0"),
     (["--workers=2", "--hidden_units=64"], {}, "--hidden_units is not a setting of --model=cnn; "
-     "it is one of --model=dnn, wide_deep, dnn_v1."),
+     "it is one of --model=dnn, wide_deep, dnn_v1, wide_deep_v1."),
     (["--model=dnn", "--optimizer=adam"], {}, "--optimizer is not a setting of --model=dnn"),
     (["--workers=2", "--max_restarts=-1"], {}, "--max_restarts must be at least 0"),
     (["extra"], {}, "Unexpected arguments: extra"),
