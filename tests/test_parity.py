@@ -53,10 +53,11 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
 
 @pytest.mark.real_data
 @pytest.mark.parametrize("workers, optimizers", [
-    # Adam is proved above, at 2 workers; the others here, at 1 worker. Plain SGD (momentum
-    # 0, no slots) and momentum at 2 workers in the extended run.
-    (1, ["momentum", "adagrad", "ftrl", "rmsprop"]),
-    pytest.param(1, ["sgd"], marks=pytest.mark.extended),
+    # Adam is proved above, at 2 workers; the others here, at 1 worker. Ftrl is v1's in
+    # wide_deep_v1's linear part, at 2 workers (below); plain SGD (momentum 0, no slots),
+    # Ftrl alone and momentum at 2 workers in the extended run.
+    (1, ["momentum", "adagrad", "rmsprop"]),
+    pytest.param(1, ["sgd", "ftrl"], marks=pytest.mark.extended),
     pytest.param(2, ["momentum"], marks=pytest.mark.extended),
 ])
 def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_data_dir,
@@ -65,7 +66,7 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
                                         "--optimizer=" + ",".join(optimizers),
                                         "--train_steps=10", "--long_steps=0",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
-                      timeout=1500)  # Four cells: 8 min in CI, sharing 2 cores.
+                      timeout=1500)  # Three cells: 4 to 6 min in CI, sharing 2 cores.
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   if len(optimizers) == 1:  # One cell: its report alone, in --out.
     cells = [json.loads((tmp_path / "parity_report.json").read_text())]
@@ -88,12 +89,13 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
 
 @pytest.mark.real_data
 @pytest.mark.parametrize("workers, models", [
-    (1, ["wide_deep"]),  # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl.
-    (2, ["dnn"]),
+    # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl.
+    (2, ["wide_deep"]),
     # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer per part, its own loss
     # reports.
     (2, ["wide_deep_v1"]),
-    pytest.param(1, ["dnn", "linear"], marks=pytest.mark.extended),
+    pytest.param(1, ["dnn", "linear", "wide_deep"], marks=pytest.mark.extended),
+    pytest.param(2, ["dnn"], marks=pytest.mark.extended),
     pytest.param(2, ["linear_v1"], marks=pytest.mark.extended),
 ])
 def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_data_dir,
