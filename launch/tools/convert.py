@@ -881,33 +881,12 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     mapped.append(Mapped(key, name, kind))
   step = int(values[STEP_VARIABLE])
   check_part_steps(part_steps, step, path)
-  parts = _parts(config)
   trained = {}  # Each part's trainable weights, by the name written, and their variables.
   for s in state:
     if s.kind == WEIGHT and s.variable.trainable:
-      trained.setdefault(_part_of(parts, s.weight), {})[names.get(s.weight, s.weight)] = s.variable
-  reset, written_zero = [], []
-  if reset_slots:
-    initial = {}
-    for part_name, part in parts.items():
-      initial.update(optimizers.v1_initial_state(part, {
-          name: variable.shape for name, variable in trained[part_name].items()}))
-    initial = {_v1_counter_name(config, name) if name in checkpoints.V1_OPTIMIZER_VARIABLES
-               else _v1_slot_name(config, *name.rsplit("/", 1)): value
-               for name, value in initial.items()}
-    values.update(initial)
-    reset = [Ignored(name, starts_at(value)) for name, value in sorted(initial.items())]
-  else:
-    check_counters({checkpoints.v1_counter(k): v for k, v in values.items()
-                    if checkpoints.v1_counter(k)}, step, _adam_part(config), path)
-    # The slots v1 keeps and the twin does not (never read): written as zeros, as the
-    # Estimator restores every slot it makes.
-    for part_name, part in parts.items():
-      for slot, why in optimizers.unread_slots(part):
-        for weight, variable in trained[part_name].items():
-          name = _v1_slot_name(config, weight, slot.v1)
-          values[name] = np.zeros(variable.shape, variable.dtype.as_numpy_dtype)
-          written_zero.append(Ignored(name, f"written as zeros: {why}"))
+      trained.setdefault(_part_of(_parts(config), s.weight), {})[
+          names.get(s.weight, s.weight)] = s.variable
+  reset, written_zero = _v1_state_to_write(values, trained, config, step, path, reset_slots)
 
   def write(staging: str) -> str:
     saved = write_name_based(values, staging, step)
@@ -923,6 +902,37 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
                      if k in saved] + written_zero
                     + [Ignored(k, "the linear part's own count of steps, the step's")
                        for k in part_steps], reset, skipped)
+
+
+def _v1_state_to_write(values: Dict[str, np.ndarray], trained: Mapping[str, Mapping[str, Any]],
+                       config: Config, step: int, path: str, reset_slots: bool
+                       ) -> Tuple[List[Ignored], List[Ignored]]:
+  """Adds to `values` (the Estimator checkpoint's, by name) the v1 optimizers' state the Keras
+  checkpoint did not give: with `reset_slots`, each part's as its v1 optimizer starts (for
+  `trained`, each part's trainable weights by name); else zeros for the slots v1 keeps and
+  the twin does not (never read: the Estimator restores every slot it makes), after checking
+  Adam's counters against `step`. Returns (reset, written as zeros)."""
+  parts = _parts(config)
+  if reset_slots:
+    initial = {}
+    for part_name, part in parts.items():
+      initial.update(optimizers.v1_initial_state(part, {
+          name: variable.shape for name, variable in trained[part_name].items()}))
+    initial = {_v1_counter_name(config, name) if name in checkpoints.V1_OPTIMIZER_VARIABLES
+               else _v1_slot_name(config, *name.rsplit("/", 1)): value
+               for name, value in initial.items()}
+    values.update(initial)
+    return [Ignored(name, starts_at(value)) for name, value in sorted(initial.items())], []
+  check_counters({checkpoints.v1_counter(k): v for k, v in values.items()
+                  if checkpoints.v1_counter(k)}, step, _adam_part(config), path)
+  written_zero = []
+  for part_name, part in parts.items():
+    for slot, why in optimizers.unread_slots(part):
+      for weight, variable in trained[part_name].items():
+        name = _v1_slot_name(config, weight, slot.v1)
+        values[name] = np.zeros(variable.shape, variable.dtype.as_numpy_dtype)
+        written_zero.append(Ignored(name, f"written as zeros: {why}"))
+  return [], written_zero
 
 
 def write_name_based(values: Mapping[str, np.ndarray], directory: str, step: int) -> str:
