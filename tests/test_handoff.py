@@ -140,3 +140,13 @@ def test_cli_rejects_a_split_or_an_end_past_the_schedule_saying_how_it_read_them
   result = run_module("launch.handoff", args)
   assert result.returncode == 2 and "Need 0 < --split_at" in result.stderr, result.stderr
   assert said is None or said in result.stderr, result.stderr
+
+
+def test_the_table_says_a_canned_model_resumes_at_constant_rates_not_on_a_schedule():
+  checks = [handoff.Check("c", True, 0.0, 1.0)]
+  scheduled = handoff.format_table(handoff.Report([1], SPLIT, SPLIT + RESUME, STEPS, checks,
+                                                  {}, {}))
+  assert f"resumed to step {SPLIT + RESUME} on a {STEPS}-step schedule" in scheduled
+  constant = handoff.format_table(handoff.Report([1], SPLIT, SPLIT + RESUME, None, checks, {},
+                                                 {}))
+  assert "at the canned model's constant rates" in constant and "schedule" not in constant

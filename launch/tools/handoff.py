@@ -19,7 +19,7 @@ reported, not checked.
 import dataclasses
 import os
 import shutil
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +49,7 @@ class Report:
   workers: List[int]
   split_at: int
   train_steps: int
-  decay_steps: int
+  decay_steps: Optional[int]  # None: a canned model's constant rate.
   checks: List[Check]
   losses: Dict[str, List[float]]  # "<n>w/<run>": per-step training losses.
   measured: Dict[str, float]  # Reported, not checked: resumed vs uninterrupted runs.
@@ -190,7 +190,8 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
       measured[f"{n}w {leg} vs uninterrupted {backend}: max per-step loss rel diff"] = max(
           abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[f"{n}w/{leg}"], whole_losses))
   return Report(workers=list(workers), split_at=split_at, train_steps=train_steps,
-                decay_steps=decay_steps, checks=checks, losses=losses, measured=measured)
+                decay_steps=None if config.canned_settings() else decay_steps, checks=checks,
+                losses=losses, measured=measured)
 
 
 def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Config,
@@ -235,9 +236,11 @@ def _resumer(leg: str) -> str:
 
 
 def format_table(report: Report) -> str:
+  rate = (f"on a {report.decay_steps}-step schedule" if report.decay_steps is not None
+          else "at the canned model's constant rates")
   rows = [harness.format_checks(f"Handoff at step {report.split_at}, resumed to step "
-                               f"{report.train_steps} on a {report.decay_steps}-step schedule, "
-                               f"workers {report.workers}", report.checks)]
+                               f"{report.train_steps} {rate}, workers {report.workers}",
+                               report.checks)]
   if report.measured:
     rows += ["", "Resumed vs uninterrupted (measured, not checked: a resumed run rebuilds its "
              "input pipeline and reads other batches):", "| comparison | value |",
