@@ -192,8 +192,7 @@ def classify(shapes: Mapping[str, Sequence[int]], config: Config,
     elif name == STEP_VARIABLE:
       entries.append(Entry(name, shape, STEP, None))
     elif reset_slots and (counter or base):
-      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=counter or slot,
-                           part=adam[0] if counter and adam else _part_of(parts, base or "")))
+      entries.append(Entry(name, shape, IGNORED, None, _RESET, slot=counter or slot))
     elif counter:
       if adam:
         entries.append(Entry(name, shape, OPTIMIZER, None, slot=counter, part=adam[0]))
