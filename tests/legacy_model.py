@@ -12,8 +12,7 @@ from typing import Dict
 import tensorflow as tf
 
 from data import mnist
-from trainers import estimator_trainer
-from trainers import model as model_lib
+from trainers import serving
 from trainers.config import Config
 
 ASSIGNMENT_MAP: Dict[str, str] = {
@@ -37,10 +36,9 @@ def make_legacy_model_fn(config: Config):
       x = tf.compat.v1.layers.dense(x, 64, activation=tf.nn.relu)
       logits = tf.compat.v1.layers.dense(x, mnist.NUM_CLASSES)
     if mode == tf.estimator.ModeKeys.PREDICT:
-      outputs = model_lib.classification_outputs(logits)
+      predicted = serving.predictions(logits)
       return tf.estimator.EstimatorSpec(
-          mode, predictions=outputs,
-          export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)})
+          mode, predictions=predicted, export_outputs=serving.estimator_export_outputs(predicted))
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
     if mode == tf.estimator.ModeKeys.EVAL:
       return tf.estimator.EstimatorSpec(mode, loss=loss)
@@ -64,5 +62,5 @@ def train_and_export(config: Config, model_dir: str) -> str:
                                          global_batch_size=config.global_batch_size,
                                          data_dir=config.data_dir, seed=config.seed),
                   max_steps=config.train_steps)
-  return estimator.export_saved_model(os.path.join(model_dir, "export"),
-                                      estimator_trainer.serving_input_fn).decode()
+  receiver = serving.estimator_receiver_fn(serving.IMAGE, as_dict=False)
+  return estimator.export_saved_model(os.path.join(model_dir, "export"), receiver).decode()

@@ -5,12 +5,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from data import mnist
 from tests.conftest import ESTIMATOR_MISSING
 from tests.conftest import assert_ends_where_the_reference_ends
-from tests.conftest import memory_input_fn
 from tests.conftest import trained_weights
 from tests.conftest import with_initial_weights
 from trainers import keras_trainer
@@ -106,25 +103,3 @@ def test_both_backends_train_as_the_reference(case, backend_name, tmp_path):
   assert_ends_where_the_reference_ends(config, trained)
 
 
-@pytest.mark.skipif(bool(ESTIMATOR_MISSING), reason=str(ESTIMATOR_MISSING))
-def test_the_canned_export_serves_tf_examples_as_the_twin_predicts(tmp_path):
-  from launch.tools import harness  # noqa: PLC0415
-  from trainers.models import canned  # noqa: PLC0415
-  from trainers import estimator_trainer  # noqa: PLC0415 -- absent after TF 2.15.
-  from trainers import loop  # noqa: PLC0415
-  config = dataclasses.replace(CONFIG, model="dnn", hidden_units="16", feature_name="pixels")
-  input_fn = memory_input_fn(config.global_batch_size)
-  summary = loop.train_and_evaluate(estimator_trainer.Backend, config, str(tmp_path),
-                                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-                                    input_fn=input_fn)
-  serving = tf.saved_model.load(summary["export_dir"])
-  # What the canned Estimator's users serve: the classify and predict signatures of
-  # serialized tf.Examples.
-  assert {"serving_default", "classification", "predict"} <= set(serving.signatures)
-  images, _ = next(iter(input_fn(mnist.EVAL)))
-  served = serving.signatures["predict"](
-      examples=tf.constant(canned.tf_examples(images.numpy(), "pixels")))
-  twin = model_lib.build(config, harness.backend_weights("estimator", summary, config))
-  logits = twin(images, training=False).numpy()
-  np.testing.assert_allclose(served["logits"].numpy(), logits, atol=1e-5)
-  np.testing.assert_array_equal(served["class_ids"].numpy()[:, 0], logits.argmax(-1))

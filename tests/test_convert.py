@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from launch.tools import convert
 from launch.tools import runs
+from launch.tools import serving_check
 from tests.conftest import ESTIMATOR_MISSING, REPO, memory_input_fn, run_module
 from trainers import checkpoints
 from trainers import keras_trainer
@@ -24,6 +25,7 @@ from trainers import loop
 from trainers import model_dir as layout
 from trainers import optimizers
 from trainers import run_record
+from trainers import serving
 from trainers.config import Config
 
 if ESTIMATOR_MISSING:
@@ -114,21 +116,30 @@ def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, ke
   assert [r["from_step"] for r in starts] == [STEPS]
 
 
-def test_estimator_export_and_converted_keras_predict_the_same(estimator_dir, keras_dir,
+def _serves_alike(export_dir, keras_dir, config, out_dir):
+  """The checks that fail when the Estimator's export and an export of the converted Keras
+  checkpoint are sent the tiny test split's 200 images as tf.Examples."""
+  converted = serving_check.export_keras_checkpoint(keras_dir, config, str(out_dir))
+  checks = serving_check.compare(export_dir, converted, lambda: serving_check.test_images(config),
+                                 serving.feature_name(config), atol=1e-5)
+  assert any(c.where == "200 test images" for c in checks)
+  return [c.name for c in checks if not c.passed]
+
+
+def test_estimator_export_and_converted_keras_serve_the_same(estimator_dir, keras_dir,
                                                                tiny_data_dir, tmp_path):
   with open(os.path.join(estimator_dir, layout.SUMMARY_FILE)) as f:
     export_dir = json.load(f)["export_dir"]
-  same, diff, images = convert.prediction_identity(export_dir, keras_dir, _config(tiny_data_dir))
-  assert (same, images) == (True, 200) and diff <= 1e-5
+  assert _serves_alike(export_dir, keras_dir, _config(tiny_data_dir), tmp_path / "served") == []
 
   # Negative control: a checkpoint one bias off is caught.
   tampered = _read_checkpoint(estimator_dir)
   tampered["logits/bias"] = tampered["logits/bias"] + 1.0
   _write_estimator_checkpoint(tampered, str(tmp_path / "tampered"), STEPS)
   convert.estimator_to_keras(str(tmp_path / "tampered"), str(tmp_path / "tampered-keras"))
-  _, diff, _ = convert.prediction_identity(export_dir, str(tmp_path / "tampered-keras"),
-                                           _config(tiny_data_dir))
-  assert diff > 0.5
+  failed = _serves_alike(export_dir, str(tmp_path / "tampered-keras"), _config(tiny_data_dir),
+                         tmp_path / "served-tampered")
+  assert "max |diff|, answers predict/logits, estimator vs keras" in failed
 
 
 def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tmp_path):
@@ -244,8 +255,7 @@ def test_legacy_names_convert_through_the_map_and_predict_the_same(tiny_data_dir
                                           assignment_map=assignment_map, config=config)
   assert ("model/dense_1/kernel/Momentum", "slot") in [(m.source, m.kind)
                                                        for m in conversion.mapped]
-  same, diff, images = convert.prediction_identity(export_dir, str(target), config)
-  assert (same, images) == (True, 200) and diff <= 1e-5
+  assert _serves_alike(export_dir, str(target), config, tmp_path / "served") == []
 
   # Read backwards, the same map writes the legacy names again, bit for bit.
   back = tmp_path / "legacy-again"

@@ -27,6 +27,7 @@ from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
 from trainers import progress as progress_lib
+from trainers import serving
 from trainers.config import Config
 
 if not hasattr(tf, "estimator"):
@@ -84,10 +85,9 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
     model = model_lib.build(config, initial_weights)
     logits = model(features, training=mode == _ModeKeys.TRAIN)
     if mode == _ModeKeys.PREDICT:
-      outputs = model_lib.serving_outputs(config, logits)
+      predicted = serving.predictions(logits)
       return tf.estimator.EstimatorSpec(
-          mode, predictions=outputs,
-          export_outputs={"serving_default": tf.estimator.export.PredictOutput(outputs)})
+          mode, predictions=predicted, export_outputs=serving.estimator_export_outputs(predicted))
     if mode == _ModeKeys.EVAL:
       loss = model_lib.v1_loss(config, labels, logits, reduction=model_lib.MEAN)
       accuracy = tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, axis=-1))
@@ -125,20 +125,6 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
                                       training_chief_hooks=chief_hooks)
 
   return model_fn
-
-
-def serving_input_fn() -> tf.estimator.export.TensorServingInputReceiver:
-  """Serving input `image`, float32 (None, 28, 28, 1): what Keras exports too."""
-  image = tf.compat.v1.placeholder(tf.float32, (None,) + mnist.IMAGE_SHAPE, name="image")
-  return tf.estimator.export.TensorServingInputReceiver(image, {"image": image})
-
-
-def canned_serving_input_fn(config: Config):
-  """A canned Estimator's serving input: serialized tf.Examples holding the image feature,
-  as its users serve it (the `classification` and `predict` signatures)."""
-  feature = config.canned_settings()["feature_name"]
-  return tf.estimator.export.build_parsing_serving_input_receiver_fn(
-      {feature: tf.io.FixedLenFeature(mnist.IMAGE_SHAPE, tf.float32)})
 
 
 def warm_start_from(weights: model_lib.Weights, directory: str
@@ -346,6 +332,7 @@ class Backend(loop.Backend):
         self._estimator.evaluate(lambda: self._input_fn(mnist.EVAL), steps=None))
 
   def export(self) -> str:
-    receiver = canned_serving_input_fn(self.run.config) if self._canned else serving_input_fn
+    receiver = serving.estimator_receiver_fn(serving.feature_name(self.run.config),
+                                             as_dict=bool(self._canned))
     return self._estimator.export_saved_model(
         os.path.join(self.run.model_dir, layout.EXPORT_SUBDIR), receiver).decode()

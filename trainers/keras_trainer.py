@@ -20,6 +20,7 @@ from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
 from trainers import progress as progress_lib
+from trainers import serving
 from trainers.config import Config
 
 
@@ -392,14 +393,14 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
 
 
 def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
-  """Writes `model` as a SavedModel with the serving signature the Estimator exports."""
+  """Writes `model` as a SavedModel answering the Estimator's signatures (trainers/serving.py)."""
 
-  @tf.function(input_signature=[tf.TensorSpec((None,) + mnist.IMAGE_SHAPE, tf.float32, "image")])
-  def serve(image):
-    return model_lib.serving_outputs(config, model(image, training=False))
+  def save(directory: str) -> None:
+    model.save(directory, save_format="tf",
+               signatures=serving.keras_signatures(model, serving.feature_name(config)))
+    serving.mark_classify_signatures(directory)
 
-  return export.write_staged(model_dir, lambda directory: model.save(
-      directory, save_format="tf", signatures={"serving_default": serve}))
+  return export.write_staged(model_dir, save)
 
 
 class Backend(loop.Backend):

@@ -55,15 +55,6 @@ SUM = "sum"    # Its sum: tf.compat.v1.losses.Reduction.SUM, the v1 canned Estim
 REDUCTIONS = (MEAN, SUM)
 
 
-def classification_outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
-  """Serving outputs of a classifier: classes, probabilities and logits."""
-  return {
-      "classes": tf.argmax(logits, axis=-1),
-      "probabilities": tf.nn.softmax(logits),
-      "logits": logits,
-  }
-
-
 @dataclasses.dataclass(frozen=True)
 class Canned:
   """A canned Estimator: the Estimator backend runs the canned class itself, and the
@@ -99,7 +90,6 @@ class ModelSpec:
       images to logits (see the module docstring).
     options: the model's own settings (`--model_options=NAME=VALUE,...`) and their
       defaults, passed to `build` as keyword arguments.
-    serving_outputs: the exported signature's outputs, from the logits.
     loss: `loss(labels, logits)` -> each example's loss, a (B,) float tensor.
     loss_reduction: how training reduces them over the global batch: `MEAN` or `SUM`
       (the gradient is then the sum's: as `tf.compat.v1.losses.Reduction.SUM` does
@@ -115,7 +105,6 @@ class ModelSpec:
   name: str
   build: Callable[..., tf_keras.Model]
   options: Mapping[str, float] = dataclasses.field(default_factory=dict)
-  serving_outputs: Callable[[tf.Tensor], Dict[str, tf.Tensor]] = classification_outputs
   loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = sparse_softmax_cross_entropy
   loss_reduction: str = MEAN
   deterministic_options: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -278,11 +267,6 @@ def save_weights_npz(path: str, weights: Mapping[str, np.ndarray]) -> None:
 def load_weights_npz(path: str) -> Weights:
   with np.load(path) as data:
     return {name: data[name] for name in data.files}
-
-
-def serving_outputs(config: Config, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
-  """The serving signature's outputs, the same in both backends' SavedModels."""
-  return spec(config).serving_outputs(logits)
 
 
 def v1_loss(config: Config, labels: tf.Tensor, logits: tf.Tensor,

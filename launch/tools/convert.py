@@ -51,7 +51,6 @@ import tensorflow as tf
 import tf_keras
 from absl import logging
 
-from data import mnist
 from trainers import checkpoints
 from trainers import config as config_lib
 from trainers import keras_trainer
@@ -961,43 +960,6 @@ def load_assignment_map(path: str) -> Dict[str, Optional[str]]:
     raise ConversionError(f"--assignment_map={path} must hold a JSON object of old name -> model "
                           'weight name or null, e.g. {"dense_1/kernel": "hidden/kernel"}.')
   return assignment_map
-
-
-def prediction_identity(estimator_export_dir: str, keras_model_dir: str,
-                        config: Config) -> Tuple[bool, float, int]:
-  """Compares the Estimator's SavedModel with the Keras model of a (converted) checkpoint.
-
-  Runs both on the whole test split of `config.data_dir`, in batches of
-  `config.eval_batch_size`; a canned Estimator's export is sent tf.Examples, as
-  its clients send them.
-
-  Returns:
-    (whether every predicted class is the same, max |logit difference|, images compared).
-  """
-  signatures = tf.saved_model.load(estimator_export_dir).signatures
-  feature = config.canned_settings().get("feature_name")
-  if feature:
-    def serve(images: tf.Tensor) -> Tuple[np.ndarray, np.ndarray]:
-      out = signatures["predict"](examples=tf.constant(canned.tf_examples(images.numpy(),
-                                                                           feature)))
-      return out["class_ids"].numpy()[:, 0], out["logits"].numpy()
-  else:
-    def serve(images: tf.Tensor) -> Tuple[np.ndarray, np.ndarray]:
-      out = signatures["serving_default"](image=images)
-      return out["classes"].numpy(), out["logits"].numpy()
-  model = model_lib.build(config)
-  path, _ = newest(keras_model_dir, "keras")
-  # The model only: the checkpoint's optimizer state is not needed to predict.
-  tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
-  same, max_diff, count = True, 0.0, 0
-  for images, _ in mnist.input_fn(mnist.EVAL, None, global_batch_size=config.eval_batch_size,
-                                  data_dir=config.data_dir):
-    classes, exported = serve(images)
-    logits = model(images, training=False).numpy()
-    same &= bool(np.array_equal(classes, np.argmax(logits, axis=-1)))
-    max_diff = max(max_diff, float(np.max(np.abs(exported - logits))))
-    count += len(logits)
-  return same, max_diff, count
 
 
 def format_table(conversion: Conversion) -> str:

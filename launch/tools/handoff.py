@@ -28,9 +28,11 @@ from launch.tools import convert
 from launch.tools import harness
 from launch.tools import reference
 from launch.tools import runs
+from launch.tools import serving_check
 from trainers import checkpoints
 from trainers import keras_trainer
 from trainers import model_dir as layout
+from trainers import serving
 from trainers.config import Config
 
 Check = harness.Check
@@ -198,7 +200,7 @@ def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Confi
                      split_at: int, tolerances: Tolerances) -> List[Check]:
   """Converts each backend's checkpoint at the split for the other, and checks the
   converted ones before any step is taken from them: every Estimator variable accounted
-  for, the converted Keras model predicting as the Estimator's export, and the learning
+  for, the converted Keras model serving as the Estimator's export, and the learning
   rate each carries."""
   to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"),
                                         run.model_dir("estimator-then-keras"), config=config)
@@ -209,16 +211,18 @@ def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Confi
   mapped = {m.source for m in to_keras.mapped}
   accounted = len(mapped | {i.name for i in to_keras.ignored})
   ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
-  same, logit_diff, images = convert.prediction_identity(
-      estimator_first["export_dir"], run.model_dir("estimator-then-keras"), config)
   checks = [Check(f"{size}: every Estimator variable mapped or ignored", accounted == variables,
                   float(accounted), float(variables),
-                  f"{len(mapped)} mapped, ignored: {ignored}"),
-            Check(f"{size}: classes, Estimator export vs converted Keras", same,
-                  0.0 if same else 1.0, 0.0, f"{images} test images"),
-            Check(f"{size}: max |logit diff|, Estimator export vs converted Keras",
-                  logit_diff <= tolerances.logits_atol, logit_diff, tolerances.logits_atol,
-                  f"{images} test images")]
+                  f"{len(mapped)} mapped, ignored: {ignored}")]
+  # Served as clients call it: the Estimator's export and the converted checkpoint's.
+  converted = serving_check.export_keras_checkpoint(
+      run.model_dir("estimator-then-keras"), config, run.run_dir("converted-export"))
+  checks += harness.named(
+      serving_check.compare(estimator_first["export_dir"], converted,
+                            lambda: serving_check.test_images(config),
+                            serving.feature_name(config), tolerances.logits_atol,
+                            names=("Estimator", "converted Keras")),
+      lambda check: f"{size}: {check}")
   for leg in ("estimator-then-keras", "keras-then-estimator"):
     if config.canned_settings():  # A constant rate: the step is what carries.
       step = checkpoints.checkpoint_step(tf.train.latest_checkpoint(run.model_dir(leg)))[1]

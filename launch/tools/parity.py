@@ -15,20 +15,19 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from data import mnist
 from launch.tools import harness
 from launch.tools import reference
 from launch.tools import runs
+from launch.tools import serving_check
 from trainers import evaluation
-from trainers import inputs
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import model_registry
+from trainers import serving
 from trainers.config import Config
-from trainers.models import canned
 
 BACKENDS = runs.BACKENDS
 Check = harness.Check
@@ -158,7 +157,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                                tolerances.loss_rtol) for b in BACKENDS]
   checks += compare_shards({b: trainer_runs.run_dir(f"short/{b}") for b in BACKENDS}, workers,
                            config.data_dir)
-  eval_summary = summaries["estimator"]
+  short = summaries
 
   if long_steps:
     # Four checkpoints, so both evaluators have several steps to agree on.
@@ -172,13 +171,15 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
                                      tolerances.curve_rtol, "loss curve rel diff, long run",
                                      start=CURVE_START_STEP)
-    eval_summary = summaries["estimator"]
 
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
-  checks += _eval_parity(config, eval_summary, tolerances.eval_loss_atol)
-  if config.canned_settings():
-    checks += prediction_parity(config, summaries, tolerances.prediction_atol)
+  checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol)
+  # The short run's: its weights agree to weight_atol, the long run's only in accuracy.
+  checks += serving_check.compare(
+      short["estimator"]["export_dir"], short["keras"]["export_dir"],
+      lambda: serving_check.test_images(config), serving.feature_name(config),
+      tolerances.prediction_atol)
   measured = {}
   for seed in range(1, measure_seeds + 1):
     for backend, summary in train_both(
@@ -295,29 +296,6 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
                 0.0, where),
           Check("eval loss, Estimator evaluator vs Keras evaluate", loss_gap <= loss_atol,
                 loss_gap, loss_atol, where)]
-
-
-def prediction_parity(config: Config, summaries: Dict[str, Dict[str, Any]], atol: float
-                      ) -> List[Check]:
-  """A canned model's predictions on the whole test split: the Keras twin's export (of
-  images) against the canned Estimator's `predict` signature (of tf.Examples)."""
-  twin = tf.saved_model.load(summaries["keras"]["export_dir"]).signatures["serving_default"]
-  estimator = tf.saved_model.load(summaries["estimator"]["export_dir"]).signatures["predict"]
-  feature = config.canned_settings()["feature_name"]
-  worst = {"logits": 0.0, "probabilities": 0.0}
-  differing = seen = 0
-  for images, _ in inputs.default_input_fn(config)(mnist.EVAL, None):
-    ours = twin(image=images)
-    theirs = estimator(examples=tf.constant(canned.tf_examples(images.numpy(), feature)))
-    for key in worst:
-      worst[key] = max(worst[key], float(np.max(np.abs(ours[key] - theirs[key]))))
-    differing += int(np.sum(ours["classes"].numpy() != theirs["class_ids"].numpy()[:, 0]))
-    seen += len(images)
-  where = f"{seen} test images, step {summaries['estimator']['global_step']}"
-  return [Check(f"predicted {key}, keras twin vs canned estimator", value <= atol, value, atol,
-                where) for key, value in worst.items()] + [
-      Check("predicted class ids differing, keras twin vs canned estimator", differing == 0,
-            differing, 0, where)]
 
 
 def format_table(report: Report) -> str:

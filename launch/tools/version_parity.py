@@ -16,13 +16,15 @@ import tensorflow as tf
 from data import mnist
 from launch.tools import harness
 from launch.tools import runs
+from launch.tools import serving_check
 from trainers import inputs
+from trainers import serving
 from trainers.config import Config
 
 # The runs compared, each as (backend, which install).
 NEW_KERAS, OLD_KERAS, OLD_ESTIMATOR = "keras@new", "keras@2.15", "estimator@2.15"
 LOGITS_ATOL = 1e-5
-# Runs in the other install: loads a SavedModel, writes its weights and test-set logits.
+# Runs in the other install: loads a SavedModel, writes its answers and weights.
 _PROBE = ("import sys; from launch.tools import version_parity as v; "
           "v.probe_export(*sys.argv[1:])")
 
@@ -67,19 +69,28 @@ def stack_versions(python: str) -> str:
   return result.stdout.strip()
 
 
-def probe_export(export_dir: str, images_path: str, out_path: str) -> None:
-  """Writes an export's logits for `images_path`, and (a Keras export's) every weight."""
-  loaded = tf.saved_model.load(export_dir)
-  serve = loaded.signatures["serving_default"]
+def probe_export(export_dir: str, images_path: str, feature: str, out_path: str) -> None:
+  """Writes what an export answers a client's requests for `images_path` and its bad
+  requests (launch/tools/serving_check.py), and (a Keras export's) every weight."""
   images = np.load(images_path)
-  logits = np.concatenate([serve(image=tf.constant(images[i:i + 1000]))["logits"].numpy()
-                           for i in range(0, len(images), 1000)])
+  answers = serving_check.answers(
+      export_dir, (images[i:i + 1000] for i in range(0, len(images), 1000)), feature)
+  errors = serving_check.bad_request_errors(export_dir, feature)
+  loaded = tf.saved_model.load(export_dir)
   weights = harness.export_weights(loaded) if hasattr(loaded, "variables") else {}
-  np.savez(out_path, logits=logits, **{f"weight:{k}": v for k, v in weights.items()})
+  np.savez(out_path, **{f"answer:{k}": v for k, v in answers.items()},
+           **{f"error:{k}": np.array(v) for k, v in errors.items()},
+           **{f"weight:{k}": v for k, v in weights.items()})
 
 
-def _probe(python: str, export_dir: str, images_path: str, out_path: str) -> Dict[str, np.ndarray]:
-  result = subprocess.run([python, "-c", _PROBE, export_dir, images_path, out_path],
+def _read_probe(probe: Dict[str, np.ndarray], kind: str) -> Dict[str, np.ndarray]:
+  """The probe's `kind` ("answer", "error" or "weight") entries, by their own names."""
+  return {k[len(kind) + 1:]: v for k, v in probe.items() if k.startswith(f"{kind}:")}
+
+
+def _probe(python: str, export_dir: str, images_path: str, feature: str, out_path: str
+           ) -> Dict[str, np.ndarray]:
+  result = subprocess.run([python, "-c", _PROBE, export_dir, images_path, feature, out_path],
                           capture_output=True, text=True, check=False, env=runs.clean_env())
   if result.returncode != 0:
     raise runs.RunError(f"{python} could not load and serve {export_dir}: "
@@ -95,26 +106,31 @@ def save_test_images(config: Config, path: str) -> None:
 
 
 def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
-                out_dir: str, atol: float) -> List[harness.Check]:
-  """Each version serves both exports: the logits of the two backends must agree in each."""
-  checks = []
+                feature: str, out_dir: str, atol: float) -> List[harness.Check]:
+  """Each version serves both exports the same requests: the two backends' exports must be
+  defined alike and answer alike in each."""
+  names = (OLD_ESTIMATOR, NEW_KERAS)
+  checks = serving_check.compare_signatures(
+      *(serving_check.signatures(summaries[run]["export_dir"]) for run in names), names)
   for version, python in (("TF 2.15.1", python_old), ("the newest TF", python_new)):
-    logits = {}
-    for run in (NEW_KERAS, OLD_ESTIMATOR):
+    probes = {}
+    for run in names:
       served_by = "old" if python == python_old else "new"
       out = os.path.join(out_dir, f"probe-{run}-served-by-{served_by}.npz")
       try:
-        logits[run] = _probe(python, summaries[run]["export_dir"], images_path, out)["logits"]
+        probes[run] = _probe(python, summaries[run]["export_dir"], images_path, feature, out)
       except runs.RunError as e:
         checks.append(harness.Check(f"{run} export loads in {version}", False, float("nan"), 0,
                                    str(e)))
-    if len(logits) == 2:
-      diff = np.abs(logits[NEW_KERAS] - logits[OLD_ESTIMATOR])
-      worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
-      checks.append(harness.Check(
-          f"max |logit diff| {NEW_KERAS} vs {OLD_ESTIMATOR} exports, served by {version}",
-          bool(diff.max() <= atol), float(diff.max()), atol,
-          f"test image {worst[0]}, class {worst[1]} (of {len(diff)} images)"))
+    if len(probes) == 2:
+      answers = [_read_probe(probes[run], "answer") for run in names]
+      errors = [{k: str(v) for k, v in _read_probe(probes[run], "error").items()}
+                for run in names]
+      count = len(np.load(images_path, mmap_mode="r"))
+      checks += harness.named(
+          serving_check.compare_answers(*answers, names, atol, f"{count} test images")
+          + serving_check.compare_errors(*errors, names),
+          lambda check, version=version: f"{check}, served by {version}")
   return checks
 
 
@@ -156,9 +172,8 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
       losses[f"{n}w/{run}"] = trainer_runs.losses(run)
     # Keras weights from its export, read by the version that wrote it.
     probe = _probe(keras_python, summaries[NEW_KERAS]["export_dir"], images_path,
-                   os.path.join(size_dir, "probe-keras-new.npz"))
-    weights = {NEW_KERAS: {k[len("weight:"):]: v for k, v in probe.items()
-                           if k.startswith("weight:")}}
+                   serving.feature_name(config), os.path.join(size_dir, "probe-keras-new.npz"))
+    weights = {NEW_KERAS: _read_probe(probe, "weight")}
     for run in (OLD_KERAS, OLD_ESTIMATOR):
       weights[run] = harness.backend_weights(run.split("@")[0], summaries[run], config)
     checks += harness.named(
@@ -166,8 +181,8 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
                              tolerances.weight_atol, tolerances.loss_rtol),
         lambda check, n=n: f"{check} at {n} worker(s)")
     if n == workers[0]:
-      checks += _cross_load(keras_python, runs.PYTHON, summaries, images_path, size_dir,
-                            tolerances.logits_atol)
+      checks += _cross_load(keras_python, runs.PYTHON, summaries, images_path,
+                            serving.feature_name(config), size_dir, tolerances.logits_atol)
   return Report(versions=versions, workers=list(workers), steps=steps, checks=checks,
                 losses=losses)
 

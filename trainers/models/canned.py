@@ -24,7 +24,7 @@ the same constant rate (`Canned.keras_optimizer`). Started from the same weights
 """
 
 import functools
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -162,13 +162,6 @@ class PartOptimizers(tf_keras.optimizers.legacy.Optimizer):
     return {**super().get_config(),
             **{part: tf_keras.optimizers.serialize(getattr(self, part))
                for part in ("dnn", "linear")}}
-
-
-def tf_examples(images: Any, feature: str) -> List[bytes]:
-  """Each image as the serialized tf.Example a canned Estimator's clients send."""
-  return [tf.train.Example(features=tf.train.Features(feature={
-      feature: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel()))
-  })).SerializeToString() for image in images]
 
 
 def legacy_optimizer(name: str, learning_rate: float) -> tf_keras.optimizers.legacy.Optimizer:

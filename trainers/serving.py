@@ -1,0 +1,154 @@
+"""The serving contract: the signatures both backends' SavedModels answer, named and shaped as
+a canned Estimator's export has them, so that the clients of an Estimator keep working on
+the Keras export.
+
+A canned classifier exported with the parsing receiver its users serve it with
+(`build_parsing_serving_input_receiver_fn`) answers serialized `tf.Example`s holding the
+image feature (784 floats); every model here, in both backends, exports:
+
+- `serving_default` and `classification`, Classify (`tensorflow/serving/classify`): input
+  `inputs`, string [N]; outputs `classes`, string [N, 10], and `scores`, float [N, 10].
+- `predict`, Predict (`tensorflow/serving/predict`): input `examples`, string [N]; outputs
+  `class_ids`, int64 [N, 1], `classes`, string [N, 1], `all_class_ids`, int32 [N, 10],
+  `all_classes`, string [N, 10], `logits` and `probabilities`, float [N, 10].
+- `image:predict`, Predict: input `image`, float [N, 28, 28, 1]; outputs as `predict`.
+
+`image:predict` takes the image tensor, for clients that send no tf.Example; the
+Estimator names the signatures of an alternative receiver `<receiver>:<output>`.
+
+The Estimator builds these from `estimator_export_outputs` and `estimator_receiver_fn`; Keras
+from `keras_signatures`, then `mark_classify_signatures` on the written SavedModel
+(`tf.saved_model.save` gives every signature the Predict method name).
+"""
+
+import os
+from typing import Callable, Dict
+
+import tensorflow as tf
+import tf_keras
+from tensorflow.core.protobuf import saved_model_pb2
+# Private, and the same in TF 2.15 and 2.21: nothing public rewrites a fingerprint.
+from tensorflow.python.saved_model import fingerprinting_utils
+
+from data import mnist
+from trainers.config import Config
+
+SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+CLASSIFICATION = "classification"
+PREDICT = "predict"
+IMAGE = "image"  # The float signature's input, and its receiver's name.
+IMAGE_PREDICT = f"{IMAGE}:{PREDICT}"
+CLASSIFY_SIGNATURES = (SERVING_DEFAULT, CLASSIFICATION)
+SIGNATURES = (SERVING_DEFAULT, CLASSIFICATION, PREDICT, IMAGE_PREDICT)
+CLASSIFY_INPUT = "inputs"  # tf.saved_model.CLASSIFY_INPUTS: Classify's one input.
+PREDICT_INPUT = "examples"  # The parsing receiver's name for the serialized protos.
+
+
+def feature_name(config: Config) -> str:
+  """The tf.Example feature holding the image: a canned model's `--feature_name`, else
+  `image`."""
+  return config.canned_settings().get("feature_name", IMAGE)
+
+
+def feature_spec(feature: str) -> Dict[str, tf.io.FixedLenFeature]:
+  """The parsing spec of the served tf.Examples: `feature`, 784 floats."""
+  return {feature: tf.io.FixedLenFeature(mnist.IMAGE_SHAPE, tf.float32)}
+
+
+def parse_images(serialized: tf.Tensor, feature: str) -> tf.Tensor:
+  """Images (N, 28, 28, 1) from N serialized tf.Examples."""
+  return tf.io.parse_example(serialized, feature_spec(feature))[feature]
+
+
+def predictions(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
+  """The six predictions of a canned classifier's head (without a label vocabulary), by the
+  ops it uses (tensorflow_estimator's multi_class_head.predictions)."""
+  class_ids = tf.expand_dims(tf.argmax(logits, axis=-1), axis=-1)
+  every_row = [tf.shape(logits)[0], 1]
+  all_class_ids = tf.tile(tf.expand_dims(tf.range(mnist.NUM_CLASSES), 0), every_row)
+  return {
+      "logits": logits,
+      "probabilities": tf.nn.softmax(logits),
+      "class_ids": class_ids,
+      "classes": tf.strings.as_string(class_ids),
+      "all_class_ids": all_class_ids,
+      "all_classes": tf.tile(tf.strings.as_string(
+          tf.expand_dims(tf.range(mnist.NUM_CLASSES), 0)), every_row),
+  }
+
+
+def classify_outputs(predicted: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """Classify's outputs: every class's label and score, as the head's ClassificationOutput."""
+  return {"classes": predicted["all_classes"], "scores": predicted["probabilities"]}
+
+
+def estimator_export_outputs(predicted: Dict[str, tf.Tensor]) -> Dict[str, object]:
+  """A model_fn's `export_outputs` (tf.estimator.export.ExportOutputs): the canned head's."""
+  outputs = classify_outputs(predicted)
+  classify = tf.estimator.export.ClassificationOutput(scores=outputs["scores"],
+                                                      classes=outputs["classes"])
+  return {SERVING_DEFAULT: classify, CLASSIFICATION: classify,
+          PREDICT: tf.estimator.export.PredictOutput(predicted)}
+
+
+def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
+  """The Estimator's serving input: serialized tf.Examples, parsed as
+  `build_parsing_serving_input_receiver_fn` parses them, and the parsed images as the
+  alternative receiver `image` (signature `image:predict`).
+
+  Args:
+    feature: the tf.Example feature holding the image.
+    as_dict: the model_fn takes a dict of features (a canned Estimator), not the tensor.
+  """
+
+  def receiver():
+    serialized = tf.compat.v1.placeholder(tf.string, [None], name="input_example_tensor")
+    # Fed directly, it replaces the parsed images: the float signature's input.
+    images = tf.compat.v1.placeholder_with_default(parse_images(serialized, feature),
+                                                   (None,) + mnist.IMAGE_SHAPE, name=IMAGE)
+    inputs, alternatives = {PREDICT_INPUT: serialized}, {IMAGE: {IMAGE: images}}
+    if as_dict:
+      return tf.estimator.export.ServingInputReceiver({feature: images}, inputs, alternatives)
+    return tf.estimator.export.TensorServingInputReceiver(images, inputs, alternatives)
+
+  return receiver
+
+
+def keras_signatures(model: tf_keras.Model, feature: str) -> Dict[str, Callable]:
+  """The signatures of the contract, for `tf.saved_model.save` (then run
+  `mark_classify_signatures` on what it wrote)."""
+
+  def serve(images: tf.Tensor) -> Dict[str, tf.Tensor]:
+    return predictions(model(images, training=False))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, CLASSIFY_INPUT)])
+  def classify(inputs):
+    return classify_outputs(serve(parse_images(inputs, feature)))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, PREDICT_INPUT)])
+  def predict(examples):
+    return serve(parse_images(examples, feature))
+
+  @tf.function(input_signature=[tf.TensorSpec((None,) + mnist.IMAGE_SHAPE, tf.float32, IMAGE)])
+  def predict_image(image):
+    return serve(image)
+
+  return {SERVING_DEFAULT: classify, CLASSIFICATION: classify, PREDICT: predict,
+          IMAGE_PREDICT: predict_image}
+
+
+def mark_classify_signatures(export_dir: str) -> None:
+  """Gives the Classify signatures of a SavedModel written by `tf.saved_model.save` the
+  Classify method name, which TF Serving's Classify API requires, and rewrites the
+  fingerprint of the changed `saved_model.pb`. Call it before the export is published:
+  the rewrite is not atomic."""
+  path = os.path.join(export_dir, tf.saved_model.SAVED_MODEL_FILENAME_PB)
+  saved = saved_model_pb2.SavedModel()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    saved.ParseFromString(f.read())
+  for meta_graph in saved.meta_graphs:
+    for name in CLASSIFY_SIGNATURES:
+      meta_graph.signature_def[name].method_name = tf.saved_model.CLASSIFY_METHOD_NAME
+  with tf.io.gfile.GFile(path, "wb") as f:
+    f.write(saved.SerializeToString())
+  fingerprinting_utils.write_fingerprint(export_dir)
