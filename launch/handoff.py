@@ -7,8 +7,8 @@ From one initial-weights file, with op determinism, at each worker count each
 backend trains 0 -> split and stops; then each resumes its own checkpoint
 (estimator-then-estimator, keras-then-keras) and the other backend resumes it,
 converted by launch.convert (estimator-then-keras, keras-then-estimator), all
-to --train_steps. Checks that every Estimator variable is mapped, that the
-converted model predicts as the Estimator's export, that each own resume equals
+to --train_steps. Checks that every Estimator variable is mapped, that an export
+of the converted model serves as the Estimator's export, that each own resume equals
 its handed-over twin (weights, per-step losses) and that the learning rate goes
 on from the split; measures how far a resumed run is from an uninterrupted one.
 Prints the table, writes handoff_report.{md,json} and loss_curves.png to --out,

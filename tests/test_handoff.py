@@ -50,7 +50,9 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
   own, handed = "estimator-then-estimator", "estimator-then-keras"
   pair = f"{own} vs {handed}"
   for expected in ("1w: every Estimator variable mapped or ignored",
-                   "1w: max |logit diff|, Estimator export vs converted Keras",
+                   "1w: max |diff|, answers predict/logits, Estimator vs converted Keras",
+                   "1w: signature classification: method, inputs and outputs, Estimator vs "
+                   "converted Keras",
                    f"1w {pair}: max |weight diff| {pair}",
                    "1w keras-then-keras vs keras-then-estimator: max |weight diff| "
                    "keras-then-keras vs keras-then-estimator",
@@ -122,7 +124,8 @@ def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_di
                                          "--nomeasure_uninterrupted"], timeout=1500)
   assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
   checks = json.loads((out / "handoff_report.json").read_text())["checks"]
-  assert len(checks) == 15 and all(c["passed"] for c in checks), checks
+  # 13, and the serving check's 27: 5 on the signatures, 16 on answers, 6 on bad requests.
+  assert len(checks) == 40 and all(c["passed"] for c in checks), checks
   accounted = next(c for c in checks if "every Estimator variable" in c["name"])
   assert accounted["measured"] == variables, accounted
 

@@ -41,7 +41,13 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
                    "progress.jsonl loss is the window mean, keras",
                    "progress.jsonl loss is the window mean, estimator",
                    "eval accuracy, Estimator evaluator vs Keras evaluate",
-                   "eval per checkpoint, keras vs estimator"):
+                   "eval per checkpoint, keras vs estimator",
+                   # The serving check: the Estimator's signatures, answered alike.
+                   "signature serving_default: method, inputs and outputs, estimator vs keras",
+                   "images answered differently, answers serving_default/labels, estimator "
+                   "vs keras",
+                   "max |diff|, answers predict/logits, estimator vs keras",
+                   "bad request, malformed proto to predict: same error, estimator and keras"):
     assert expected in names
   assert {len(v) for k, v in report["losses"].items() if k.startswith("short/")} == {10}
   assert (tmp_path / "parity_report.md").read_text().count("| PASS |") == len(names)
@@ -117,10 +123,12 @@ def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_dat
     checks = {c["name"]: c for c in cell["checks"]}
     assert checks["max |weight diff| keras vs estimator"]["limit"] == 1e-6
     assert checks["progress.jsonl loss rel diff keras vs estimator"]["passed"]
-    # The twin's export and the canned Estimator's predict the same on the test split.
-    differing = checks["predicted class ids differing, keras twin vs canned estimator"]
-    assert differing["passed"] and differing["where"].startswith("10000 test images")
-    assert checks["predicted probabilities, keras twin vs canned estimator"]["limit"] == 1e-5
+    # The twin's export serves as the canned Estimator's on the test split.
+    differing = checks["images answered differently, answers predict/class_ids, estimator vs "
+                       "keras"]
+    assert differing["passed"] and differing["where"] == "10000 test images"
+    assert checks["max |diff|, answers predict/probabilities, estimator vs keras"]["limit"] \
+        == 1e-5
 
 
 @pytest.mark.parametrize("args, said", [

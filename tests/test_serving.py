@@ -2,6 +2,7 @@
 both backends' exports answer the Estimator's tf.Example signatures alike."""
 
 import dataclasses
+import json
 import shutil
 
 import numpy as np
@@ -11,7 +12,7 @@ import tensorflow as tf
 from data import mnist
 from launch.tools import harness
 from launch.tools import serving_check
-from tests.conftest import ESTIMATOR_MISSING, memory_input_fn
+from tests.conftest import ESTIMATOR_MISSING, memory_input_fn, run_module
 from trainers import keras_trainer
 from trainers import loop
 from trainers import model as model_lib
@@ -117,3 +118,25 @@ def test_both_backends_serve_the_same_contract_and_answers(model, tmp_path):
                                          serving_check.signatures(unmarked), NAMES)
   assert {c.name.split(":")[0] for c in bad if not c.passed} == {
       "signature serving_default", "signature classification"}
+
+
+def test_cli_passes_exports_of_one_model_and_fails_another(tiny_data_dir, tmp_path):
+  config = Config(seed=1)
+  weights = model_lib.get_weights(model_lib.build(config))
+  one, again = (_keras_export(config, weights, tmp_path / name) for name in ("one", "again"))
+  other = _keras_export(Config(seed=2), None, tmp_path / "other")
+  flags = [f"--data_dir={tiny_data_dir}", f"--out={tmp_path / 'report'}"]
+
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={again}", *flags])
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  report = json.loads((tmp_path / "report" / "serving_check_report.json").read_text())
+  assert report["passed"] and len(report["checks"]) == 27
+  assert "Overall: PASS (27/27 checks)" in result.stdout
+
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={other}", *flags])
+  assert result.returncode == 1 and "| max |diff|, answers predict/logits, first vs second " \
+      "| FAIL |" in result.stdout
+
+  result = run_module("launch.serving_check", [f"--first={tmp_path}", f"--second={one}", *flags])
+  assert result.returncode == 2 and "Traceback" not in result.stderr
+  assert f"--first={tmp_path} holds no SavedModel (saved_model.pb)" in result.stderr

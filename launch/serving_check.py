@@ -1,0 +1,84 @@
+r"""Proves that two SavedModels serve alike, as a model server's clients see it: run it on
+the Estimator export your clients call today and the Keras export you would switch to.
+
+  python -m launch.serving_check --first=ESTIMATOR_EXPORT --second=KERAS_EXPORT \
+      [--feature_name=image] [--atol=1e-5] [--data_dir=DIR] [--out=DIR]
+
+Each export is a SavedModel directory (`model_dir/export/<timestamp>`). Sends both the
+whole MNIST test split as Classify requests (to `serving_default` and `classification`)
+and Predict requests (to `predict`, and `image:predict` where both have it), built with
+`tensorflow-serving-api`'s protos, with each image as a tf.Example of `--feature_name`
+(784 floats); then checks that every signature of either export is defined alike in both
+(method, input and output keys, dtypes, shapes), that labels, classes and ids are equal
+and scores, probabilities and logits within --atol, and that three bad requests fail alike
+(launch/tools/serving_check.py). Prints the table, writes serving_check_report.{md,json}
+to --out if given, and exits 0 only if every check passes.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from launch import console
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.tools import harness  # noqa: E402 -- after quiet_tool_process
+from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
+from launch.tools import serving_check  # noqa: E402 -- after quiet_tool_process
+from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import serving  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
+
+_FIRST = flags.DEFINE_string("first", None, "The SavedModel your clients call today.",
+                             required=True)
+_SECOND = flags.DEFINE_string("second", None, "The SavedModel to switch to.", required=True)
+_FEATURE = flags.DEFINE_string("feature_name", serving.IMAGE, "The tf.Example feature "
+                               "holding the image (a canned model's --feature_name).")
+_ATOL = flags.DEFINE_float("atol", 1e-5, "Limit on |difference| of scores, probabilities and "
+                           "logits.")
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_OUT = flags.DEFINE_string("out", None, "Where to write serving_check_report.{md,json}.")
+
+
+def _check_export(flag: flags.FlagHolder) -> str:
+  path = flag.value
+  if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    raise app.UsageError(f"--{flag.name}={path} holds no SavedModel (saved_model.pb): give an "
+                         "export directory, such as model_dir/export/<timestamp>.", exitcode=2)
+  return path
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  first, second = _check_export(_FIRST), _check_export(_SECOND)
+  if not _FEATURE.value.isidentifier() or _ATOL.value < 0:
+    raise app.UsageError("--feature_name must be a name of letters, digits and _, and --atol "
+                         ">= 0.", exitcode=2)
+  config = Config(data_dir=_DATA_DIR.value)
+  runs.check_or_exit(config, 1, _MNIST_IDX_DIR.value, backends=())
+  # Only the signatures the first has are required: clients call what it serves.
+  checks = serving_check.compare(first, second, lambda: serving_check.test_images(config),
+                                 _FEATURE.value, _ATOL.value, names=("first", "second"),
+                                 required=sorted(serving_check.signatures(first)))
+  passed = all(c.passed for c in checks)
+  table = harness.format_checks(f"Serving: {first} (first) against {second} (second)", checks)
+  print(table)
+  if _OUT.value:
+    os.makedirs(_OUT.value, exist_ok=True)
+    with open(os.path.join(_OUT.value, "serving_check_report.md"), "w") as f:
+      f.write(f"# Serving check report\n\n{table}\n")
+    with open(os.path.join(_OUT.value, "serving_check_report.json"), "w") as f:
+      json.dump({"passed": passed, "first": first, "second": second,
+                 "checks": [dataclasses.asdict(c) for c in checks]}, f, indent=2)
+    print(f"Report: {_OUT.value}/serving_check_report.md, serving_check_report.json")
+  sys.exit(0 if passed else 1)
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=console.parse_flags)
