@@ -15,11 +15,13 @@ Faults (docs/operations.md, "When things go wrong", has what each must leave):
 Each trial trains the backend on local workers with its evaluator task and makes
 its fault at a random step. Prints a table: trial, backend, fault, what was done,
 at which step, exit code, restarts, final step, steps redone, checkpoint valid,
-wall time. Exits 0 only if every trial (but those skipped, which say why) ended
-with the documented exit code, at exactly --train_steps with a valid, evaluated
-checkpoint where the run recovers, with the newest checkpoint loadable where it
-stops, its output naming the fault, no process left running and nothing left
-behind in model_dir or the tasks' temporary directory.
+wall time. Each trial's outcome is also appended to <out>/chaos_trials.jsonl as it
+ends, so a long run that is stopped keeps what it finished. Exits 0 only if every
+trial (but those skipped, which say why) ended with the documented exit code, at
+exactly --train_steps with a valid, evaluated checkpoint where the run recovers,
+with the newest checkpoint loadable where it stops, its output naming the fault,
+no process left running and nothing left behind in model_dir or the tasks'
+temporary directory.
 """
 
 import os

@@ -1,5 +1,6 @@
 """launch.chaos: every fault ends as the fault table in docs/operations.md says; nothing hangs."""
 
+import json
 import os
 
 import pytest
@@ -36,6 +37,9 @@ def test_each_fault_ends_as_documented(backend, fault, tiny_data_dir, tmp_path):
                             faults=(fault,))
   table = chaos.format_table(results)
   print(table)
+  with open(tmp_path / chaos.TRIALS_FILE) as f:  # Written as each trial ends.
+    records = [json.loads(line) for line in f]
+  assert [(r["fault"], r["passed"]) for r in records] == [(fault, t.passed) for t in results]
   for t in results:
     if t.skipped:
       pytest.skip(f"{fault}: {t.skipped}")

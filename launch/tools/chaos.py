@@ -29,6 +29,7 @@ was evaluated; and that the run's output names the fault.
 """
 
 import dataclasses
+import json
 import os
 import random
 import re
@@ -71,6 +72,9 @@ MESSAGES = {
     "nan_loss": r"the training loss or the weights became NaN or Inf by step \d+",
     "disk_full": r"error: a write failed: No space left on device",
 }
+
+
+TRIALS_FILE = "chaos_trials.jsonl"  # In the --out directory: one JSON object per trial.
 
 
 @dataclasses.dataclass
@@ -561,11 +565,19 @@ _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_ch
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
               seed: int = 0, timeout: float = runs.TIMEOUT_SECONDS,
               faults: Tuple[str, ...] = ("kill_worker",)) -> List[Trial]:
-  """Runs `trials` trials of each fault on one backend, each in `out_dir/<backend>-<fault>-<i>`."""
+  """Runs `trials` trials of each fault on one backend, each in `out_dir/<backend>-<fault>-<i>`,
+  appending each trial's outcome to `out_dir/chaos_trials.jsonl` as it ends: a run of hours
+  that is stopped keeps the record of the trials it finished."""
   rng = random.Random(seed)
   os.makedirs(out_dir, exist_ok=True)
-  return [run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, fault)
-          for fault in faults for i in range(trials)]
+  results = []
+  for fault in faults:
+    for i in range(trials):
+      results.append(run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, fault))
+      with open(os.path.join(out_dir, TRIALS_FILE), "a") as f:
+        f.write(json.dumps({"passed": results[-1].passed,
+                            **dataclasses.asdict(results[-1])}) + "\n")
+  return results
 
 
 def overall_passed(results: List[Trial]) -> bool:
