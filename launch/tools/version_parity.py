@@ -13,11 +13,9 @@ from typing import Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from data import mnist
 from launch.tools import harness
 from launch.tools import runs
 from launch.tools import serving_check
-from trainers import inputs
 from trainers import serving
 from trainers.config import Config
 
@@ -101,8 +99,7 @@ def _probe(python: str, export_dir: str, images_path: str, feature: str, out_pat
 
 def save_test_images(config: Config, path: str) -> None:
   """Saves the whole test split to `path`, as the serving signature takes it."""
-  np.save(path, np.concatenate([x.numpy() for x, _ in
-                                inputs.default_input_fn(config)(mnist.EVAL, None)]))
+  np.save(path, np.concatenate(list(serving_check.test_images(config))))
 
 
 def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
