@@ -16,5 +16,8 @@ RUN pip install --no-cache-dir --no-deps ".[tf215]"
 RUN useradd --create-home --uid 1000 trainer
 USER trainer
 ENV PYTHONUNBUFFERED=1
-# The manifest gives the command (python -m trainers.keras_main or estimator_main).
+# The manifest gives the command (python -m trainers.keras_main or estimator_main). The
+# trainer is the container's PID 1 and needs no init for SIGTERM: it sets its own handler
+# (trainers/preemption.py), saves the step its cluster agrees on, and exits 143 within
+# --grace_seconds, which the manifest's terminationGracePeriodSeconds covers.
 CMD ["python", "-m", "trainers.keras_main", "--helpshort"]

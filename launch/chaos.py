@@ -4,8 +4,10 @@ r"""Makes faults a run meets in the wild, trial after trial, and checks each end
       [--workers=2] [--trials=N] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
 
 Faults (docs/operations.md, "When things go wrong", has what each must leave):
-  kill_worker          SIGKILL or SIGTERM to a random training task (chief included)
+  kill_worker          SIGKILL to a random training task (chief included)
   kill_evaluator       the same to the evaluator task
+  preempt              SIGTERM to a random training task: 0 steps redone
+  drain                SIGTERM to every task at once: 0 steps redone
   stop_chief           SIGSTOP to the chief, the coordination service's leader
   kill_launcher        SIGKILL to the launcher; then the same command again
   truncate_checkpoint  a finished run's newest checkpoint cut short; then the run extended

@@ -4,8 +4,7 @@ The contract between the trainers, the launcher (`launch.supervisor`) and the
 tools: each imports it from here. The rule is Kubeflow's `ExitCode` restart
 policy, so the local launcher and an orchestrator retry the same failures:
 128 and above (a signal, 128 + its number, or a code chosen to be retried:
-PEER_LOST, STARTUP_TIMEOUT) are retried; 1 to 127 are permanent. A new code
-(a preempted task) goes here, on the side of 128 it belongs to.
+PEER_LOST, STARTUP_TIMEOUT, PREEMPTED) are retried; 1 to 127 are permanent.
 """
 
 from typing import Dict
@@ -24,6 +23,13 @@ PEER_LOST = 200
 # watchdog stops a task with, so both ways end with this one code; retried,
 # since pods start late.
 STARTUP_TIMEOUT = 142
+# A task stopped by SIGTERM (a pod deleted, a node drained, a spot VM reclaimed) after
+# its cluster saved the step it stopped at (trainers.preemption): 128 + SIGTERM, as a
+# shell and Kubernetes report a SIGTERM, so it is retried everywhere. The local launcher
+# restarts it without counting it against --max_restarts.
+PREEMPTED = 143
+# The same stop by SIGINT (Ctrl-C): 128 + SIGINT.
+INTERRUPTED = 130
 
 # Why the named codes below 128 are not retried; every other code below 128 is
 # an error no code names (1: the message says which), not retried either.

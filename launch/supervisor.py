@@ -6,8 +6,13 @@ log cannot be written (a full disk) has its lines shown instead. Synchronous
 training fails as a whole when one task dies, so when a training task fails
 every training task is stopped and, up to `max_restarts` times, all are
 started again with the same TF_CONFIGs: the trainers resume from their last
-backup. The evaluator is outside the collective: it keeps running meanwhile,
-and when it fails it is restarted alone. A run that passes
+backup. A preempted task (exit_codes.PREEMPTED: its cluster saved the step it
+stopped at) is restarted the same way, without counting against `max_restarts`.
+The evaluator is outside the collective: it keeps running meanwhile,
+and when it fails it is restarted alone. SIGTERM or SIGINT to the launcher
+drains the cluster: every task gets SIGTERM and the time to save (`grace`),
+and the launcher exits 128 + the signal's number; a second signal is passed on
+to the tasks, which then stop at once. A run that passes
 its timeout, or in which no task writes output for `stall_timeout` seconds,
 is stopped after each task is asked for a stack dump (SIGUSR1). No process
 outlives the launcher: on every way out it stops the tasks, and on Linux each
@@ -35,6 +40,8 @@ from launch import exit_codes
 from launch import netns
 
 GRACE_SECONDS = 10.0
+# What a trainer's launcher gives its tasks beyond their --grace_seconds, before SIGKILL.
+GRACE_MARGIN_SECONDS = 5.0
 DUMP_WAIT_SECONDS = 3.0
 # After a task fails, how long to let its peers fail too, so the failure that
 # decides (a task's own, not a peer's lost collective) is the one reported.
@@ -196,15 +203,23 @@ def _describe(returncode: int) -> str:
   return f"exited with code {returncode}"
 
 
-def _stop_all(procs: Sequence[_Proc], grace: float) -> None:
-  """SIGTERM to every live task's process group, then SIGKILL after `grace` s."""
+def _signal_all(procs: Sequence[_Proc], signum: int) -> None:
+  """`signum` to every live task's process group."""
+  for p in procs:
+    if p.popen.poll() is None:
+      try:
+        os.killpg(p.popen.pid, signum)
+        os.killpg(p.popen.pid, signal.SIGCONT)  # A stopped task acts on a signal only once resumed.
+      except ProcessLookupError:
+        pass
+
+
+def _stop_all(procs: Sequence[_Proc], grace: float, ask: bool = True) -> None:
+  """SIGTERM to every live task's process group (unless `ask` is False: they are stopping
+  on their own), then SIGKILL after `grace` s."""
   live = [p for p in procs if p.popen.poll() is None]
-  for p in live:
-    try:
-      os.killpg(p.popen.pid, signal.SIGTERM)
-      os.killpg(p.popen.pid, signal.SIGCONT)  # A stopped task acts on SIGTERM only once resumed.
-    except ProcessLookupError:
-      pass
+  if ask:
+    _signal_all(live, signal.SIGTERM)
   deadline = time.monotonic() + grace
   for p in live:
     try:
@@ -258,12 +273,14 @@ def _hang_report(procs: Sequence[_Proc], log_dir: str) -> str:
 
 
 def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc],
-                      evaluator_restarts: int = 0) -> None:
-  """Records each task's pid, for tools that watch or signal the tasks (launch.chaos)."""
+                      evaluator_restarts: int = 0, preemptions: int = 0) -> None:
+  """Records each task's pid, and the restarts so far, for tools that watch or signal the
+  tasks (launch.chaos)."""
   path = os.path.join(log_dir, TASKS_FILE)
   try:
     with open(path + ".tmp", "w") as f:
       json.dump({"restarts": restarts, "evaluator_restarts": evaluator_restarts,
+                 "preemptions": preemptions,
                  "tasks": [{"name": p.name, "pid": p.popen.pid} for p in procs]}, f)
     os.replace(path + ".tmp", path)
   except OSError as e:  # A full disk must not end the supervision of running tasks.
@@ -274,12 +291,13 @@ def _cause_rank(returncode: int) -> int:
   """Which of the tasks that failed together ended the run: the lowest rank. A failure
   that would recur (a usage error, a divergence, a full disk) decides; then a task
   killed by a signal, the usual first cause, over its peers' errors that followed;
-  then any other error; a task's loss of a peer (PEER_LOST) last."""
+  then any other error; then a preemption, which its peers share; a task's loss of a
+  peer (PEER_LOST) last."""
   if returncode in exit_codes.NOT_RETRIED:
     return 0
   if returncode < 0:
     return 1
-  return 3 if returncode == exit_codes.PEER_LOST else 2
+  return {exit_codes.PREEMPTED: 3, exit_codes.PEER_LOST: 4}.get(returncode, 2)
 
 
 def _watch(procs: Sequence[_Proc], deadline: Optional[float],
@@ -354,10 +372,12 @@ def run_local_cluster(
                                        evaluator)
   procs: List[_Proc] = []
   deadline = None if timeout is None else time.monotonic() + timeout
-  previous_handler = None
+  previous_handlers = {}
   if threading.current_thread() is threading.main_thread():
-    # Turn SIGTERM into an exception so the finally clause stops the tasks.
-    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A signal becomes an exception: the launcher drains the cluster, then exits.
+    previous_handlers = {signum: signal.signal(signum, _raise_signalled)
+                         for signum in (signal.SIGTERM, signal.SIGINT)}
+
   def start(index: int, header: bytes) -> _Proc:
     task = tf_configs[index]["task"]
     name = f"{task['type']}-{task['index']}"
@@ -369,7 +389,7 @@ def run_local_cluster(
                   stream=index == 0, header=header, verbose=verbose, niceness=niceness,
                   network=network)
 
-  restarts = evaluator_restarts = 0
+  restarts = evaluator_restarts = preemptions = 0
   network = None
   try:
     # TensorFlow's servers listen on every interface, unauthenticated: the
@@ -382,7 +402,7 @@ def run_local_cluster(
     procs = [start(i, b"") for i in range(len(tf_configs))]
     logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:
-      _write_tasks_file(log_dir, restarts, procs, evaluator_restarts)
+      _write_tasks_file(log_dir, restarts, procs, evaluator_restarts, preemptions)
       outcome, failed = _watch(procs, deadline, stall_timeout)
       if outcome == "ok":
         if restarts or evaluator_restarts:
@@ -409,38 +429,63 @@ def run_local_cluster(
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)
       used = evaluator_restarts if is_evaluator else restarts
-      if not exit_codes.retried(code) or used >= max_restarts:
+      preempted = code == exit_codes.PREEMPTED
+      if preempted:
+        # Its peers stop at the same step on their own: they are left the time to save.
+        preemptions += 1
+        logging.warning("Preempted: %s; restarting %s from the step saved (preemptions do "
+                        "not count against --max_restarts).", cause,
+                        "the evaluator" if is_evaluator else "the training tasks")
+      elif not exit_codes.retried(code) or used >= max_restarts:
         why = (exit_codes.why_not_retried(code) if not exit_codes.retried(code) else
                f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
         logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
                       f" ({why})" if why else "", failed.log_path)
         return code
       if is_evaluator:
-        evaluator_restarts += 1
-        logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training "
-                        "goes on.", evaluator_restarts, max_restarts, cause, failed.log_path)
         restart = [procs.index(failed)]
-        _stop_all([failed], grace)
-        header = (f"\n=== evaluator restart {evaluator_restarts} of {max_restarts}: {cause} "
-                  "===\n").encode()
+        if not preempted:
+          evaluator_restarts += 1
+          logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training "
+                          "goes on.", evaluator_restarts, max_restarts, cause, failed.log_path)
+        header = f"evaluator restart {evaluator_restarts} of {max_restarts}"
       else:
-        restarts += 1
-        logging.warning("Restart %d of %d: %s (its log: %s); stopping the training tasks and "
-                        "starting them again with the same TF_CONFIG.", restarts, max_restarts,
-                        cause, failed.log_path)
         restart = [i for i, p in enumerate(procs) if not p.name.startswith(cluster.EVALUATOR)]
-        _stop_all([procs[i] for i in restart], grace)
-        header = f"\n=== restart {restarts} of {max_restarts}: {cause} ===\n".encode()
+        if not preempted:
+          restarts += 1
+          logging.warning("Restart %d of %d: %s (its log: %s); stopping the training tasks and "
+                          "starting them again with the same TF_CONFIG.", restarts, max_restarts,
+                          cause, failed.log_path)
+        header = f"restart {restarts} of {max_restarts}"
+      _stop_all([procs[i] for i in restart], grace, ask=not preempted)
+      header = f"\n=== {f'preemption {preemptions}' if preempted else header}: {cause} ===\n"
       for i in restart:
-        procs[i] = start(i, header)
+        procs[i] = start(i, header.encode())
+  except _Signalled as e:
+    code = 128 + e.signum
+    logging.warning("Received %s: every task stops at a step the training tasks agree on and "
+                    "saves it (up to %.0f s), then this exits %d; a second %s stops them at "
+                    "once.", e.name, grace, code, e.name)
+    for signum in previous_handlers:  # Passed on: a second signal stops a task at once.
+      signal.signal(signum, lambda signum, _: _signal_all(procs, signum))
+    _stop_all(procs, grace)
+    return code
   finally:
     _stop_all(procs, grace)
     if network is not None:
       network.close()
-    if previous_handler is not None:
-      signal.signal(signal.SIGTERM, previous_handler)
+    for signum, handler in previous_handlers.items():
+      signal.signal(signum, handler)
 
 
-def _raise_interrupt(signum, frame):
+class _Signalled(Exception):
+  """The launcher received SIGTERM or SIGINT."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum, self.name = signum, signal.Signals(signum).name
+
+
+def _raise_signalled(signum, frame):
   del frame
-  raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+  raise _Signalled(signum)

@@ -9,14 +9,15 @@ from launch.tools import chaos
 from trainers.config import Config
 from tests.conftest import run_module
 
-# CI runs one trial of each fault, on the two backends in turn (its time budget);
+# CI runs one trial of each fault, on the two backends in turn (its time budget), and
+# `preempt` on both, since each backend stops at the agreed step its own way;
 # CHAOS_BACKENDS=both runs each fault on both, and `python -m launch.chaos --fault=all
 # --trials=N` runs more.
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "1"))
 BACKENDS = ("keras", "estimator")
 CASES = [(backend, fault) for i, fault in enumerate(chaos.FAULTS)
          for backend in (BACKENDS if os.environ.get("CHAOS_BACKENDS") == "both"
-                         else (BACKENDS[i % 2],))]
+                         or fault == "preempt" else (BACKENDS[i % 2],))]
 CONFIG = Config(train_steps=40, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
                 checkpoint_every_steps=10, backup_every_steps=10)
 # A kill costs at most the steps since the last backup, plus the steps logged
@@ -27,6 +28,7 @@ MAX_REDONE = CONFIG.backup_every_steps + 2
 # (the tool polls), and the count of steps redone is then that much below 0.
 MIN_REDONE = -2 * CONFIG.log_every_steps
 RESTARTED = {"kill_worker", "stop_chief"}  # The launcher restarts the training tasks.
+PREEMPTED = {"preempt", "drain"}  # It restarts them too, counting no restart.
 
 
 @pytest.mark.chaos
@@ -57,6 +59,8 @@ def test_each_fault_ends_as_documented(backend, fault, tiny_data_dir, tmp_path):
       assert (t.restarts >= 1) == (fault in RESTARTED)
     if fault in RESTARTED or fault == "kill_launcher":
       assert MIN_REDONE <= t.steps_redone <= MAX_REDONE, table
+    if fault in PREEMPTED:
+      assert t.steps_redone == 0 and t.exit_code == 0, table
 
 
 def test_trial_failures_are_reported_not_hidden(tiny_data_dir, tmp_path):

@@ -24,7 +24,7 @@ LAYERS = (
 TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py",
            "launch/console.py", "launch/netns.py", "launch/local.py", "launch/tools/tfjob.py",
            "trainers/run_lock.py", "trainers/run_record.py", "launch/rendezvous.py",
-           "trainers/model_registry.py", "trainers/config.py")
+           "trainers/model_registry.py", "trainers/config.py", "trainers/preemption.py")
 
 
 def _layer(path: str) -> int:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -61,6 +62,21 @@ TASK = textwrap.dedent("""
         time.sleep(4)
     if behaviour == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
+    if behaviour == "preempt_once" and not starts:  # Stopped by SIGTERM, its step saved.
+        time.sleep(0.3)
+        sys.exit(143)
+    if behaviour == "save_on_signal":  # As a trainer: saves, then exits 128 + N; a second
+        def on_signal(signum, frame):  # signal stops it at once.
+            marker = os.path.join(out, f"{name}.{signal.Signals(signum).name}")
+            if os.path.exists(marker):
+                open(marker + ".again", "w").close()
+                os._exit(128 + signum)
+            open(marker, "w").close()
+            time.sleep(float(os.environ.get("SAVE_SECONDS", "0.3")))
+            open(os.path.join(out, name + ".saved"), "w").close()
+            os._exit(128 + signum)
+        signal.signal(signal.SIGTERM, on_signal)
+        time.sleep(600)
     print("last line of " + name, flush=True)
 """)
 
@@ -166,6 +182,75 @@ def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_s
   assert log.count("hello from evaluator-0") == 2 and "last line of evaluator-0" in log
   assert "=== evaluator restart 1 of 1: evaluator-0 was killed by SIGKILL ===" in log
   assert "evaluator" not in (tmp_path / "logs" / "chief-0.log").read_text()
+
+
+def test_a_preempted_task_restarts_the_cluster_without_counting_a_restart(task_script,
+                                                                          tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, evaluator=True, max_restarts=0,
+                     worker_0="preempt_once", evaluator_0="preempt_once")
+  assert rc == 0
+  assert sorted(records) == ["chief-0.0", "chief-0.1", "evaluator-0.0", "evaluator-0.1",
+                             "worker-0.0", "worker-0.1"]
+  tasks = _tasks_file(tmp_path)
+  assert (tasks["restarts"], tasks["evaluator_restarts"], tasks["preemptions"]) == (0, 0, 2)
+  assert "Preempted: worker-0 exited with code 143; restarting the training tasks" in caplog.text
+  assert "Preempted: evaluator-0 exited with code 143; restarting the evaluator" in caplog.text
+  log = (tmp_path / "logs" / "worker-0.log").read_text()
+  assert "=== preemption 1: worker-0 exited with code 143 ===" in log
+
+
+def _launcher(task_script, tmp_path, **env):
+  """The launcher in a process of its own, its tasks saving on a signal; started once every
+  task has started."""
+  path, out = task_script
+  launcher = subprocess.Popen(
+      [sys.executable, "-c", textwrap.dedent(f"""
+          import sys
+          from absl import logging
+          from launch import supervisor
+          logging.use_absl_handler()
+          sys.exit(supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2,
+                                                {str(tmp_path / 'logs')!r}, evaluator=True,
+                                                grace=20))""")],
+      cwd=REPO, stderr=subprocess.PIPE, text=True,
+      env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO), **env,
+               **{f"BEHAVIOUR_{n}": "save_on_signal" for n in ("chief_0", "worker_0",
+                                                               "evaluator_0")}))
+  deadline = time.monotonic() + 30
+  while len(list(out.glob("*.json"))) < 3:
+    assert time.monotonic() < deadline, "the tasks did not start"
+    time.sleep(0.1)
+  time.sleep(0.5)  # Their handlers set.
+  return launcher, out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_launcher_drains_every_task(task_script, tmp_path, signum):
+  launcher, out = _launcher(task_script, tmp_path)
+  launcher.send_signal(signum)
+  _, err = launcher.communicate(timeout=30)
+  assert launcher.returncode == 128 + signum
+  # Each task was asked with SIGTERM, saved, and exited on its own.
+  assert sorted(p.name for p in out.glob("*.saved")) == ["chief-0.saved", "evaluator-0.saved",
+                                                         "worker-0.saved"]
+  assert not list(out.glob("*.again"))
+  name = signal.Signals(signum).name
+  assert f"Received {name}: every task stops at a step" in err and "Traceback" not in err
+
+
+def test_a_second_signal_to_the_launcher_stops_every_task_at_once(task_script, tmp_path):
+  launcher, out = _launcher(task_script, tmp_path, SAVE_SECONDS="60")
+  launcher.send_signal(signal.SIGTERM)
+  deadline = time.monotonic() + 10
+  while len(list(out.glob("*.SIGTERM"))) < 3:
+    assert time.monotonic() < deadline, "the tasks were not asked to stop"
+    time.sleep(0.1)
+  start = time.monotonic()
+  launcher.send_signal(signal.SIGTERM)
+  _, err = launcher.communicate(timeout=30)
+  assert launcher.returncode == 143 and time.monotonic() - start < 10
+  assert len(list(out.glob("*.again"))) == 3 and not list(out.glob("*.saved"))
+  assert "Traceback" not in err
 
 
 def test_restarts_stop_at_max_restarts(task_script, tmp_path, caplog):

@@ -25,6 +25,7 @@ from launch import console
 from launch import exit_codes
 from launch import rendezvous
 from trainers import failures
+from trainers import preemption
 from trainers import progress
 
 # TF waits an hour for every task to register by default. Every peer listened
@@ -53,14 +54,18 @@ class _TaskFormatter(logging.PythonFormatter):
     return self._prefix + super().format(record)
 
 
-def setup_process(task: Optional[cluster.Task]) -> None:
-  """Tags logs with the task and splits the cores among the local tasks.
+def setup_process(task: Optional[cluster.Task],
+                  grace_seconds: float = preemption.DEFAULT_GRACE_SECONDS) -> None:
+  """Handles SIGTERM (trainers.preemption), tags logs with the task and splits the cores
+  among the local tasks.
 
-  Must run before TensorFlow's runtime starts (before any op or strategy).
+  Must run in the main thread before TensorFlow's runtime starts (before any op or strategy).
 
   Args:
     task: this process's task from TF_CONFIG, or None for one local process.
+    grace_seconds: how long after SIGTERM this process may take to save and exit.
   """
+  preemption.install(grace_seconds)
   # TF's logger has its own stderr handler besides absl's: keep one copy of each line.
   for handler in list(tf.get_logger().handlers):
     tf.get_logger().removeHandler(handler)
@@ -165,9 +170,9 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   try:
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     if threading.current_thread() is threading.main_thread():
-      # TF's preemption notifier swallows SIGTERM (we keep no preemption
-      # checkpoint): restore the default, so SIGTERM stops the task at once.
-      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+      # The coordination service's agent has just set a SIGTERM handler of its own
+      # (it only logs): SIGTERM must reach trainers.preemption.
+      preemption.reinstall()
     _check_same_cluster(task)
   finally:
     watchdog.kill()
@@ -230,6 +235,36 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
   # The rule itself lives with the rest of TF_CONFIG handling, in launch.cluster.
   return cluster.Task(resolver.task_type, resolver.task_id, num_workers(strategy),
                       has_chief_job=cluster.CHIEF in jobs).is_chief
+
+
+class _CoordinationStore:
+  """The coordination service's key-value store, as trainers.preemption uses it."""
+
+  def put(self, key: str, value: str) -> bool:
+    try:
+      context.context().set_config_key_value(key, value)
+      return True
+    except tf.errors.AlreadyExistsError:
+      return False
+
+  def get(self, key: str, timeout_seconds: float) -> Optional[str]:
+    try:
+      return context.context().get_config_key_value(key,
+                                                     timeout_in_ms=int(timeout_seconds * 1000))
+    except tf.errors.DeadlineExceededError:
+      return None
+
+
+def preemption_agreement(strategy: tf.distribute.Strategy) -> preemption.Agreement:
+  """This task's agreement with the other training tasks on where a preemption stops them."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  jobs = resolver.cluster_spec().as_dict() if resolver else {}
+  tasks = [f"{job}:{i}" for job in (cluster.CHIEF, cluster.WORKER)
+           for i in range(len(jobs.get(job, [])))]
+  if len(tasks) < 2:
+    return preemption.Agreement(None, "local", [])
+  me = f"{resolver.task_type}:{resolver.task_id}"
+  return preemption.Agreement(_CoordinationStore(), me, [t for t in tasks if t != me])
 
 
 def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float = 300) -> None:

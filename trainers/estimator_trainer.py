@@ -26,6 +26,7 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import preemption
 from trainers import progress as progress_lib
 from trainers import serving
 from trainers.config import Config
@@ -203,6 +204,19 @@ class _Progress(tf.estimator.SessionRunHook):
     self.report.end()
 
 
+class _StopOnPreemption(tf.estimator.SessionRunHook):
+  """Ends the training session at the step the cluster agreed to stop at
+  (trainers.preemption), as at its last step: every task's checkpoint hook saves that
+  step as the session ends (the chief's in model_dir), so the run resumes there."""
+
+  def __init__(self, agreement: preemption.Agreement, progress: _Progress):
+    self._agreement, self._progress = agreement, progress
+
+  def after_run(self, run_context, run_values):
+    if self._agreement.pending and self._agreement.reached(self._progress.step):
+      run_context.request_stop()
+
+
 class Backend(loop.Backend):
   """`tf.estimator.train_and_evaluate` with `RunConfig(train_distribute=strategy)`.
 
@@ -297,7 +311,10 @@ class Backend(loop.Backend):
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:
-        self._result = self._train_and_evaluate([progress])
+        # After _Progress, whose step it reads.
+        self._result = self._train_and_evaluate(
+            [progress, *([_StopOnPreemption(run.preemption, progress)] if run.preemption
+                         else [])])
       except tf.compat.v1.train.NanLossDuringTrainingError as e:
         # The Estimator's default NanTensorHook (NaN only); _Progress raises
         # DivergedError itself, for NaN and Inf.

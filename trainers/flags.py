@@ -14,6 +14,7 @@ from absl import flags
 
 from trainers import config as config_lib
 from trainers import model_registry
+from trainers import preemption
 from trainers import runner
 from trainers.config import Config
 
@@ -37,6 +38,11 @@ RUN_FLAGS = (
     ("startup_timeout", 600.0, "Seconds a training task waits for every other training task "
      "of its TF_CONFIG cluster to start, saying whom it waits for; then it exits 142, which "
      "the launcher and orchestrators retry."),
+    ("grace_seconds", preemption.DEFAULT_GRACE_SECONDS, "Seconds a task may take, after "
+     "SIGTERM, to stop at a step every training task agrees on, save it and exit 143, which "
+     "orchestrators retry; a second SIGTERM stops at once. Keep it below the orchestrator's "
+     "grace period (Kubernetes: 30 s). A local cluster's launcher gives its tasks this "
+     "long, plus 5 s, before SIGKILL."),
     ("task_log_dir", None, "With --workers > 1: where each task's log and tasks.json go. "
      "Default: <model_dir>/logs."),
     ("allow_config_change", False, "Resume a model_dir whose run had other settings (model "
@@ -50,7 +56,7 @@ RUN_FLAGS = (
 _TYPES = {"workers": int, "model_dir": str, "max_restarts": int, "stall_timeout": float,
           "timeout": float, "task_log_dir": str, "mnist_idx_dir": str,
           "evaluator": bool, "allow_config_change": bool,
-          "startup_timeout": float}
+          "startup_timeout": float, "grace_seconds": float}
 ConfigFlags = Dict[str, flags.FlagHolder]
 # The Config fields that name the model (with a canned model's settings), and the
 # optimizer with its hyperparameters.
@@ -124,6 +130,7 @@ def run_options_from_flags(module: str) -> runner.RunOptions:
       evaluator=FLAGS.evaluator,
       allow_config_change=FLAGS.allow_config_change,
       startup_timeout=FLAGS.startup_timeout,
+      grace_seconds=FLAGS.grace_seconds,
   )
 
 

@@ -19,6 +19,7 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import preemption as preemption_lib
 from trainers import progress as progress_lib
 from trainers import serving
 from trainers.config import Config
@@ -210,6 +211,21 @@ class _StopOnDivergence(tf_keras.callbacks.Callback):
       raise failures.diverged(int(self.model.optimizer.iterations.numpy()))
 
 
+class _StopOnPreemption(tf_keras.callbacks.Callback):
+  """Ends `fit` at the step the cluster agreed to stop at (trainers.preemption), as at its
+  last step: _Checkpoints saves that step in model_dir, and the backup goes, so the run
+  resumes there. Between signals, one attribute read per execution."""
+
+  def __init__(self, agreement: preemption_lib.Agreement):
+    super().__init__()
+    self._agreement = agreement
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._agreement.pending and self._agreement.reached(
+        int(self.model.optimizer.iterations.numpy())):
+      self.model.stop_training = True
+
+
 class _Backup(tf_keras.callbacks.BackupAndRestore):
   """BackupAndRestore that counts steps, and records the step it saved.
 
@@ -294,7 +310,9 @@ class _Checkpoints(tf_keras.callbacks.Callback):
 
 
 def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chief: bool,
-                       progress: ProgressCallback) -> List[tf_keras.callbacks.Callback]:
+                       progress: ProgressCallback,
+                       preemption: Optional[preemption_lib.Agreement] = None
+                       ) -> List[tf_keras.callbacks.Callback]:
   """The callbacks of every training `fit`, in their order (the benchmark times them too).
 
   Args:
@@ -305,9 +323,11 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
       scratch directory on other workers.
     chief: whether this task is the chief.
     progress: the run's progress reporter.
+    preemption: where a preemption stops `fit`; None: nowhere.
   """
   # The divergence check runs first, so nothing diverged is saved.
   return [_StopOnDivergence(),
+          *([_StopOnPreemption(preemption)] if preemption else []),
           _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
           _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution()),
           progress]
@@ -457,7 +477,8 @@ class Backend(loop.Backend):
     # A non-chief worker's checkpoints go to its scratch directory, removed on
     # every way out of fit; one killed before that is cleared by its restart.
     scratch = run.model_dir if run.chief else layout.worker_scratch_dir(run.model_dir, run.task)
-    callbacks = training_callbacks(config, backup_dir, scratch, run.chief, progress)
+    callbacks = training_callbacks(config, backup_dir, scratch, run.chief, progress,
+                                   run.preemption)
     if run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       callbacks.append(_PeriodicEval(
           config, model_lib.build(config) if run.chief else None,  # Outside the strategy.

@@ -9,8 +9,9 @@ A backend supplies only what differs, as a `Backend` subclass built for one run:
   export()                write the SavedModel; returns its directory
 
 `train_and_evaluate` runs them, decides which task does what (the evaluator
-dispatch, the chief's share), sets aside what a divergence left, waits for
-the evaluator's final result and writes the summary.
+dispatch, the chief's share), sets aside what a divergence left, stops a preempted
+run at the step its tasks agree on (trainers.preemption), waits for the evaluator's
+final result and writes the summary.
 """
 
 import abc
@@ -26,6 +27,7 @@ from trainers import evaluation
 from trainers import failures
 from trainers import inputs
 from trainers import model_dir as layout
+from trainers import preemption as preemption_lib
 from trainers import progress
 from trainers.config import Config
 
@@ -42,6 +44,9 @@ class Run:
     strategy: the training strategy; None in the evaluator task.
     chief: whether this task writes model_dir.
     chief_evaluates: no evaluator task exists, so the chief evaluates the final step.
+    preemption: where a preemption stops training; the backend's loop asks it after
+      every step (or execution), `if preemption.pending and preemption.reached(step)`,
+      and on True ends as at its last step, saving the step it is at.
   """
 
   config: Config
@@ -51,6 +56,7 @@ class Run:
   strategy: Optional[tf.distribute.Strategy]
   chief: bool
   chief_evaluates: bool
+  preemption: Optional[preemption_lib.Agreement] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +88,8 @@ class Backend(abc.ABC):
 
   @abc.abstractmethod
   def train(self) -> Trained:
-    """Trains to config.train_steps (every training task); raises DivergedError."""
+    """Trains to config.train_steps, or to where run.preemption stops it (every training
+    task); raises DivergedError."""
 
   @abc.abstractmethod
   def evaluate(self, step: int) -> Dict[str, float]:
@@ -119,6 +126,8 @@ def train_and_evaluate(
   Raises:
     failures.DivergedError: the loss or the weights became NaN or Inf; on the
       chief, what holds them has been set aside first.
+    preemption_lib.Preempted: a signal stopped training, at a step that was saved (or,
+      outside training, stopped this task).
   """
   task = cluster.parse_tf_config()
   input_fn = input_fn or inputs.default_input_fn(config)
@@ -132,16 +141,25 @@ def train_and_evaluate(
 
   strategy = strategy or distribute.create_strategy()
   run = Run(config, model_dir, input_fn, task, strategy, chief=distribute.is_chief(strategy),
-            chief_evaluates=task is None or not task.has_evaluator)
+            chief_evaluates=task is None or not task.has_evaluator,
+            preemption=distribute.preemption_agreement(strategy))
   config.validate(strategy.num_replicas_in_sync)
   inputs.setup_determinism(config)
   trainer = backend(run)
   try:
-    trained = trainer.train()
+    with preemption_lib.training(run.preemption):
+      trained = trainer.train()
   except failures.DivergedError as e:
     if not run.chief:
       raise
     raise checkpoints.set_aside_diverged(model_dir, e) from e
+  try:
+    preemption_lib.stopped(run.preemption, trained.global_step)
+  except preemption_lib.Preempted as e:
+    if run.chief:
+      layout.record_progress(model_dir, "preempted", step=trained.global_step,
+                             signal=e.name)
+    raise
   if not run.chief:
     return None
   if config.record_dir:

@@ -16,6 +16,7 @@ from launch import console
 from launch import exit_codes
 from launch import rendezvous
 from launch import supervisor
+from trainers import preemption
 from trainers import run_lock
 from trainers import run_record
 from trainers.config import Config
@@ -55,6 +56,9 @@ class RunOptions:
       (trainers.run_record), recording the change.
     startup_timeout: seconds a training task waits for its peers to start
       (launch.rendezvous).
+    grace_seconds: how long after SIGTERM a task may take to save the step its cluster
+      stops at and exit (trainers.preemption); a local cluster's launcher gives its
+      tasks this long, and a little more, before SIGKILL.
   """
 
   workers: Optional[int]
@@ -69,6 +73,7 @@ class RunOptions:
   evaluator: bool = True
   allow_config_change: bool = False
   startup_timeout: float = 600.0
+  grace_seconds: float = preemption.DEFAULT_GRACE_SECONDS
 
 
 def estimator_unavailable() -> Optional[str]:
@@ -220,7 +225,7 @@ def _check_run(backend: str, config: Config, options: RunOptions
     raise ValueError(estimator_unavailable())
   if workers is not None and workers < 1:
     raise ValueError(f"--workers must be at least 1, got {workers}.")
-  for name in ("timeout", "stall_timeout", "startup_timeout"):
+  for name in ("timeout", "stall_timeout", "startup_timeout", "grace_seconds"):
     if getattr(options, name) is not None and getattr(options, name) <= 0:
       raise ValueError(f"--{name} must be positive, got {getattr(options, name)}.")
   if options.max_restarts < 0:
@@ -273,6 +278,10 @@ def _check_files(config: Config, options: RunOptions) -> None:
 def run(backend: str, config: Config, options: RunOptions) -> int:
   """Trains `backend` and returns the process exit code (launch.exit_codes).
 
+  SIGTERM (or SIGINT) stops a task at a step its cluster agrees on and saves
+  (trainers.preemption), and this returns PREEMPTED (INTERRUPTED); to a local
+  cluster's launcher, it does so to every task.
+
   With TF_CONFIG set, this process runs as that task. Otherwise, with more
   than one worker it starts a localhost cluster whose tasks each run
   `options.relaunch` (this same command) with their own TF_CONFIG, and
@@ -285,9 +294,23 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
 
   Returns:
     0 on success; USAGE for bad flags, TF_CONFIG, ports or model_dir; 1 for
-    data that is missing and could not be prepared; else what `_train_here`
-    returns, or for a local cluster the exit code of the task that ended it.
+    data that is missing and could not be prepared; PREEMPTED or INTERRUPTED;
+    else what `_train_here` returns, or for a local cluster the exit code of the
+    task that ended it.
   """
+  try:
+    return _run(backend, config, options)
+  except preemption.Preempted as e:
+    where = (f"after step {e.step}, which is saved" if e.step is not None else
+             "outside training, with nothing unsaved")
+    logging.warning("Stopped by %s%s %s: exiting %d, which orchestrators retry. Run the same "
+                    "command again to go on from there.", e.name,
+                    " to another training task" if e.by_peer else "", where, e.exit_code)
+    return e.exit_code
+
+
+def _run(backend: str, config: Config, options: RunOptions) -> int:
+  """run(), with a signal raising preemption.Preempted."""
   lock = None
   try:
     task, num_workers = _check_run(backend, config, options)
@@ -301,7 +324,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
       from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
-      distribute.setup_process(task)
+      distribute.setup_process(task, options.grace_seconds)
       model_lib.check(config)  # A user's spec: its errors exit 2 before peers wait.
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
@@ -327,7 +350,8 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
         evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
-        env=task_env, verbose=options.verbosity >= 1)
+        env=task_env, verbose=options.verbosity >= 1,
+        grace=options.grace_seconds + supervisor.GRACE_MARGIN_SECONDS)
   try:
     if task is not None and task.type != cluster.EVALUATOR:
       rendezvous.wait_for_peers(task, options.startup_timeout)

@@ -5,9 +5,14 @@ task, under the launcher), makes one fault once the chief's progress records
 (progress.jsonl) reach a random step, and checks the outcome the fault
 table in docs/operations.md documents:
 
-- kill_worker: SIGKILL or SIGTERM to a random training task (chief included).
-  The launcher restarts the training tasks, which resume from the last backup.
+- kill_worker: SIGKILL to a random training task (chief included). The
+  launcher restarts the training tasks, which resume from the last backup.
 - kill_evaluator: the same to the evaluator, which is restarted alone.
+- preempt: SIGTERM to a random training task, as a pod deleted or a spot VM
+  reclaimed. Every training task stops at one step, which is saved; the
+  launcher restarts them, counting no restart, and training goes on from that
+  very step: 0 steps redone.
+- drain: SIGTERM to every task at once, as a node drained; the same outcome.
 - stop_chief: SIGSTOP to the chief, the coordination service's leader. Its
   peers miss its heartbeats and fail; the launcher restarts every training task.
 - kill_launcher: SIGKILL to the launcher. Every task dies with it; the same
@@ -48,9 +53,8 @@ from trainers import evaluation
 from trainers import model_dir as layout
 from trainers.config import Config
 
-SIGNALS = (signal.SIGKILL, signal.SIGTERM)
 FAULTS = ("kill_worker", "kill_evaluator", "stop_chief", "kill_launcher", "truncate_checkpoint",
-          "nan_loss", "disk_full")
+          "nan_loss", "disk_full", "preempt", "drain")
 # What a finished run must not leave in model_dir (Keras backup, Estimator worker
 # copies, staging directories, a save cut short).
 LEFTOVER_PREFIXES = (layout.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
@@ -71,6 +75,8 @@ MESSAGES = {
     "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
     "nan_loss": r"the training loss or the weights became NaN or Inf by step \d+",
     "disk_full": r"error: a write failed: No space left on device",
+    "preempt": r"Preempted: (chief|worker)-\d+ exited with code 143",
+    "drain": r"Preempted: (chief|worker)-\d+ exited with code 143",
 }
 
 
@@ -401,17 +407,16 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
 
 
 def _kill(ctx: _Context) -> None:
-  """kill_worker and kill_evaluator: a signal to one task; the launcher restarts it."""
+  """kill_worker and kill_evaluator: SIGKILL to one task; the launcher restarts it."""
   evaluator = ctx.result.fault == "kill_evaluator"
   target = _pick_step(ctx.rng, ctx.config)
-  sig = ctx.rng.choice(SIGNALS)
   run = ctx.launch()
   if run.wait_for_step(target):
     victim = ctx.rng.choice([t for t in run.tasks()
                              if t["name"].startswith("evaluator") == evaluator])
-    ctx.result.how = f"{sig.name} to {victim['name']}"
+    ctx.result.how = f"SIGKILL to {victim['name']}"
     ctx.result.fault_step = _progress(ctx.model_dir)[0]
-    os.kill(victim["pid"], sig)
+    os.kill(victim["pid"], signal.SIGKILL)
   else:
     ctx.result.problems.append(f"the run never reached step {target}")
   ctx.result.exit_code = run.wait(ctx.result)
@@ -419,6 +424,40 @@ def _kill(ctx: _Context) -> None:
   _check_restarts(ctx, "evaluator_restarts" if evaluator else "restarts")
   if not evaluator:
     _steps_redone(ctx, 1)
+  _check_recovered(ctx, ctx.result.exit_code)
+
+
+def _preempt(ctx: _Context) -> None:
+  """preempt and drain: SIGTERM to one training task, or to every task; they stop at one
+  step, saved, and the launcher restarts them without counting a restart."""
+  drain = ctx.result.fault == "drain"
+  target = _pick_step(ctx.rng, ctx.config)
+  run = ctx.launch()
+  if run.wait_for_step(target):
+    tasks = run.tasks()
+    victims = tasks if drain else [ctx.rng.choice([t for t in tasks
+                                                   if not t["name"].startswith("evaluator")])]
+    ctx.result.how = f"SIGTERM to {'every task' if drain else victims[0]['name']}"
+    ctx.result.fault_step = _progress(ctx.model_dir)[0]
+    for victim in victims:
+      os.kill(victim["pid"], signal.SIGTERM)
+  else:
+    ctx.result.problems.append(f"the run never reached step {target}")
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
+  _check_restarts(ctx, None)
+  if not runs.read_tasks(runs.task_log_dir(ctx.model_dir)).get("preemptions"):
+    ctx.result.problems.append("the launcher counted no preemption")
+  saved = [r["step"] for r in runs.read_progress(ctx.model_dir) if r["event"] == "preempted"]
+  starts = _progress(ctx.model_dir)[1]
+  if not saved or len(starts) < 2:
+    ctx.result.problems.append("no preempted step recorded, or no resume after it")
+  else:
+    # Where the resume began against where the preemption stopped: 0 steps redone.
+    ctx.result.steps_redone = saved[0] - starts[1]
+    if ctx.result.steps_redone != 0 or saved[0] < ctx.result.fault_step:
+      ctx.result.problems.append(f"stopped at step {saved[0]} (the signal came at "
+                                 f"{ctx.result.fault_step}), resumed from {starts[1]}")
   _check_recovered(ctx, ctx.result.exit_code)
 
 
@@ -559,7 +598,8 @@ def _disk_full(ctx: _Context) -> None:
 
 _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_chief,
            "kill_launcher": _kill_launcher, "truncate_checkpoint": _truncate_checkpoint,
-           "nan_loss": _nan_loss, "disk_full": _disk_full}
+           "nan_loss": _nan_loss, "disk_full": _disk_full, "preempt": _preempt,
+           "drain": _preempt}
 
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,

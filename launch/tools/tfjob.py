@@ -9,18 +9,22 @@ cluster, `"environment": "cloud"`, none for a one-replica job).
 Restarts follow our exit codes (README, "Exit codes"): `restartPolicy:
 ExitCode` retries 128-255 (a lost peer, `exit_codes.PEER_LOST`, or a
 pod killed by a signal) and never retries 1-127 (a usage error, a diverged
-run, a full disk, a bug). A NetworkPolicy lets only the job's own pods reach
+run, a full disk, a bug); a preempted pod saves the step its cluster stops at and
+exits 143 within its `terminationGracePeriodSeconds`, set from `--grace_seconds`.
+A NetworkPolicy lets only the job's own pods reach
 its unauthenticated gRPC servers. No TensorFlow import here.
 """
 
 import copy
 import dataclasses
+import math
 import re
 from typing import Any, Dict, List, Sequence, Tuple
 
 import yaml
 from absl import flags
 
+from launch import supervisor
 from trainers import flags as trainer_flags
 from trainers import runner
 from trainers.config import Config
@@ -126,12 +130,7 @@ def validate(spec: JobSpec) -> Config:
     if not _QUANTITY.match(value):
       raise ValueError(f"--{name} must be a Kubernetes quantity (e.g. 2, 500m, 4Gi), got "
                        f"{value!r}.")
-  flag_values = flags.FlagValues()
-  trainer_flags.define_flags(flag_values)
-  try:
-    extra = flag_values(["trainer", *spec.trainer_args])[1:]
-  except flags.Error as e:
-    raise ValueError(f"Trainer flags after --: {e}") from e
+  flag_values, extra = _trainer_flags(spec)
   if extra:
     raise ValueError(f"Unexpected arguments: {' '.join(extra)} (trainer flags look like "
                      "--train_steps=3000).")
@@ -142,6 +141,28 @@ def validate(spec: JobSpec) -> Config:
   config = trainer_flags.config_from_flags(flag_values)
   config.validate(num_replicas=spec.workers, find_model=False)  # It is in the image.
   return config
+
+
+def _trainer_flags(spec: JobSpec) -> Tuple[flags.FlagValues, List[str]]:
+  """The trainer's flags as `spec.trainer_args` set them, and any other arguments.
+
+  Raises:
+    ValueError: a bad trainer flag.
+  """
+  flag_values = flags.FlagValues()
+  trainer_flags.define_flags(flag_values)
+  try:
+    extra = flag_values(["trainer", *spec.trainer_args])[1:]
+  except flags.Error as e:
+    raise ValueError(f"Trainer flags after --: {e}") from e
+  return flag_values, extra
+
+
+def termination_grace_seconds(spec: JobSpec) -> int:
+  """The pods' `terminationGracePeriodSeconds`: the trainer's --grace_seconds to save on
+  SIGTERM, and the launcher's margin, before Kubernetes sends SIGKILL."""
+  grace = _trainer_flags(spec)[0]["grace_seconds"].value
+  return math.ceil(grace + supervisor.GRACE_MARGIN_SECONDS)
 
 
 def trainer_command(spec: JobSpec) -> List[str]:
@@ -164,6 +185,7 @@ def tfjob(spec: JobSpec) -> Dict[str, Any]:
   # The image's user (see the Dockerfile); fsGroup makes the claim writable to it.
   template = {"spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000,
                                            "fsGroup": 1000},
+                       "terminationGracePeriodSeconds": termination_grace_seconds(spec),
                        "containers": [container],
                        "volumes": [{"name": "model-dir",
                                     "persistentVolumeClaim": {"claimName": spec.pvc}}]}}
