@@ -214,12 +214,17 @@ def _signal_all(procs: Sequence[_Proc], signum: int) -> None:
         pass
 
 
-def _stop_all(procs: Sequence[_Proc], grace: float, ask: bool = True) -> None:
-  """SIGTERM to every live task's process group (unless `ask` is False: they are stopping
-  on their own), then SIGKILL after `grace` s."""
+def _stop_all(procs: Sequence[_Proc], grace: float,
+              signum: Optional[int] = signal.SIGTERM) -> None:
+  """`signum` to every live task's process group (None: they are stopping on their own),
+  then SIGKILL to those still running after `grace` s.
+
+  SIGTERM asks a trainer to save the step its cluster agrees on (a drain); after a
+  failure there is nothing its peers could agree on, and SIGKILL stops them at once.
+  """
   live = [p for p in procs if p.popen.poll() is None]
-  if ask:
-    _signal_all(live, signal.SIGTERM)
+  if signum is not None:
+    _signal_all(live, signum)
   deadline = time.monotonic() + grace
   for p in live:
     try:
@@ -457,7 +462,8 @@ def run_local_cluster(
                           "starting them again with the same TF_CONFIG.", restarts, max_restarts,
                           cause, failed.log_path)
         header = f"restart {restarts} of {max_restarts}"
-      _stop_all([procs[i] for i in restart], grace, ask=not preempted)
+      _stop_all([procs[i] for i in restart], grace,
+                None if preempted else signal.SIGKILL)
       header = f"\n=== {f'preemption {preemptions}' if preempted else header}: {cause} ===\n"
       for i in restart:
         procs[i] = start(i, header.encode())
@@ -471,7 +477,9 @@ def run_local_cluster(
     _stop_all(procs, grace)
     return code
   finally:
-    _stop_all(procs, grace)
+    # What ended the run (a failure, a timeout, a stall) leaves its tasks nothing to save;
+    # a drain has stopped them already.
+    _stop_all(procs, grace, signal.SIGKILL)
     if network is not None:
       network.close()
     for signum, handler in previous_handlers.items():

@@ -128,12 +128,13 @@ PROGRAM = textwrap.dedent("""
     from trainers import preemption
     preemption.install(grace_seconds=float(sys.argv[1]))
     mode = sys.argv[2]
-    print("ready", flush=True)
     try:
       if mode == "outside":
+        print("ready", flush=True)
         time.sleep(60)
       agreement = preemption.Agreement(None, "local", [])
       with preemption.training(agreement):
+        print("ready", flush=True)
         step = 0
         while True:
           step += 1
@@ -256,6 +257,32 @@ def test_a_trainer_as_pid_1_saves_on_sigterm_and_resumes_from_that_step(tiny_dat
   assert checkpoints.checkpoint_step(tf.train.latest_checkpoint(model_dir)) == ("keras", saved)
   assert "Stopped by SIGTERM after step" in (tmp_path / "run.log").read_text()
   summary = runs.run_trainer("keras", config, workers=1, model_dir=model_dir,
+                             log_path=str(tmp_path / "again.log"))
+  starts = [r["from_step"] for r in runs.read_progress(model_dir) if r["event"] == "start"]
+  assert starts == [0, saved] and summary["global_step"] == config.train_steps
+
+
+def test_ctrl_c_to_a_local_cluster_saves_and_the_same_command_goes_on(tiny_data_dir, tmp_path):
+  """The launcher as the drain: each task stops at the agreed step, which is saved; the
+  launcher exits 130 with one line; the same command goes on from that step."""
+  model_dir, log_path = str(tmp_path / "model"), tmp_path / "run.log"
+  config = Config(train_steps=400, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
+                  checkpoint_every_steps=1000, backup_every_steps=1000, data_dir=tiny_data_dir)
+  command = runs.trainer_command("keras", config, workers=2, model_dir=model_dir)
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=runs.clean_env(),
+                            cwd=REPO)
+    deadline = time.monotonic() + 120
+    while not [r for r in runs.read_progress(model_dir) if r["event"] == "step"]:
+      assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=90) == exit_codes.INTERRUPTED, log_path.read_text()
+  text = log_path.read_text()
+  assert "Received SIGINT: every task stops at a step" in text and "Traceback" not in text
+  (saved,) = [r["step"] for r in runs.read_progress(model_dir) if r["event"] == "preempted"]
+  assert checkpoints.checkpoint_step(tf.train.latest_checkpoint(model_dir)) == ("keras", saved)
+  summary = runs.run_trainer("keras", config, workers=2, model_dir=model_dir,
                              log_path=str(tmp_path / "again.log"))
   starts = [r["from_step"] for r in runs.read_progress(model_dir) if r["event"] == "start"]
   assert starts == [0, saved] and summary["global_step"] == config.train_steps
