@@ -3,9 +3,14 @@
 A local cluster of N training workers has one "chief" task and N-1 "worker"
 tasks, plus, optionally, one "evaluator" task that is not part of the
 training collective. Every task's cluster lists all of them, evaluator
-included, as Kubeflow's TFJob operator writes it; a cluster without the
-evaluator job (the Estimator's documented layout) is accepted too, and so is
-one without a chief job (then `worker:0` is the chief).
+included, as Kubeflow's TFJob operator writes it. Read too: a cluster without
+the evaluator job (the Estimator's documented layout, and Vertex AI's, whose
+evaluator is outside `cluster`), one without a chief job (Ray Train's: then
+`worker:0` is the chief), and Vertex AI's "master" for the chief, read as
+"chief" (MultiWorkerMirroredStrategy rejects "master"; `tf_config_of` writes
+the task's TF_CONFIG back as TensorFlow takes it). Keys other than
+`cluster.<job>`, `task.type` and `task.index` (Vertex AI's `job`, `trial`,
+`cloud`) are ignored.
 """
 
 import dataclasses
@@ -18,6 +23,7 @@ CHIEF = "chief"
 WORKER = "worker"
 EVALUATOR = "evaluator"
 TASK_TYPES = (CHIEF, WORKER, EVALUATOR)
+MASTER = "master"  # Vertex AI's (and AI Platform's) name for the chief, read as CHIEF.
 
 
 class TFConfigError(ValueError):
@@ -150,8 +156,9 @@ def parse_tf_config(environ: Optional[Mapping[str, str]] = None) -> Optional[Tas
   cluster = tf_config.get("cluster")
   if cluster is None or cluster == {}:
     return None
+  cluster, task = _as_chief(cluster, tf_config.get("task"))
   _check_cluster(cluster)
-  task_type, index = _check_task(tf_config.get("task"), cluster)
+  task_type, index = _check_task(task, cluster)
   return Task(type=task_type, index=index,
               num_workers=len(cluster.get(CHIEF, [])) + len(cluster.get(WORKER, [])),
               has_chief_job=CHIEF in cluster,
@@ -191,6 +198,33 @@ def _load_json(raw: str) -> Any:
     ) from e
 
 
+def _as_chief(cluster: Any, task: Any) -> Tuple[Any, Any]:
+  """`cluster` and `task` with a "master" job and task type read as "chief"."""
+  if isinstance(cluster, dict) and MASTER in cluster:
+    if CHIEF in cluster:
+      raise TFConfigError(
+          "TF_CONFIG cluster has both a 'chief' and a 'master' job; they name the same task "
+          "(Vertex AI writes one of them): keep one.")
+    cluster = {(CHIEF if job == MASTER else job): a for job, a in cluster.items()}
+  if isinstance(task, dict) and task.get("type") == MASTER:
+    task = dict(task, type=CHIEF)
+  return cluster, task
+
+
+def write_master_as_chief(environ: Optional[Dict[str, str]] = None) -> None:
+  """Rewrites TF_CONFIG with a "master" job and task type as "chief", other keys kept, so
+  TensorFlow (MultiWorkerMirroredStrategy, the Estimator's RunConfig) reads the task
+  parse_tf_config reads. Call it after parse_tf_config accepted TF_CONFIG."""
+  environ = os.environ if environ is None else environ
+  raw = environ.get("TF_CONFIG", "").strip()
+  tf_config = json.loads(raw) if raw else {}
+  if not isinstance(tf_config, dict):
+    return
+  cluster, task = _as_chief(tf_config.get("cluster"), tf_config.get("task"))
+  if (cluster, task) != (tf_config.get("cluster"), tf_config.get("task")):
+    environ["TF_CONFIG"] = json.dumps(dict(tf_config, cluster=cluster, task=task))
+
+
 def _check_cluster(cluster: Any) -> None:
   """Raises TFConfigError unless `cluster` maps known jobs to lists of distinct 'host:port'."""
   if not isinstance(cluster, dict):
@@ -202,8 +236,9 @@ def _check_cluster(cluster: Any) -> None:
   extra_jobs = sorted(set(cluster) - set(TASK_TYPES))
   if extra_jobs:
     raise TFConfigError(
-        f"TF_CONFIG cluster has job(s) {extra_jobs}; this project runs 'chief' and "
-        "'worker' jobs (MultiWorkerMirroredStrategy) plus an optional 'evaluator' task."
+        f"TF_CONFIG cluster has job(s) {extra_jobs}; this project runs 'chief' (or "
+        "'master') and 'worker' jobs (MultiWorkerMirroredStrategy: no parameter servers) "
+        "plus an optional 'evaluator' task."
     )
   seen: Dict[str, str] = {}
   for job, addresses in cluster.items():

@@ -159,6 +159,25 @@ def kubeflow_tf_configs(job: str, namespace: str, replicas: Dict[str, int],
           for rtype, n in replicas.items() for i in range(n)}
 
 
+def vertex_tf_configs(workers: int, evaluator: bool = True,
+                      endpoint: Optional[Callable[[str, int], str]] = None
+                      ) -> Dict[str, str]:
+  """TF_CONFIG of every task (by "<type>-<i>") as Vertex AI (and AI Platform) writes it
+  (cloud.google.com/ai-platform/training/docs/distributed-training-details): the chief's
+  type "master", the evaluator outside `cluster`, and `job`, `trial`, `cloud`,
+  `environment` beside; `endpoint(type, index)` gives the addresses."""
+  endpoint = endpoint or (lambda rtype, i: f"cmle-training-{rtype}-abc-{i}:2222")
+  spec = {"master": [endpoint("master", 0)]}
+  if workers > 1:
+    spec["worker"] = [endpoint("worker", i) for i in range(workers - 1)]
+  tasks = [("master", 0)] + [("worker", i) for i in range(workers - 1)]
+  tasks += [("evaluator", 0)] if evaluator else []
+  return {f"{t}-{i}": json.dumps(
+      {"cluster": spec, "environment": "cloud", "job": {"region": "us-central1"},
+       "task": {"type": t, "index": i, "trial": "1", "cloud": "t-abc"}, "cloud": "c-abc"})
+          for t, i in tasks}
+
+
 def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 256):
   """A tiny in-memory input_fn with the shared one's contract, for in-process trainer tests."""
   import tensorflow as tf

@@ -1,11 +1,12 @@
 """launch.cluster: TF_CONFIG generation and parsing."""
 
 import json
+import re
 
 import pytest
 
 from launch import cluster
-from tests.conftest import kubeflow_tf_configs
+from tests.conftest import kubeflow_tf_configs, vertex_tf_configs
 
 
 def _env(tf_config):
@@ -47,6 +48,50 @@ def test_tf_config_as_the_kubeflow_operator_writes_it(replicas, chief):
     expected = (None if task.type == cluster.EVALUATOR else
                 f"mnist-{task.type}-{task.index}.team-a.svc:2222")
     assert task.address == expected, name
+
+
+def test_tf_config_as_vertex_ai_writes_it_master_as_chief_evaluator_outside():
+  tasks = {name: cluster.parse_tf_config({"TF_CONFIG": raw})
+           for name, raw in vertex_tf_configs(3).items()}
+  assert {name: (t.type, t.index, t.is_chief) for name, t in tasks.items()} == {
+      "master-0": ("chief", 0, True), "worker-0": ("worker", 0, False),
+      "worker-1": ("worker", 1, False), "evaluator-0": ("evaluator", 0, False)}
+  assert {t.num_workers for t in tasks.values()} == {3}
+  assert tasks["master-0"].training_cluster == {
+      "chief": ["cmle-training-master-abc-0:2222"],
+      "worker": ["cmle-training-worker-abc-0:2222", "cmle-training-worker-abc-1:2222"]}
+  # Outside the cluster, the training tasks do not know of it: the chief evaluates too.
+  assert not tasks["master-0"].has_evaluator and tasks["evaluator-0"].has_evaluator
+
+
+def test_master_is_written_back_as_chief_for_tensorflow_other_keys_kept():
+  raw = vertex_tf_configs(2)["master-0"]
+  environ = {"TF_CONFIG": raw}
+  cluster.write_master_as_chief(environ)
+  written, original = json.loads(environ["TF_CONFIG"]), json.loads(raw)
+  assert written["cluster"] == {"chief": original["cluster"]["master"],
+                                "worker": original["cluster"]["worker"]}
+  assert written["task"] == dict(original["task"], type="chief")
+  assert {k: v for k, v in written.items() if k not in ("cluster", "task")} == {
+      k: v for k, v in original.items() if k not in ("cluster", "task")}
+  kubeflow = {"TF_CONFIG": kubeflow_tf_configs("mnist", "a", {"Chief": 1, "Worker": 1})[
+      "chief-0"]}
+  before = dict(kubeflow)
+  cluster.write_master_as_chief(kubeflow)
+  assert kubeflow == before  # Nothing to rewrite: not even re-serialized.
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    ({"cluster": {"chief": ["a:1"], "master": ["b:1"]}, "task": {"type": "chief", "index": 0}},
+     "both a 'chief' and a 'master' job"),
+    ({"cluster": {"master": ["a:1"], "ps": ["b:1"]}, "task": {"type": "master", "index": 0}},
+     "job(s) ['ps']"),
+    ({"cluster": {"master": ["a:1"], "worker": ["b:1"]}, "task": {"type": "master", "index": 1}},
+     "task.index 1 is out of range: the cluster has 1 chief task(s)"),
+])
+def test_a_bad_vertex_tf_config_names_what_is_wrong(tf_config, message):
+  with pytest.raises(cluster.TFConfigError, match=re.escape(message)):
+    cluster.parse_tf_config(_env(tf_config))
 
 
 def test_a_one_replica_job_gets_no_tf_config_and_runs_as_one_process():

@@ -34,6 +34,7 @@ from launch.tools import runs
 from launch.tools import serving_check
 from trainers.config import Config
 from tests.conftest import (ESTIMATOR_MISSING, REPO, SHARED_IDX_DIR, kubeflow_tf_configs,
+                            vertex_tf_configs,
                             run_module)
 
 BACKENDS = ("keras", "estimator")
@@ -423,6 +424,28 @@ def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, 
   assert "Waiting for the evaluator's result" in results[0].stderr
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_master_and_an_evaluator_outside_the_cluster_as_vertex_ai_writes_them(
+    backend, tiny_data_dir, tmp_path):
+  """Vertex AI's shape: the chief's type "master" (which MultiWorkerMirroredStrategy
+  rejects), the evaluator outside `cluster` (so the chief evaluates too), extra keys."""
+  ports = dict(zip(("master-0", "worker-0", "evaluator-0"), cluster.pick_free_ports(3)))
+  configs = vertex_tf_configs(2, endpoint=lambda rtype, i: f"localhost:{ports[f'{rtype}-{i}']}")
+  envs = [{"TF_CONFIG": configs[task]} for task in ("master-0", "worker-0", "evaluator-0")]
+  model_dir = tmp_path / "model"
+  args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, tiny_data_dir)]
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    results = list(pool.map(lambda env: run_module(f"trainers.{backend}_main", args, env=env,
+                                                    timeout=300), envs))
+  for result in results:
+    assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(results[0].stdout.strip().splitlines()[-1])
+  assert (summary["workers"], summary["global_step"]) == (2, STEPS)
+  assert evaluation.read_result(str(model_dir / "eval"), STEPS) == pytest.approx(
+      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-5)
+  assert "Task chief:0 of 2 workers" in results[0].stderr
+
+
 @pytest.mark.parametrize("backend, workers", [("keras", 1), ("estimator", 1), ("keras", 2)])
 def test_a_diverging_run_stops_with_exit_3_and_saves_nothing_diverged(backend, workers,
                                                                      tiny_data_dir, tmp_path):
@@ -533,15 +556,14 @@ def test_the_launcher_starts_the_tasks_without_tensorflow(backend, tiny_data_dir
   # Importing TensorFlow takes the launcher 2 to 3 s before any task starts.
   code = f"""if True:
     import sys
-    from launch import supervisor
     from trainers import runner
     from trainers.config import Config
     def start(*args, **kwargs):
       print("tensorflow imported:", "tensorflow" in sys.modules)
       return 0
-    supervisor.run_local_cluster = start
     sys.exit(runner.run({backend!r}, Config(data_dir={str(tiny_data_dir)!r}), runner.RunOptions(
-        workers=2, model_dir={str(tmp_path / "model")!r}, relaunch=["true"])))"""
+        workers=2, model_dir={str(tmp_path / "model")!r}, relaunch=["true"]),
+        start_cluster=start))"""
   result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           timeout=60, check=False)
   assert result.returncode == 0, result.stderr[-3000:]

@@ -6,7 +6,7 @@ import importlib.metadata
 import os
 import sys
 import tempfile
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -275,7 +275,8 @@ def _check_files(config: Config, options: RunOptions) -> None:
                      "Create the parent first, or choose another --task_log_dir.")
 
 
-def run(backend: str, config: Config, options: RunOptions) -> int:
+def run(backend: str, config: Config, options: RunOptions,
+        start_cluster: Callable[..., int] = supervisor.run_local_cluster) -> int:
   """Trains `backend` and returns the process exit code (launch.exit_codes).
 
   SIGTERM (or SIGINT) stops a task at a step its cluster agrees on and saves
@@ -291,6 +292,9 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     backend: "keras" or "estimator".
     config: hyperparameters.
     options: workers, directories, timeout.
+    start_cluster: what runs the tasks of a cluster of more than one worker, given the
+      command and `launch.supervisor.run_local_cluster`'s arguments, returning the exit
+      code: that function, or another engine's (launch/tools/ray_engine.py).
 
   Returns:
     0 on success; USAGE for bad flags, TF_CONFIG, ports or model_dir; 1 for
@@ -299,7 +303,7 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     task that ended it.
   """
   try:
-    return _run(backend, config, options)
+    return _run(backend, config, options, start_cluster)
   except preemption.Preempted as e:
     where = (f"after step {e.step}, which is saved" if e.step is not None else
              "outside training, with nothing unsaved")
@@ -309,11 +313,13 @@ def run(backend: str, config: Config, options: RunOptions) -> int:
     return e.exit_code
 
 
-def _run(backend: str, config: Config, options: RunOptions) -> int:
+def _run(backend: str, config: Config, options: RunOptions,
+         start_cluster: Callable[..., int]) -> int:
   """run(), with a signal raising preemption.Preempted."""
   lock = None
   try:
     task, num_workers = _check_run(backend, config, options)
+    cluster.write_master_as_chief()  # Before TensorFlow reads TF_CONFIG.
     launcher = task is None and num_workers > 1
     # The tasks' environment, before this process quiets its own TensorFlow (a
     # launcher imports it to inspect a non-empty model_dir): their logs keep all.
@@ -346,7 +352,7 @@ def _run(backend: str, config: Config, options: RunOptions) -> int:
     log_dir = options.log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
                  model_dir, log_dir)
-    return supervisor.run_local_cluster(
+    return start_cluster(
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
         evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
