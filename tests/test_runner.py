@@ -401,27 +401,38 @@ def test_tasks_started_with_different_clusters_both_stop(tiny_data_dir, tmp_path
     assert f"Task {peer} was started with TF_CONFIG cluster" in result.stderr
 
 
+def _run_platform_tasks(backend, configs, tasks, data_dir, model_dir):
+  """Runs each of `tasks` (names in `configs`, the chief's first) as a trainer with its
+  TF_CONFIG, all at once, as a platform starts them; returns the chief's log."""
+  args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, data_dir)]
+  with concurrent.futures.ThreadPoolExecutor(len(tasks)) as pool:
+    results = list(pool.map(
+        lambda task: run_module(f"trainers.{backend}_main", args,
+                                env={"TF_CONFIG": configs[task]}, timeout=300), tasks))
+  for result in results:
+    assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(results[0].stdout.strip().splitlines()[-1])
+  assert (summary["workers"], summary["global_step"]) == (2, STEPS)
+  assert evaluation.read_result(str(model_dir / "eval"), STEPS) == pytest.approx(
+      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-5)
+  return results[0].stderr
+
+
+def _local_endpoints(tasks):
+  ports = dict(zip(tasks, cluster.pick_free_ports(len(tasks))))
+  return lambda rtype, i: f"localhost:{ports[f'{rtype}-{i}']}"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, tiny_data_dir,
                                                                        tmp_path):
   """A TFJob of 2 Worker and 1 Evaluator replicas, no Chief: worker 0 is the chief, every
   task's cluster lists the evaluator, "environment": "cloud" (tensorflow_tf_config.go)."""
-  ports = dict(zip(("worker-0", "worker-1", "evaluator-0"), cluster.pick_free_ports(3)))
+  tasks = ("worker-0", "worker-1", "evaluator-0")
   configs = kubeflow_tf_configs("mnist", "default", {"Worker": 2, "Evaluator": 1},
-                                endpoint=lambda rtype, i: f"localhost:{ports[f'{rtype}-{i}']}")
-  envs = [{"TF_CONFIG": configs[pod]} for pod in ("worker-0", "worker-1", "evaluator-0")]
-  model_dir = tmp_path / "model"
-  args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, tiny_data_dir)]
-  with concurrent.futures.ThreadPoolExecutor(3) as pool:
-    results = list(pool.map(lambda env: run_module(f"trainers.{backend}_main", args, env=env,
-                                                    timeout=300), envs))
-  for result in results:
-    assert result.returncode == 0, result.stderr[-3000:]
-  summary = json.loads(results[0].stdout.strip().splitlines()[-1])  # worker 0: the chief.
-  assert (summary["workers"], summary["global_step"]) == (2, STEPS)
-  assert evaluation.read_result(str(model_dir / "eval"), STEPS) == pytest.approx(
-      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-6)
-  assert "Waiting for the evaluator's result" in results[0].stderr
+                                endpoint=_local_endpoints(tasks))
+  chief_log = _run_platform_tasks(backend, configs, tasks, tiny_data_dir, tmp_path / "model")
+  assert "Waiting for the evaluator's result" in chief_log
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -429,21 +440,10 @@ def test_a_master_and_an_evaluator_outside_the_cluster_as_vertex_ai_writes_them(
     backend, tiny_data_dir, tmp_path):
   """Vertex AI's shape: the chief's type "master" (which MultiWorkerMirroredStrategy
   rejects), the evaluator outside `cluster` (so the chief evaluates too), extra keys."""
-  ports = dict(zip(("master-0", "worker-0", "evaluator-0"), cluster.pick_free_ports(3)))
-  configs = vertex_tf_configs(2, endpoint=lambda rtype, i: f"localhost:{ports[f'{rtype}-{i}']}")
-  envs = [{"TF_CONFIG": configs[task]} for task in ("master-0", "worker-0", "evaluator-0")]
-  model_dir = tmp_path / "model"
-  args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, tiny_data_dir)]
-  with concurrent.futures.ThreadPoolExecutor(3) as pool:
-    results = list(pool.map(lambda env: run_module(f"trainers.{backend}_main", args, env=env,
-                                                    timeout=300), envs))
-  for result in results:
-    assert result.returncode == 0, result.stderr[-3000:]
-  summary = json.loads(results[0].stdout.strip().splitlines()[-1])
-  assert (summary["workers"], summary["global_step"]) == (2, STEPS)
-  assert evaluation.read_result(str(model_dir / "eval"), STEPS) == pytest.approx(
-      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-5)
-  assert "Task chief:0 of 2 workers" in results[0].stderr
+  tasks = ("master-0", "worker-0", "evaluator-0")
+  configs = vertex_tf_configs(2, endpoint=_local_endpoints(tasks))
+  chief_log = _run_platform_tasks(backend, configs, tasks, tiny_data_dir, tmp_path / "model")
+  assert "Task chief:0 of 2 workers" in chief_log
 
 
 @pytest.mark.parametrize("backend, workers", [("keras", 1), ("estimator", 1), ("keras", 2)])
