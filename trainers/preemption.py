@@ -217,7 +217,7 @@ class Agreement:
     for peer in self._peers:  # Bounded by the grace period's timer.
       while self._store.get(ACK_KEY + peer, WATCH_SECONDS) is None:
         pass
-    logging.info("Every training task stops after step %d, the one after %d.", step + 1, step)
+    logging.info("Every training task stops at its first step after step %d.", step)
 
   def _watch(self) -> None:
     """Waits for the claimer's step, takes it and acknowledges it."""
