@@ -450,14 +450,16 @@ def _preempt(ctx: _Context) -> None:
     ctx.result.problems.append("the launcher counted no preemption")
   saved = [r["step"] for r in runs.read_progress(ctx.model_dir) if r["event"] == "preempted"]
   starts = _progress(ctx.model_dir)[1]
-  if not saved or len(starts) < 2:
-    ctx.result.problems.append("no preempted step recorded, or no resume after it")
-  else:
-    # Where the resume began against where the preemption stopped: 0 steps redone.
-    ctx.result.steps_redone = saved[0] - starts[1]
-    if ctx.result.steps_redone != 0 or saved[0] < ctx.result.fault_step:
-      ctx.result.problems.append(f"stopped at step {saved[0]} (the signal came at "
-                                 f"{ctx.result.fault_step}), resumed from {starts[1]}")
+  # Where the resume began; a run whose training had ended (stopped at its last step, or
+  # signalled during its evaluation) trains nothing again, and records no start.
+  resumed = starts[1] if len(starts) > 1 else ctx.config.train_steps
+  stopped = saved[0] if saved else ctx.config.train_steps
+  # Where the preemption stopped against where the resume began: 0 steps redone.
+  ctx.result.steps_redone = stopped - resumed
+  if ctx.result.steps_redone != 0 or stopped < (ctx.result.fault_step or 0):
+    ctx.result.problems.append(f"stopped at step {saved[0] if saved else 'none recorded'} "
+                               f"(the signal came at {ctx.result.fault_step}), resumed from "
+                               f"{resumed}")
   _check_recovered(ctx, ctx.result.exit_code)
 
 
