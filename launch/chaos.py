@@ -59,6 +59,8 @@ _OUT = flags.DEFINE_string("out", None, "Where each trial's model_dir goes (defa
                            "temporary directory).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and victim.")
 _TIMEOUT = tool_flags.define_timeout()
+_ENGINE = tool_flags.define_engine("What runs the tasks: the local launcher, or Ray Train "
+                                   "(launch.ray, a Ray cluster started on this machine).")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -71,6 +73,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"{e} A lone process has no launcher to restart it.",
                          exitcode=2) from e
   train_steps, timeout = tool_flags.train_steps(_TRAIN_STEPS), tool_flags.timeout(_TIMEOUT)
+  engine = tool_flags.engine(_ENGINE)
   if _TRIALS.value < 1 or train_steps < 2:
     raise app.UsageError("--trials must be >= 1 and --train_steps >= 2.", exitcode=2)
   unknown = sorted(set(_FAULT.value) - {*chaos.FAULTS, "all"})
@@ -90,7 +93,8 @@ def main(argv: Sequence[str]) -> None:
   for n in workers:
     where = out if len(workers) == 1 else os.path.join(out, f"workers-{n}")
     results = chaos.run_chaos(_BACKEND.value, config, n, _TRIALS.value, where,
-                              seed=_SEED.value, timeout=timeout, faults=faults)
+                              seed=_SEED.value, timeout=timeout, faults=faults,
+                              engine=engine)
     print(chaos.format_table(results))
     print(f"Runs: {where}")
     passed = passed and chaos.overall_passed(results)

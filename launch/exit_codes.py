@@ -50,6 +50,12 @@ def retried(code: int) -> bool:
   return code >= 128
 
 
+def shell_code(returncode: int) -> int:
+  """A process's exit code as a shell and an orchestrator see it, from its Popen return
+  code (-N if signal N killed it): 128 + N for a signal."""
+  return 128 - returncode if returncode < 0 else returncode
+
+
 def why_not_retried(code: int) -> str:
   """Why a failure with `code` (1 to 127) is not retried, for the launcher's message."""
   return NOT_RETRIED.get(code, _UNNAMED)

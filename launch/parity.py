@@ -2,6 +2,7 @@ r"""Proves, number by number, that the Keras and Estimator backends train the sa
 
   python -m launch.parity --workers=2 [--train_steps=10] [--long_steps=N] [--out=DIR]
   python -m launch.parity --model=cnn_bn --model_options=dropout=0 --measure_seeds=3
+  python -m launch.parity --workers=2 --engine=ray --long_steps=0
 
 Trains Keras (Model.fit, N local workers), the Estimator (train_and_evaluate,
 N local workers) and a single-process GradientTape reference from one
@@ -10,6 +11,8 @@ losses, shards, accuracy and evaluation. Prints the table, writes
 parity_report.{md,json} and loss_curves.png to --out, and exits 0 only if
 every check passes. With several worker counts (--workers=1,2) it runs the
 suite at each, into --out/workers-<N>, and passes only if every one passes.
+With --engine=ray the short run of each backend is also trained on Ray Train
+(launch.ray) and held to its local run: the engine changes nothing.
 The reference cannot draw a backend's dropout masks, so parity needs the rate at
 0; --measure_seeds=N then also trains both backends N times with dropout on and
 reports each test accuracy, measured and not checked.
@@ -51,6 +54,10 @@ _CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERP
                                              *config_lib.CANNED_SETTINGS))
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
+_ENGINE = tool_flags.define_engine(
+    "Also train the short run of both backends on this engine (ray: launch.ray, a Ray "
+    "cluster started on this machine), each held to its local run: weights within "
+    "--weight_atol, per-step losses, shards and evaluation.")
 _MEASURE_SEEDS = flags.DEFINE_integer(
     "measure_seeds", 0, "Also train both backends with seeds 1..N for --measure_steps, with "
     "--measure_model_options, and report each test accuracy, unchecked: the reference "
@@ -101,6 +108,10 @@ def main(argv: Sequence[str]) -> None:
   workers = tool_flags.worker_counts(_WORKERS)
   train_steps = tool_flags.train_steps(_TRAIN_STEPS)
   timeout = tool_flags.timeout(_TIMEOUT)
+  engine = tool_flags.engine(_ENGINE)
+  if engine != "local" and min(workers) < 2:
+    raise app.UsageError(f"--engine={engine} runs clusters: give --workers of 2 or more.",
+                         exitcode=2)
   matrix = _matrix()
   several = len({m for m, _ in matrix}) > 1
   configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value, **_settings(m, o, several))
@@ -128,7 +139,7 @@ def main(argv: Sequence[str]) -> None:
             config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
             tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
             measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
-            measure_model_options=_MEASURE_OPTIONS.value,
+            measure_model_options=_MEASURE_OPTIONS.value, engine=engine,
             timeout=timeout)
       except runs.RunError as e:  # A backend run failed: its log is named in the message.
         sys.exit(f"error: {e}")

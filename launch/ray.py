@@ -23,7 +23,6 @@ from absl import flags
 from launch import console
 from launch import exit_codes
 from launch.tools import ray_engine
-from launch.tools import runs
 from trainers import flags as trainer_flags
 from trainers import runner
 
@@ -58,11 +57,13 @@ def main(argv: Sequence[str]) -> None:
     ray_engine.check_installed()
     if _ADDRESS.value:
       ray_engine.check_reachable(_ADDRESS.value)
+    else:
+      ray_engine.check_temp_dir()
   except ray_engine.RayUnavailable as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(exit_codes.USAGE)
   backend = _BACKEND.value
-  options = trainer_flags.run_options_from_flags(runs.TRAINER_MODULES[backend])
+  options = trainer_flags.run_options_from_flags(runner.BINARIES[backend])
   # Every task runs the trainer binary with this command's trainer flags.
   options = dataclasses.replace(options, relaunch=_without_own_flags(options.relaunch))
   sys.exit(runner.run(backend, trainer_flags.config_from_flags(), options,

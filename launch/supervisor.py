@@ -197,7 +197,8 @@ def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
   return _Proc(name, popen, log, [*pumps, closer])
 
 
-def _describe(returncode: int) -> str:
+def describe_exit(returncode: int) -> str:
+  """How a task ended, from its Popen return code: "was killed by SIGKILL", "exited with code 3"."""
   if returncode < 0:
     return f"was killed by {signal.Signals(-returncode).name}"
   return f"exited with code {returncode}"
@@ -423,8 +424,8 @@ def run_local_cluster(
                       "task.", stall_timeout, _hang_report(procs, log_dir))
         return exit_codes.TIMEOUT
       rc = failed.popen.returncode
-      code = 128 - rc if rc < 0 else rc  # As a shell, and an orchestrator, see it.
-      cause = f"{failed.name} {_describe(rc)}"
+      code = exit_codes.shell_code(rc)
+      cause = f"{failed.name} {describe_exit(rc)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.
         for t in failed.pumps:  # Its last lines, read to the end.
           t.join(timeout=grace)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import gzip
+import importlib.util
 import json
 import os
 import pathlib
@@ -108,6 +109,12 @@ def real_data_dir(tmp_path_factory) -> str:
   data_dir = str(tmp_path_factory.mktemp("real_tfds"))
   mnist.prepare(str(SHARED_IDX_DIR), data_dir)
   return data_dir
+
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+# CI installs the ray extra and must run these; elsewhere they skip, saying why.
+needs_ray = pytest.mark.skipif(not HAS_RAY and not os.environ.get("REQUIRE_RAY"),
+                               reason='Ray is not installed: pip install -e ".[tf215,ray]"')
 
 
 def run_module(module: str, args: List[str], timeout: float = 600,

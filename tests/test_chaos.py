@@ -7,6 +7,7 @@ import pytest
 
 from launch.tools import chaos
 from trainers.config import Config
+from tests.conftest import needs_ray
 from tests.conftest import run_module
 
 # CI runs one trial of each fault, on the two backends in turn (its time budget), and
@@ -29,6 +30,8 @@ MAX_REDONE = CONFIG.backup_every_steps + 2
 MIN_REDONE = -2 * CONFIG.log_every_steps
 RESTARTED = {"kill_worker", "stop_chief"}  # The launcher restarts the training tasks.
 PREEMPTED = {"preempt", "drain"}  # It restarts them too, counting no restart.
+# On Ray Train (launch.ray), in CI: Ray restarts a killed worker; a preempted one saves.
+RAY_CASES = [("keras", "kill_worker"), ("estimator", "preempt")]
 
 
 @pytest.mark.chaos
@@ -61,6 +64,22 @@ def test_each_fault_ends_as_documented(backend, fault, tiny_data_dir, tmp_path):
       assert MIN_REDONE <= t.steps_redone <= MAX_REDONE, table
     if fault in PREEMPTED:
       assert t.steps_redone == 0 and t.exit_code == 0, table
+
+
+@pytest.mark.chaos
+@needs_ray
+@pytest.mark.parametrize("backend, fault", RAY_CASES)
+def test_on_ray_a_fault_ends_as_on_local_workers(backend, fault, tiny_data_dir, tmp_path):
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  (t,) = chaos.run_chaos(backend, config, 2, 1, str(tmp_path), seed=7, timeout=300,
+                         faults=(fault,), engine="ray")
+  table = chaos.format_table([t])
+  # Passing means, as above, and: no process of the run's Ray cluster is left.
+  assert t.passed and t.final_step == config.train_steps, table
+  if fault in PREEMPTED:
+    assert t.steps_redone == 0 and t.restarts == 0, table
+  else:
+    assert t.restarts == 1 and MIN_REDONE <= t.steps_redone <= MAX_REDONE, table
 
 
 def test_trial_failures_are_reported_not_hidden(tiny_data_dir, tmp_path):

@@ -14,3 +14,8 @@ def test_codes_from_128_are_retried_and_1_to_127_are_not():
 def test_every_code_not_retried_says_why():
   assert exit_codes.why_not_retried(exit_codes.USAGE) == "a usage error is not retried"
   assert "1 to 127 are not retried" in exit_codes.why_not_retried(1)
+
+
+def test_a_signal_reads_as_a_shell_reads_it():
+  assert exit_codes.shell_code(-9) == 137 and exit_codes.shell_code(-15) == 143
+  assert exit_codes.shell_code(3) == 3 and exit_codes.shell_code(0) == 0

@@ -8,6 +8,7 @@ import pytest
 
 from launch.tools import parity
 from trainers.config import Config
+from tests.conftest import needs_ray
 from tests.conftest import run_module
 
 pytestmark = pytest.mark.estimator  # Both backends, side by side.
@@ -55,6 +56,34 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
   # Both evaluator tasks evaluated the final checkpoint (step 20), and said which others.
   per_checkpoint = next(c for c in report["checks"] if c["name"].startswith("eval per checkpoint"))
   assert "keras evaluated steps [" in per_checkpoint["where"] and "20]" in per_checkpoint["where"]
+
+
+@pytest.mark.real_data
+@needs_ray
+def test_cli_on_ray_trains_each_backend_as_its_local_run(real_data_dir, tmp_path):
+  result = run_module("launch.parity", ["--workers=2", "--engine=ray", "--train_steps=10",
+                                        "--long_steps=0", f"--data_dir={real_data_dir}",
+                                        f"--out={tmp_path}"], timeout=1200)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  with open(tmp_path / "parity_report.json") as f:
+    report = json.load(f)
+  checks = {c["name"]: c for c in report["checks"]}
+  assert report["passed"] and report["engine"] == "ray"
+  for backend in ("keras", "estimator"):
+    on_ray = f"{backend} on ray"
+    for name in (f"variable mapping, {backend} vs {on_ray}",
+                 f"max |weight diff| {backend} vs {on_ray}",
+                 f"per-step loss rel diff {backend} vs {on_ray}",
+                 f"progress.jsonl loss rel diff {backend} vs {on_ray}",
+                 f"shards {on_ray} = keras", f"eval per checkpoint, {backend} vs {on_ray}"):
+      assert checks[name]["passed"], name
+    assert checks[f"max |weight diff| {backend} vs {on_ray}"]["limit"] == 1e-6
+    assert len(report["losses"][f"short/{on_ray}"]) == 10
+    # Ray Train ran it: its tasks' logs and record are the Ray engine's.
+    logs = tmp_path / "short" / f"{backend}-ray" / "model" / "logs"
+    assert json.loads((logs / "tasks.json").read_text())["attempts"] == 1
+    assert sorted(p.name for p in logs.glob("*.log")) == ["evaluator-0.log", "worker-0.log",
+                                                          "worker-1.log"]
 
 
 @pytest.mark.real_data

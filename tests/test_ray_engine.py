@@ -1,23 +1,23 @@
 """launch.ray and launch.tools.ray_engine: the trainers on Ray Train, as on local workers."""
 
-import importlib.util
 import json
-import os
+import signal
+import subprocess
 import sys
 import time
 
 import pytest
 
+from launch import exit_codes
 from launch.tools import ray_engine
+from launch.tools import runs
 from trainers import evaluation
 from trainers import flags as trainer_flags
 from trainers.config import Config
+from tests.conftest import REPO
+from tests.conftest import needs_ray
 from tests.conftest import run_module
 
-HAS_RAY = importlib.util.find_spec("ray") is not None
-# CI installs the ray extra and must run these; elsewhere they skip, saying why.
-needs_ray = pytest.mark.skipif(not HAS_RAY and not os.environ.get("REQUIRE_RAY"),
-                               reason='Ray is not installed: pip install -e ".[tf215,ray]"')
 CONFIG = Config(train_steps=30, global_batch_size=32, eval_batch_size=50, log_every_steps=5,
                 checkpoint_every_steps=10, backup_every_steps=10)
 
@@ -51,33 +51,133 @@ def test_an_unreachable_address_fails_at_once_naming_it(tmp_path):
   assert time.monotonic() - start < 60 and not (tmp_path / "model").exists()
 
 
-def test_a_task_failure_keeps_its_exit_code_through_ray():
-  error = type("WorkerGroupError", (Exception,), {})()
-  error.worker_failures = {0: ray_engine.TaskExit("worker-0", 200),
-                           1: ray_engine.TaskExit("worker-1", 137)}
-  assert ray_engine._failure_code(error) == 137  # The cause, not its peer's loss of it.
-  assert ray_engine._failure_code(RuntimeError("controller")) == 1
+def _record(attempts=1, **counts):
+  return {**ray_engine._new_record(), "attempts": attempts, **counts}
 
 
-@needs_ray
-@pytest.mark.parametrize("backend", ["keras", pytest.param("estimator",
-                                                           marks=pytest.mark.estimator)])
-def test_two_workers_on_ray_train_and_evaluate_as_a_local_cluster(backend, tiny_data_dir,
-                                                                  tmp_path):
-  model_dir = tmp_path / "model"
-  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
-  result = run_module("launch.ray", [f"--backend={backend}", "--workers=2",
-                                     f"--model_dir={model_dir}",
-                                     *trainer_flags.config_to_flags(config)], timeout=600)
-  logs = model_dir / "logs"
-  assert result.returncode == 0, result.stderr[-3000:] + "".join(
-      p.read_text()[-2000:] for p in logs.glob("*.log"))
+def test_the_first_failure_of_an_attempt_decides_and_its_peers_follow_it():
+  record = _record()
+  cause = ray_engine.record_failure(record, "worker-1", -9, max_restarts=2)
+  assert (cause["code"], cause["retry"], cause["restart"]) == (137, True, 1)
+  # The chief loses its peer next: the same attempt, the same cause, no second count.
+  assert ray_engine.record_failure(record, "worker-0", exit_codes.PEER_LOST, 2) is cause
+  assert (record["restarts"], len(record["failures"])) == (1, 1)
+  record["attempts"] = 2  # Ray started the workers again.
+  again = ray_engine.record_failure(record, "worker-0", exit_codes.PEER_LOST, 2)
+  assert again is not cause and again["restart"] == 2 and ray_engine.run_outcome(record) == 0
+
+
+def test_a_preemption_is_retried_without_counting_a_restart():
+  record = _record()
+  failure = ray_engine.record_failure(record, "worker-0", exit_codes.PREEMPTED, max_restarts=0)
+  assert failure["retry"] and not failure["restart"]
+  assert (record["restarts"], record["preemptions"], record["stop"]) == (0, 1, None)
+
+
+@pytest.mark.parametrize("returncode, max_restarts, why", [
+    (exit_codes.DIVERGED, 3, "would diverge again"),
+    (-9, 0, "no restarts left (--max_restarts=0)"),
+])
+def test_a_failure_not_retried_stops_every_task_with_its_code(returncode, max_restarts, why):
+  record = _record()
+  failure = ray_engine.record_failure(record, "worker-1", returncode, max_restarts)
+  assert not failure["retry"] and why in failure["why"]
+  assert record["stop"]["signal"] == signal.SIGKILL
+  assert ray_engine.run_outcome(record) == exit_codes.shell_code(returncode)
+  # The evaluator, killed by that stop, is not a failure of its own.
+  follows = ray_engine.record_failure(record, ray_engine.EVALUATOR_NAME, -9, max_restarts)
+  assert follows["why"] == ray_engine.STOPPING and record["evaluator_restarts"] == 0
+  assert ray_engine.run_outcome(record) == exit_codes.shell_code(returncode)
+
+
+def test_an_attempt_ended_by_ray_alone_counts_as_a_restart_so_ray_retries_end():
+  record = _record(attempts=0)
+  ray_engine._count_attempt(record, max_restarts=1)  # The first attempt.
+  ray_engine._count_attempt(record, max_restarts=1)  # Ray lost a worker: nobody recorded it.
+  assert (record["attempts"], record["restarts"], record["stop"]) == (2, 1, None)
+  assert record["failures"][0]["name"] == ray_engine.LOST_WORKER
+  ray_engine._count_attempt(record, max_restarts=1)  # Again: no restarts left.
+  assert record["stop"] and ray_engine.run_outcome(record) == exit_codes.PEER_LOST
+
+
+def test_the_evaluator_is_restarted_alone_and_counted_apart():
+  record = _record()
+  first = ray_engine.record_failure(record, ray_engine.EVALUATOR_NAME, -9, max_restarts=1)
+  assert first["retry"] and (record["evaluator_restarts"], record["restarts"]) == (1, 0)
+  second = ray_engine.record_failure(record, ray_engine.EVALUATOR_NAME, -9, max_restarts=1)
+  assert not second["retry"] and ray_engine.run_outcome(record) == 137
+
+
+def test_the_record_is_shared_under_a_lock_and_replaced_whole(tmp_path):
+  with ray_engine.updated_record(str(tmp_path), fresh=True) as record:
+    record["attempts"] = 1
+  with ray_engine.updated_record(str(tmp_path)) as record:
+    ray_engine.record_failure(record, "worker-0", exit_codes.PREEMPTED, 0)
+  read = ray_engine.read_record(str(tmp_path))
+  assert (read["attempts"], read["preemptions"]) == (1, 1)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.json", "tasks.json.lock"]
+
+
+def _check_trained_and_evaluated(model_dir, stdout: str, config: Config) -> None:
+  """The run ended as a local cluster's: summary, evaluation, the summary printed last, a
+  log per task, the chief waiting for the evaluator."""
   summary = json.loads((model_dir / "summary.json").read_text())
   assert (summary["workers"], summary["global_step"]) == (2, config.train_steps)
   assert evaluation.read_result(str(model_dir / "eval"), config.train_steps) == pytest.approx(
       {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-6)
-  assert json.loads(result.stdout.strip().splitlines()[-1])["global_step"] == config.train_steps
+  assert json.loads(stdout.strip().splitlines()[-1])["global_step"] == config.train_steps
+  logs = model_dir / "logs"
   assert sorted(p.name for p in logs.glob("*.log")) == ["evaluator-0.log", "worker-0.log",
                                                         "worker-1.log"]
   # Worker 0 of Ray's worker-only cluster is the chief: it waited for the evaluator.
   assert "Waiting for the evaluator's result" in (logs / "worker-0.log").read_text()
+
+
+@needs_ray
+def test_estimator_on_ray_trains_and_evaluates_as_a_local_cluster(tiny_data_dir, tmp_path):
+  model_dir = tmp_path / "model"
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  result = run_module("launch.ray", ["--backend=estimator", "--workers=2",
+                                     f"--model_dir={model_dir}",
+                                     *trainer_flags.config_to_flags(config)], timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:] + "".join(
+      p.read_text()[-2000:] for p in (model_dir / "logs").glob("*.log"))
+  _check_trained_and_evaluated(model_dir, result.stdout, config)
+
+
+@needs_ray
+def test_sigterm_to_launch_ray_drains_every_task_and_the_same_command_goes_on(tiny_data_dir,
+                                                                             tmp_path):
+  model_dir, log_path = tmp_path / "model", tmp_path / "run.log"
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir, "train_steps": 400,
+                     "log_every_steps": 2, "checkpoint_every_steps": 1000,
+                     "backup_every_steps": 1000})
+  command = runs.trainer_command("keras", config, workers=2, model_dir=str(model_dir),
+                                 engine="ray")
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=runs.clean_env(),
+                            cwd=REPO)
+    deadline = time.monotonic() + 300
+    while not [r for r in runs.read_progress(str(model_dir)) if r["event"] == "step"]:
+      assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == exit_codes.PREEMPTED, log_path.read_text()[-3000:]
+  text = log_path.read_text()
+  assert "Received SIGTERM: every task stops at a step" in text and "Traceback" not in text
+  (saved,) = [r["step"] for r in runs.read_progress(str(model_dir)) if r["event"] == "preempted"]
+  assert 0 < saved < config.train_steps
+  assert json.loads((model_dir / "logs" / "tasks.json").read_text())["stop"]["code"] == 143
+  again = run_module("launch.ray", ["--backend=keras", "--workers=2", f"--model_dir={model_dir}",
+                                    *trainer_flags.config_to_flags(config)], timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  starts = [r["from_step"] for r in runs.read_progress(str(model_dir)) if r["event"] == "start"]
+  assert starts == [0, saved]
+  _check_trained_and_evaluated(model_dir, again.stdout, config)
+
+
+def test_launch_ray_imports_no_tensorflow_before_the_runner_quiets_it():
+  result = subprocess.run([sys.executable, "-c", "import sys, launch.ray; "
+                           "assert 'tensorflow' not in sys.modules"], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]

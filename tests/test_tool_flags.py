@@ -1,5 +1,7 @@
 """launch.tools.tool_flags: one spelling per flag across the tools; old spellings still work."""
 
+import sys
+
 import pytest
 from absl import app
 from absl import flags
@@ -11,7 +13,8 @@ def _parse(*argv):
   values = flags.FlagValues()
   holders = {"workers": tool_flags.define_workers([1, 2], "w", values),
              "train_steps": tool_flags.define_train_steps(10, "s", values),
-             "timeout": tool_flags.define_timeout(values)}
+             "timeout": tool_flags.define_timeout(values),
+             "engine": tool_flags.define_engine("e", values)}
   values(["tool", *argv])
   return holders
 
@@ -45,3 +48,12 @@ def test_bad_values_are_usage_errors(argv, name, message):
   with pytest.raises(app.UsageError, match=message) as raised:
     read(_parse(*argv)[name])
   assert raised.value.exitcode == 2
+
+
+def test_the_engine_is_local_unless_given_and_ray_needs_its_extra(monkeypatch):
+  assert tool_flags.engine(_parse()["engine"]) == "local"
+  monkeypatch.setitem(sys.modules, "ray", None)  # As if not installed: import fails.
+  monkeypatch.delitem(sys.modules, "ray.train", raising=False)
+  monkeypatch.delitem(sys.modules, "ray.train.tensorflow", raising=False)
+  with pytest.raises(app.UsageError, match=r'--engine=ray: .*pip install -e "\.\[tf215,ray\]"'):
+    tool_flags.engine(_parse("--engine=ray")["engine"])

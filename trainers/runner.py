@@ -27,6 +27,7 @@ from trainers.config import Config
 # here, once) and a model_dir holding files (a resumed run) need TensorFlow.
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
+BINARIES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
 
 
 class ModelDirError(ValueError):

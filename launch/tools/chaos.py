@@ -15,8 +15,9 @@ table in docs/operations.md documents:
 - drain: SIGTERM to every task at once, as a node drained; the same outcome.
 - stop_chief: SIGSTOP to the chief, the coordination service's leader. Its
   peers miss its heartbeats and fail; the launcher restarts every training task.
-- kill_launcher: SIGKILL to the launcher. Every task dies with it; the same
-  command, run again, resumes.
+- kill_launcher: SIGKILL to the launcher (its tasks frozen first, so the fault
+  lands at the step seen). Every task dies with it; the same command, run again,
+  resumes.
 - truncate_checkpoint: a run finished at a random step has its newest
   checkpoint cut short; extended to `train_steps`, it sets the damaged files
   aside in `model_dir/corrupt/` and resumes from the newest that loads.
@@ -41,6 +42,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
@@ -296,8 +298,9 @@ def _check_restarts(ctx: _Context, restarted: Optional[str]) -> None:
 
 
 def _check_clean(result: Trial, pids: Set[int], model_dir: str, tmp_dir: str,
-                 finished: bool) -> None:
-  """No process of any attempt left; nothing left in model_dir or the tasks' temp dir.
+                 finished: bool, ray_dir: Optional[str]) -> None:
+  """No process of any attempt left, nor of its Ray cluster (whose session is in
+  `ray_dir`); nothing left in model_dir or the tasks' temp dir.
 
   A run that did not finish (diverged) keeps its Keras backup: the state a run
   with better settings resumes from.
@@ -305,6 +308,9 @@ def _check_clean(result: Trial, pids: Set[int], model_dir: str, tmp_dir: str,
   alive = sorted(p for p in pids if _alive(p))
   if alive:
     result.problems.append(f"processes left running: {alive}")
+  ray_processes = _processes_naming(ray_dir) if ray_dir else []
+  if ray_processes:
+    result.problems.append(f"processes of the run's Ray cluster left running: {ray_processes}")
   leftovers = sorted(n for n in os.listdir(model_dir)
                      if (n.startswith(LEFTOVER_PREFIXES) or n.endswith(LEFTOVER_SUFFIXES))
                      and (finished or n != layout.BACKUP_SUBDIR))
@@ -313,6 +319,20 @@ def _check_clean(result: Trial, pids: Set[int], model_dir: str, tmp_dir: str,
   temp = sorted(n for n in os.listdir(tmp_dir) if not n.startswith(TF_TEMP_PREFIX))
   if temp:
     result.problems.append(f"left in the tasks' temporary directory {tmp_dir}: {temp}")
+
+
+def _processes_naming(path: str) -> List[str]:
+  """Live processes whose command line names `path`: "pid name"."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    except OSError:
+      continue  # Gone meanwhile.
+    if any(path.encode() in arg for arg in argv):
+      found.append(f"{pid} {os.path.basename(argv[0].decode(errors='replace'))}")
+  return found
 
 
 def _check_says(result: Trial, log_path: str) -> None:
@@ -360,8 +380,10 @@ def _fill(directory: str) -> str:
 
 
 def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
-              rng: random.Random, timeout: float, fault: str = "kill_worker") -> Trial:
-  """Runs one trial of `fault` on `backend` at `workers` local workers; see the module doc."""
+              rng: random.Random, timeout: float, fault: str = "kill_worker",
+              engine: str = "local") -> Trial:
+  """Runs one trial of `fault` on `backend` at `workers` workers of `engine`
+  (runs.ENGINES); see the module doc."""
   if fault not in FAULTS:
     raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}.")
   result = Trial(trial, backend, fault)
@@ -381,11 +403,15 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   os.makedirs(model_dir, exist_ok=True)
   log_path = os.path.join(trial_dir, "run.log")
   env = dict(runs.clean_env(), TMPDIR=tmp_dir)
+  ray_dir = None
+  if engine == "ray":  # Ray's session, apart: its sockets need a short path.
+    ray_dir = env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="chaos-ray-", dir="/tmp")
   start = time.monotonic()
 
   def launch(train_steps: int = config.train_steps, extra_env: Optional[Dict] = None) -> _Run:
     command = runs.trainer_command(backend, dataclasses.replace(config, train_steps=train_steps),
-                                   workers=workers, model_dir=model_dir, timeout=timeout)
+                                   workers=workers, model_dir=model_dir, timeout=timeout,
+                                   engine=engine)
     return _Run(command, model_dir, log_path, {**env, **(extra_env or {})},
                 time.monotonic() + timeout)
 
@@ -397,8 +423,10 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   finally:
     result.wall_seconds = time.monotonic() - start
     if os.path.isdir(model_dir):
-      _check_clean(result, pids, model_dir, tmp_dir, finished=fault != "nan_loss")
+      _check_clean(result, pids, model_dir, tmp_dir, fault != "nan_loss", ray_dir)
       _check_says(result, log_path)
+    if ray_dir:
+      shutil.rmtree(ray_dir, ignore_errors=True)  # Ray's logs: the tasks' are in model_dir.
     if mounted:
       # The tmpfs goes with its mount: its model_dir is kept beside, to inspect.
       shutil.copytree(model_dir, os.path.join(trial_dir, "model"), dirs_exist_ok=True)
@@ -468,8 +496,10 @@ def _stop_chief(ctx: _Context) -> None:
   target = _pick_step(ctx.rng, ctx.config)
   run = ctx.launch()
   if run.wait_for_step(target):
-    chief = next(t for t in run.tasks() if t["name"] == "chief-0")
-    ctx.result.how, ctx.result.fault_step = "SIGSTOP to chief-0", _progress(ctx.model_dir)[0]
+    names = {t["name"]: t for t in run.tasks()}
+    chief = names.get("chief-0") or names["worker-0"]  # Worker 0 without a chief (Ray).
+    ctx.result.how = f"SIGSTOP to {chief['name']}"
+    ctx.result.fault_step = _progress(ctx.model_dir)[0]
     os.kill(chief["pid"], signal.SIGSTOP)
   else:
     ctx.result.problems.append(f"the run never reached step {target}")
@@ -491,7 +521,12 @@ def _kill_launcher(ctx: _Context) -> None:
     ctx.pids.update(run.pids)
     run.wait(ctx.result)
     return
-  ctx.result.how, ctx.result.fault_step = "SIGKILL to the launcher", _progress(ctx.model_dir)[0]
+  # Its tasks frozen first, so that the fault lands at the step seen: on Ray they die only
+  # once Ray's own processes notice the launcher gone, seconds in which a run can end.
+  for task in run.tasks():
+    os.kill(task["pid"], signal.SIGSTOP)
+  ctx.result.how = "SIGKILL to the launcher (its tasks frozen)"
+  ctx.result.fault_step = _progress(ctx.model_dir)[0]
   run.proc.kill()
   ctx.result.exit_code = run.wait(ctx.result)
   ctx.pids.update(run.pids)
@@ -606,7 +641,8 @@ _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_ch
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
               seed: int = 0, timeout: float = runs.TIMEOUT_SECONDS,
-              faults: Tuple[str, ...] = ("kill_worker",)) -> List[Trial]:
+              faults: Tuple[str, ...] = ("kill_worker",), engine: str = "local"
+              ) -> List[Trial]:
   """Runs `trials` trials of each fault on one backend, each in `out_dir/<backend>-<fault>-<i>`,
   appending each trial's outcome to `out_dir/chaos_trials.jsonl` as it ends: a run of hours
   that is stopped keeps the record of the trials it finished."""
@@ -615,7 +651,8 @@ def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: 
   results = []
   for fault in faults:
     for i in range(trials):
-      results.append(run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, fault))
+      results.append(run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, fault,
+                               engine))
       with open(os.path.join(out_dir, TRIALS_FILE), "a") as f:
         f.write(json.dumps({"passed": results[-1].passed,
                             **dataclasses.asdict(results[-1])}) + "\n")

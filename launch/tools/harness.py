@@ -70,13 +70,14 @@ class Runs:
     return os.path.join(self.run_dir(name), "model")
 
   def train(self, name: str, backend: str, workers: int, *, python: str = runs.PYTHON,
-            extra_flags: Sequence[str] = (), record: bool = True,
+            extra_flags: Sequence[str] = (), record: bool = True, engine: str = "local",
             **changes: Any) -> Dict[str, Any]:
     """Trains `backend` on `workers` as run `name`; `changes` override the config's fields.
 
     Args:
       record: keep every step's loss and each worker's shard (`losses`); a run without
         them is not slowed to one step per execution.
+      engine: what runs the workers (runs.ENGINES).
 
     Returns:
       The run's summary.json.
@@ -84,12 +85,13 @@ class Runs:
     os.makedirs(self.run_dir(name), exist_ok=True)
     config = dataclasses.replace(self.config, record_dir=self.run_dir(name) if record else None,
                                  **changes)
-    logging.info("Training %s: %s, %d worker(s), to step %d.", name, backend, workers,
-                 config.train_steps)
+    logging.info("Training %s: %s, %d worker(s)%s, to step %d.", name, backend, workers,
+                 " on Ray" if engine == "ray" else "", config.train_steps)
     started = time.monotonic()
     summary = runs.run_trainer(backend, config, workers=workers, model_dir=self.model_dir(name),
                                log_path=os.path.join(self.run_dir(name), "run.log"),
-                               timeout=self.timeout, extra_flags=extra_flags, python=python)
+                               timeout=self.timeout, extra_flags=extra_flags, python=python,
+                               engine=engine)
     logging.info("Trained %s in %.0f s: step %d, test accuracy %.4f.", name,
                  time.monotonic() - started, summary["global_step"], summary["test_accuracy"])
     return summary

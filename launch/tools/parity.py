@@ -58,6 +58,7 @@ class Report:
   reference_floor: float = 0.0  # reference_floor's measure.
   model: str = ""
   optimizer: str = ""
+  engine: str = "local"  # Another engine the short runs were repeated on, or "local".
 
   @property
   def passed(self) -> bool:
@@ -95,7 +96,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                long_steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
                measure_seeds: int = 0, measure_steps: Optional[int] = None,
-               measure_model_options: str = "",
+               measure_model_options: str = "", engine: str = "local",
                timeout: float = runs.TIMEOUT_SECONDS) -> Report:
   """Trains three ways and compares them.
 
@@ -118,6 +119,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
       if it is skipped.
     measure_model_options: --model_options of the measured runs ("" = the spec's
       defaults, dropout on).
+    engine: another engine (runs.ENGINES) to run the short run of both backends on as
+      well, each held to its local run (compare_engines); "local": none.
     timeout: seconds for each backend run.
 
   Returns:
@@ -135,8 +138,14 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
             for b in BACKENDS}
 
   # Two progress windows (where one window's mean would equal the running mean).
-  summaries = train_both("short", train_steps=steps, log_every_steps=max(1, steps // 2),
-                         checkpoint_every_steps=steps)
+  short_run = dict(train_steps=steps, log_every_steps=max(1, steps // 2),
+                   checkpoint_every_steps=steps)
+  summaries = train_both("short", **short_run)
+  # The same runs on another engine, each named "<backend> on <engine>" in the checks.
+  engine_runs = {f"{b} on {engine}": f"short/{b}-{engine}"
+                 for b in (BACKENDS if engine != "local" else ())}
+  on_engine = {label: trainer_runs.train(name, label.split(" on ")[0], workers, engine=engine,
+                                         **short_run) for label, name in engine_runs.items()}
   short = dataclasses.replace(config, train_steps=steps)
   losses: Dict[str, List[float]] = {}
   losses["short/reference"], ref_weights = reference.train_reference(short, workers)
@@ -147,16 +156,21 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   floor = reference_floor(short, workers, ref_weights)
   checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
                               tolerances)
+  short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
+  for label, name in engine_runs.items():
+    losses[f"short/{label}"] = trainer_runs.losses(name)
+  checks += compare_engines(config, weights, summaries, on_engine, losses, tolerances)
+  every = {**summaries, **on_engine}  # Each short run's summary, by its name in the checks.
   # The progress records (what users see as "loss" in each backend's progress
   # lines) must be the same quantity: the window mean of the global-batch loss.
-  progress = {b: [r["loss"] for r in runs.read_progress(summaries[b]["model_dir"])
-                  if r["event"] == "step"] for b in BACKENDS}
+  progress = {r: [p["loss"] for p in runs.read_progress(s["model_dir"]) if p["event"] == "step"]
+              for r, s in every.items()}
   checks += harness.compare_losses(progress, tolerances.loss_rtol,
                                    "progress.jsonl loss rel diff")
   checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
                                tolerances.loss_rtol) for b in BACKENDS]
-  checks += compare_shards({b: trainer_runs.run_dir(f"short/{b}") for b in BACKENDS}, workers,
-                           config.data_dir)
+  checks += compare_shards({r: trainer_runs.run_dir(n) for r, n in short_runs.items()},
+                           workers, config.data_dir)
   short = summaries
 
   if long_steps:
@@ -188,7 +202,38 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
       measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
                 measured=measured, reference_floor=floor, model=config.model,
-                optimizer=config.optimizer_label())
+                optimizer=config.optimizer_label(), engine=engine)
+
+
+def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
+                    local: Dict[str, Dict[str, Any]], other: Dict[str, Dict[str, Any]],
+                    losses: Dict[str, List[float]], tolerances: Tolerances) -> List[Check]:
+  """Each backend's run on another engine against its local run: the same variables,
+  weights within weight_atol, per-step losses within loss_rtol, and the same evaluation
+  of each checkpoint.
+
+  Args:
+    config: the runs' hyperparameters.
+    weights: each local run's weights, by backend.
+    local: each local run's summary, by backend.
+    other: each run on the other engine's summary, by "<backend> on <engine>".
+    losses: every run's per-step losses, by "short/<name>".
+    tolerances: the limits.
+  """
+  checks = []
+  for label, summary in other.items():
+    backend = label.split(" on ")[0]
+    pair = {backend: weights[backend],
+            label: harness.backend_weights(backend, summary, config)}
+    checks += harness.named(
+        harness.compare_runs(pair, {r: losses[f"short/{r}"] for r in pair},
+                             tolerances.weight_atol, tolerances.loss_rtol),
+        lambda name, pair=pair: f"{name}, {' vs '.join(pair)}"
+        if name == "variable mapping" else name)
+    checks.append(checkpoint_eval_parity({backend: local[backend]["model_dir"],
+                                          label: summary["model_dir"]},
+                                         tolerances.eval_loss_atol))
+  return checks
 
 
 def deterministic(config: Config) -> Config:
@@ -299,8 +344,10 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
 
 
 def format_table(report: Report) -> str:
+  on = f" (also on {report.engine})" if report.engine != "local" else ""
   table = harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
-                                f"short run, {report.long_steps}-step long run", report.checks)
+                                f"short run{on}, {report.long_steps}-step long run",
+                                report.checks)
   if not report.measured:
     return table
   rows = ["", "Test accuracy by seed (measured, not checked: dropout on, which the "

@@ -9,38 +9,65 @@ A child process, not the trainer in Ray's thread: Ray Train's controller runs th
 training function in a thread that is not the main one, where signal handlers
 (trainers.preemption) cannot be set and an exit code is lost.
 
-- Evaluation: an evaluator task runs beside the workers in a Ray actor asking for no
-  CPU (so N workers on N cores keep them all), over the shared model_dir; each
-  worker's TF_CONFIG lists it, so the chief waits for its result, as in a local
-  cluster. Without it (`evaluator=False`) the chief evaluates.
-- Failures: a worker whose trainer exits with a retried code (launch.exit_codes:
-  128 and above) raises, and Ray's `FailureConfig(max_failures=max_restarts)` starts
-  the worker group again, which resumes from the last backup or checkpoint; a code
-  below 128 (a usage error, a divergence, a full disk) ends the run with that code.
-- Each task's output goes to `<log_dir>/<type>-<index>.log`, as the local launcher's.
+What the local launcher guarantees holds here, through one record every task and this
+process share, `<log_dir>/tasks.json` (the local launcher's keys, and `failures`,
+`attempts`, `stop`), read and written under a file lock:
+
+- Restarts: the first task of an attempt to fail decides for all of them, by the local
+  launcher's rule (launch.exit_codes): a retried code (128 and above) within
+  `max_restarts`, or a preemption (143, not counted), raises `TaskExit` and Ray Train
+  starts the worker group again, which resumes from the last backup, checkpoint or
+  saved preemption step; any other failure ends the run with that code. Ray's own
+  `FailureConfig` retries without limit: only a lost Ray worker (a node gone) reaches it,
+  bounded by `timeout`.
+- Evaluation: an evaluator runs beside the workers as a Ray task asking for no CPU (so
+  N workers on N cores keep them all), over the shared model_dir, restarted alone by
+  the same rule; each worker's TF_CONFIG lists it, so the chief waits for its result.
+  Without it (`evaluator=False`) the chief evaluates.
+- Stops: SIGTERM or SIGINT to this process, `timeout` and `stall_timeout` set `stop`;
+  every task, wherever it runs, passes the signal to its trainer (SIGTERM: a drain,
+  each training task stops at one step its cluster agrees on and saves it; SIGKILL
+  after `grace`, a second signal, a timeout or a stall).
+- Each task's output goes to `<log_dir>/<type>-<index>.log`, as the local launcher's; the
+  chief's is followed to this terminal as the local launcher streams it.
 
 Ray is imported only here, and only when a run starts: `pip install -e ".[tf215,ray]"`.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence
+import traceback
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
 from launch import cluster
+from launch import console
 from launch import exit_codes
+from launch import supervisor
 from trainers import run_lock
 
 RAY_EXTRA = "ray"
 # The evaluator's place in the workers' TF_CONFIG: listed, so the chief waits for its
 # result, and never bound (it serves nothing).
 EVALUATOR_ADDRESS = "ray-evaluator.invalid:1"
+EVALUATOR_NAME = f"{cluster.EVALUATOR}-0"
 CONNECT_SECONDS = 60  # How long an --address may take to answer.
+# The longest temporary directory a local Ray cluster's sockets fit under: 107 bytes
+# less "/ray/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store" (68 at most).
+MAX_TEMP_DIR_CHARS = 39
+POLL_SECONDS = 0.5  # How often a task and this process read the record.
+LOG_TAIL_BYTES = 1 << 16  # How much of a failed task's log is searched for its error.
+STOPPING = "the run is stopping"  # A failure's "why" once the run's stop is set.
+LOST_WORKER = "a Ray worker"  # The failure of an attempt that no task recorded.
 PR_SET_PDEATHSIG = 1
 
 
@@ -49,7 +76,7 @@ class RayUnavailable(ValueError):
 
 
 class TaskExit(RuntimeError):
-  """A task's trainer exited with a code that is retried: Ray starts the workers again."""
+  """A task's trainer failed and the run goes on: Ray starts the workers again."""
 
   def __init__(self, name: str, code: int):
     super().__init__(f"{name} exited with code {code}")
@@ -84,145 +111,396 @@ def check_reachable(address: str) -> None:
         "to start a Ray cluster on this machine.") from e
 
 
-def _task_name(index: int) -> str:
-  return f"{cluster.WORKER}-{index}"
+def check_temp_dir() -> None:
+  """Raises RayUnavailable, naming the fix, if a Ray cluster started here would put its
+  sockets at paths longer than AF_UNIX allows (Ray's temporary directory, as Ray picks
+  it: $RAY_TMPDIR, else $TMPDIR, else /tmp)."""
+  root = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+  if len(os.path.abspath(root)) > MAX_TEMP_DIR_CHARS:
+    raise RayUnavailable(
+        f"Ray would put its sockets under {root}/ray, too long a path for them (AF_UNIX "
+        f"paths hold 107 bytes; Ray's temporary directory can have {MAX_TEMP_DIR_CHARS} "
+        "characters). Set RAY_TMPDIR to a short directory, e.g. RAY_TMPDIR=/tmp.")
 
 
-def _run_task(cmd: Sequence[str], tf_config: Dict[str, Any], env: Mapping[str, str],
-              log_path: str) -> int:
-  """Runs the trainer with `tf_config`, its output appended to `log_path`; dies with the
-  Ray worker that started it (PR_SET_PDEATHSIG), as the local launcher's tasks do."""
+def _new_record() -> Dict[str, Any]:
+  return {"restarts": 0, "evaluator_restarts": 0, "preemptions": 0, "tasks": [],
+          "attempts": 0, "failures": [], "stop": None}
+
+
+def read_record(log_dir: str) -> Dict[str, Any]:
+  """The run's tasks.json (replaced whole on each change, so read without the lock)."""
+  try:
+    with open(os.path.join(log_dir, supervisor.TASKS_FILE)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return _new_record()
+
+
+@contextlib.contextmanager
+def updated_record(log_dir: str, fresh: bool = False) -> Iterator[Dict[str, Any]]:
+  """The run's tasks.json to change in place, under an exclusive lock (the tasks of
+  every node and this process share it); written back atomically. `fresh`: start over."""
+  path = os.path.join(log_dir, supervisor.TASKS_FILE)
+  with open(path + ".lock", "a") as lock:
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    record = _new_record() if fresh else read_record(log_dir)
+    yield record
+    staged = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
+    with open(staged, "w") as f:
+      json.dump(record, f)
+    os.replace(staged, path)
+
+
+def record_failure(record: Dict[str, Any], name: str, returncode: int, max_restarts: int,
+                   said: Optional[str] = None) -> Dict[str, Any]:
+  """Records a task's failure (`said`: its last "error: " line) in `record` and returns
+  the failure that decides what follows: retried ("retry"), or the run stopped ("stop"
+  set, every task killed).
+
+  The evaluator's own failures decide for it alone. Of the training tasks, the first
+  of an attempt to fail is the cause, and decides for all: the others fail because it
+  did (a lost peer), and must neither count again nor end the run otherwise.
+  """
+  code = exit_codes.shell_code(returncode)
+  evaluator = name == EVALUATOR_NAME
+  attempt = None if evaluator else record["attempts"]
+  if not evaluator:
+    for failure in record["failures"]:
+      if failure["attempt"] == attempt:
+        return failure
+  count = "evaluator_restarts" if evaluator else "restarts"
+  preempted = code == exit_codes.PREEMPTED
+  if record["stop"]:
+    retry, why = False, STOPPING
+  elif preempted or (exit_codes.retried(code) and record[count] < max_restarts):
+    retry, why = True, ""
+    record["preemptions" if preempted else count] += 1
+  else:
+    retry = False
+    why = (exit_codes.why_not_retried(code) if not exit_codes.retried(code) else
+           f"no restarts left (--max_restarts={max_restarts})")
+    record["stop"] = {"signal": signal.SIGKILL, "code": code, "why": f"{name} failed"}
+  failure = {"name": name, "returncode": returncode, "code": code, "attempt": attempt,
+             "retry": retry, "why": why, "said": said,
+             "restart": record[count] if retry and not preempted else 0}
+  record["failures"].append(failure)
+  return failure
+
+
+def run_outcome(record: Dict[str, Any]) -> int:
+  """The run's exit code: its stop's (a failure not retried, a signal, a timeout), or 0."""
+  return record["stop"]["code"] if record["stop"] else 0
+
+
+def _run_task(name: str, cmd: Sequence[str], tf_config: Dict[str, Any],
+              env: Mapping[str, str], log_dir: str, cwd: str) -> Tuple[int, Optional[str]]:
+  """Runs the trainer as task `name` with `tf_config`, its output appended to its log, in
+  `cwd` (the command's directory, so its relative paths mean what they meant there) where
+  this node has it; passes on the run's stop signal; returns its exit code as Popen gives
+  it and the last "error: " line it wrote. Dies with the Ray worker that started it
+  (PR_SET_PDEATHSIG), as the local launcher's tasks do."""
   import ctypes  # noqa: PLC0415 -- in the Ray worker only.
   libc = ctypes.CDLL(None, use_errno=True)
 
   def preexec() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
+  log_path = os.path.join(log_dir, f"{name}.log")
   with open(log_path, "ab") as log:
+    start = log.tell()
     proc = subprocess.Popen(list(cmd),
                             env={**os.environ, **env, "TF_CONFIG": json.dumps(tf_config)},
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=preexec)
-    try:
-      return proc.wait()
-    finally:
-      if proc.poll() is None:  # The Ray worker is being stopped: so is its task.
-        proc.send_signal(signal.SIGTERM)
-        proc.wait()
+                            cwd=cwd if os.path.isdir(cwd) else None, preexec_fn=preexec)
+  with updated_record(log_dir) as record:
+    record["tasks"] = [t for t in record["tasks"] if t["name"] != name]
+    record["tasks"].append({"name": name, "pid": proc.pid, "host": socket.gethostname()})
+  sent = None
+  try:
+    while True:
+      try:
+        return proc.wait(timeout=POLL_SECONDS), _last_error(log_path, start)
+      except subprocess.TimeoutExpired:
+        stop = read_record(log_dir)["stop"]
+        if stop and stop["signal"] != sent:
+          sent = stop["signal"]
+          proc.send_signal(sent)
+  finally:
+    if proc.poll() is None:  # This Ray worker is being stopped: so is its task.
+      proc.kill()
+      proc.wait()
+
+
+def _last_error(log_path: str, start: int) -> Optional[str]:
+  """The last "error: " line of the log from byte `start` on (the local launcher says it
+  beside the task's exit code, as here)."""
+  with open(log_path, "rb") as f:
+    f.seek(max(start, os.path.getsize(log_path) - LOG_TAIL_BYTES))
+    lines = [line for line in f.read().splitlines() if line.startswith(b"error: ")]
+  return lines[-1].decode(errors="replace") if lines else None
 
 
 def _train_worker(loop_config: Dict[str, Any]) -> None:
   """Ray Train's training function, on each worker: the trainer binary with Ray's TF_CONFIG
-  (and the evaluator listed in it)."""
-  import ray.train  # noqa: PLC0415 -- in the Ray worker.
+  (and the evaluator listed in it); raises TaskExit when the run goes on without it.
+
+  Anything else raised here would be retried by Ray without end: it is recorded as this
+  task's failure (exit code 1, not retried), its traceback in the task's log.
+  """
   tf_config = json.loads(os.environ["TF_CONFIG"])
-  if loop_config["evaluator"]:
-    tf_config["cluster"][cluster.EVALUATOR] = [EVALUATOR_ADDRESS]
   index = tf_config["task"]["index"]
-  name = _task_name(index)
-  code = _run_task(loop_config["cmd"], tf_config, loop_config["env"],
-                   os.path.join(loop_config["log_dir"], f"{name}.log"))
-  if exit_codes.retried(code):
-    raise TaskExit(name, code)
-  ray.train.report({"exit_code": code, "task": name})
+  name, log_dir = f"{cluster.WORKER}-{index}", loop_config["log_dir"]
+  try:
+    if loop_config["evaluator"]:
+      tf_config["cluster"][cluster.EVALUATOR] = [EVALUATOR_ADDRESS]
+    with updated_record(log_dir) as record:
+      if index == 0:  # One worker 0 per attempt: it counts them.
+        _count_attempt(record, loop_config["max_restarts"])
+      stopped = record["stop"]
+    returncode, said = (0, None) if stopped else _run_task(
+        name, loop_config["cmd"], tf_config, loop_config["env"], log_dir, loop_config["cwd"])
+  except Exception:  # noqa: BLE001 -- recorded and said; see the docstring.
+    with open(os.path.join(log_dir, f"{name}.log"), "a") as log:
+      log.write(f"Ray Train worker {index} failed:\n{traceback.format_exc()}")
+    returncode, said = 1, "error: the Ray Train worker failed; its traceback is in the log"
+  if returncode:
+    with updated_record(log_dir) as record:
+      cause = record_failure(record, name, returncode, loop_config["max_restarts"], said)
+    if cause["retry"]:
+      raise TaskExit(cause["name"], cause["code"])
 
 
-def _evaluator_tf_config(num_workers: int) -> Dict[str, Any]:
-  """The evaluator's TF_CONFIG: the workers' addresses are Ray's, unknown here and never
-  used by the evaluator, which connects to no task."""
-  return {"cluster": {cluster.WORKER: [f"ray-worker-{i}.invalid:1" for i in range(num_workers)],
-                      cluster.EVALUATOR: [EVALUATOR_ADDRESS]},
-          "task": {"type": cluster.EVALUATOR, "index": 0}}
+def _count_attempt(record: Dict[str, Any], max_restarts: int) -> None:
+  """A new attempt; if the one before ended with no task's failure recorded, Ray lost a
+  worker (its node, its process): that counts as a restart too, so that Ray's retries,
+  unbounded, end when max_restarts does."""
+  previous = record["attempts"]
+  if previous and not any(f["attempt"] == previous for f in record["failures"]):
+    record_failure(record, LOST_WORKER, exit_codes.PEER_LOST, max_restarts)
+  record["attempts"] += 1
 
 
-def _failure_code(error: BaseException) -> int:
-  """The exit code of the task whose failure ended the run, or 1."""
-  failures = getattr(error, "worker_failures", {}) or {}
-  codes = [f.code for f in failures.values() if isinstance(f, TaskExit)]
-  return min(codes, key=lambda c: c == exit_codes.PEER_LOST) if codes else 1
+def _evaluate(cmd: Sequence[str], num_workers: int, env: Mapping[str, str], log_dir: str,
+              cwd: str, max_restarts: int) -> int:
+  """The evaluator task: run, and restarted alone while record_failure says so; returns
+  its last exit code."""
+  tf_config = {"cluster": {cluster.WORKER: [f"ray-worker-{i}.invalid:1"
+                                            for i in range(num_workers)],
+                           cluster.EVALUATOR: [EVALUATOR_ADDRESS]},
+               "task": {"type": cluster.EVALUATOR, "index": 0}}
+  while True:
+    returncode, said = _run_task(EVALUATOR_NAME, cmd, tf_config, env, log_dir, cwd)
+    if not returncode:
+      return 0
+    with updated_record(log_dir) as record:
+      failure = record_failure(record, EVALUATOR_NAME, returncode, max_restarts, said)
+    if not failure["retry"]:
+      return failure["code"]
 
 
-def _print_summary(chief_log: str) -> None:
-  """Prints the chief's summary JSON, the last line a run prints (the local launcher
-  streams the chief's output; Ray's workers write theirs to their logs)."""
-  with open(chief_log, errors="replace") as f:
-    lines = [line for line in f if line.startswith("{")]
-  if lines:
-    print(lines[-1].rstrip(), flush=True)
+class _ChiefOutput:
+  """The chief's log, followed to the terminal as the local launcher streams the chief:
+  its summary JSON to stdout, the rest through console.LineFilter to stderr."""
+
+  def __init__(self, path: str, verbose: bool):
+    self.path, self.show = path, console.LineFilter(verbose)
+    self.offset = os.path.getsize(path) if os.path.exists(path) else 0  # This run's only.
+
+  def pump(self) -> None:
+    """Writes the complete lines added since the last call."""
+    try:
+      with open(self.path, "rb") as f:
+        f.seek(self.offset)
+        data = f.read()
+    except OSError:
+      return  # Not started yet.
+    end = data.rfind(b"\n") + 1
+    self.offset += end
+    for line in data[:end].splitlines(keepends=True):
+      if line.startswith(b"{"):
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+      elif self.show(line):
+        sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+
+
+class _Watch:
+  """This process's side of the record: streams the chief's output, says each restart as
+  it is decided, and sets `stop` on a signal, at `timeout` or when the training tasks'
+  logs fall silent for `stall_timeout`, and SIGKILL `grace` seconds after a SIGTERM."""
+
+  def __init__(self, log_dir: str, max_restarts: int, timeout: Optional[float],
+               stall_timeout: Optional[float], grace: float, verbose: bool):
+    self.log_dir, self.max_restarts, self.grace = log_dir, max_restarts, grace
+    self.chief = _ChiefOutput(os.path.join(log_dir, f"{cluster.WORKER}-0.log"), verbose)
+    self.started = time.time()  # Beside the logs' modification times.
+    self.deadline = None if timeout is None else time.monotonic() + timeout
+    self.timeout, self.stall_timeout = timeout, stall_timeout
+    self.signals: list = []
+    self.said = 0
+    self.stopped_at: Optional[float] = None
+    self.done = threading.Event()
+    self.thread = threading.Thread(target=self._loop, daemon=True)
+
+  def __enter__(self) -> "_Watch":
+    self.thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.done.set()
+    self.thread.join()
+    self.chief.pump()
+    self._say(read_record(self.log_dir))
+
+  def _loop(self) -> None:
+    while not self.done.wait(POLL_SECONDS):
+      self.chief.pump()
+      record = read_record(self.log_dir)
+      self._say(record)
+      stop = self._stop_wanted(record)
+      if stop:
+        with updated_record(self.log_dir) as record:
+          record["stop"] = stop
+
+  def _say(self, record: Dict[str, Any]) -> None:
+    for failure in record["failures"][self.said:]:
+      name = failure["name"]
+      if name == LOST_WORKER:
+        cause, log = f"{name} was lost", "Ray's logs"
+      else:
+        cause = f"{name} {supervisor.describe_exit(failure['returncode'])}"
+        cause += f" ({failure['said']})" if failure["said"] else ""
+        log = os.path.join(self.log_dir, name + ".log")
+      evaluator = name == EVALUATOR_NAME
+      if failure["why"] == STOPPING:  # What the stop did, not why it came.
+        logging.info("%s (%s).", cause, STOPPING)
+      elif not failure["retry"]:
+        logging.error("%s (%s); stopping every task. Its log: %s", cause, failure["why"], log)
+      elif not failure["restart"]:
+        logging.warning("Preempted: %s; %s from the step saved (preemptions do not count "
+                        "against --max_restarts).", cause, "restarting the evaluator"
+                        if evaluator else "Ray Train starts the workers again")
+      else:
+        logging.warning("Restart %d of %d%s: %s (its log: %s); %s.", failure["restart"],
+                        self.max_restarts, " of the evaluator alone" if evaluator else "",
+                        cause, log, "training goes on" if evaluator else
+                        "Ray Train starts the workers again, from the last backup or checkpoint")
+    self.said = len(record["failures"])
+
+  def _stop_wanted(self, record: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The stop to set now, or None."""
+    stop, now = record["stop"], time.monotonic()
+    if stop and stop["signal"] == signal.SIGTERM and (
+        len(self.signals) > 1 or now > self.stopped_at + self.grace):
+      return {**stop, "signal": signal.SIGKILL}
+    if stop:
+      return None
+    if self.signals:
+      name = signal.Signals(self.signals[0]).name
+      logging.warning("Received %s: every task stops at a step the training tasks agree on "
+                      "and saves it (up to %.0f s), then this exits %d; a second %s stops "
+                      "them at once.", name, self.grace, 128 + self.signals[0], name)
+      self.stopped_at = now
+      return {"signal": signal.SIGTERM, "code": 128 + self.signals[0], "why": name}
+    if self.deadline is not None and now > self.deadline:
+      logging.error("Timed out after %.0f s (--timeout); stopping every task.", self.timeout)
+      return {"signal": signal.SIGKILL, "code": exit_codes.TIMEOUT, "why": "timeout"}
+    silent = self._silence()
+    if self.stall_timeout is not None and silent > self.stall_timeout:
+      logging.error("No training task wrote any output for %.0f s (--stall_timeout); "
+                    "stopping every task. Their logs are in %s.", silent, self.log_dir)
+      return {"signal": signal.SIGKILL, "code": exit_codes.TIMEOUT, "why": "stall"}
+    return None
+
+  def _silence(self) -> float:
+    """Seconds since a training task's log last grew (since the start, before any did)."""
+    logs = [os.path.join(self.log_dir, n) for n in os.listdir(self.log_dir)
+            if n.startswith(cluster.WORKER) and n.endswith(".log")]
+    newest = max((os.path.getmtime(p) for p in logs), default=self.started)
+    return time.time() - max(newest, self.started)
+
+  def signalled(self, signum: int, frame: Any) -> None:
+    """A SIGTERM or SIGINT handler: the loop sets the stop (no lock in a handler)."""
+    del frame
+    self.signals.append(signum)
 
 
 def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
                     evaluator: bool = True, timeout: Optional[float] = None,
                     stall_timeout: Optional[float] = None, max_restarts: int = 0,
                     env: Optional[Mapping[str, str]] = None, verbose: bool = True,
-                    grace: float = 0.0, address: Optional[str] = None) -> int:
+                    grace: float = supervisor.GRACE_SECONDS,
+                    address: Optional[str] = None) -> int:
   """Runs `cmd` as every training task of a Ray Train worker group (see the module doc).
 
-  Args, as launch.supervisor.run_local_cluster's (stall_timeout and grace are Ray's to
-  judge there: it stops its own workers), and:
+  Args, as launch.supervisor.run_local_cluster's, and:
     address: a Ray cluster to join ("host:port" of its head, or "auto"); None starts one
       on this machine.
 
   Returns:
-    0 when every task exited 0; else the exit code of the task that ended the run.
+    0 when every task exited 0; else the exit code of the task whose failure ended the
+    run (128 + N if signal N killed it), 124 at timeout or stall, 128 + N after signal N.
 
   Raises:
-    RayUnavailable: Ray is not installed, or `address` does not answer.
+    RayUnavailable: Ray is not installed, `address` does not answer, or (with none) the
+      temporary directory is too long for a Ray cluster's sockets.
   """
-  del stall_timeout, verbose, grace
   check_installed()
   if address:
     check_reachable(address)
+  else:
+    check_temp_dir()
   import ray  # noqa: PLC0415 -- imported only when a run starts (seconds).
   from ray.train import FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415
   from ray.train.tensorflow import TensorflowTrainer  # noqa: PLC0415
+  log_dir = os.path.abspath(log_dir)
   os.makedirs(log_dir, exist_ok=True)
+  with updated_record(log_dir, fresh=True):
+    pass
   # Only what the tasks need of this process's environment: the rest is their node's.
   task_env = {k: v for k, v in (env or {}).items()
               if k in (run_lock.HELD_FOR_ENV, "TFDS_DATA_DIR", "MNIST_IDX_DIR", "PYTHONPATH")}
   ray.init(address=address, include_dashboard=False, logging_level="WARNING",
            log_to_driver=False)
-  started = time.monotonic()
+  watch = _Watch(log_dir, max_restarts, timeout, stall_timeout, grace, verbose)
+  handlers = {s: signal.signal(s, watch.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
   evaluator_task = None
   try:
-    if evaluator:
-      runner = ray.remote(num_cpus=0)(_run_task)
-      evaluator_task = runner.remote(cmd, _evaluator_tf_config(num_workers), task_env,
-                                     os.path.join(log_dir, "evaluator-0.log"))
-    logging.info("Ray: %d workers%s; logs in %s", num_workers,
-                 " and an evaluator" if evaluator else "", log_dir)
-    trainer = TensorflowTrainer(
-        _train_worker,
-        train_loop_config={"cmd": list(cmd), "evaluator": evaluator, "env": task_env,
-                           "log_dir": os.path.abspath(log_dir)},
-        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False,
-                                     resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name="mnist", storage_path=os.path.abspath(
-            os.path.join(log_dir, "ray")), failure_config=FailureConfig(
-                max_failures=max_restarts)))
-    try:
-      result = trainer.fit()
-    except Exception as e:  # Ray's TrainingFailedError, after its retries.
-      code = _failure_code(e)
-      logging.error("Ray Train stopped the run: %s (exit code %d; the tasks' logs are in %s)",
-                    str(e).strip().splitlines()[-1], code, log_dir)
-      return code
-    code = int((result.metrics or {}).get("exit_code", 0))
-    if code:
-      logging.error("%s exited with code %d (%s); see its log in %s",
-                    result.metrics.get("task"), code, exit_codes.why_not_retried(code), log_dir)
-      return code
-    _print_summary(os.path.join(log_dir, f"{_task_name(0)}.log"))
-    if evaluator_task is not None:
-      remaining = None if timeout is None else max(1.0, timeout - (time.monotonic() - started))
-      ready, _ = ray.wait([evaluator_task], timeout=remaining)
-      evaluator_code = ray.get(ready[0]) if ready else exit_codes.TIMEOUT
-      if evaluator_code:
-        logging.error("The evaluator exited with code %d; its log: %s", evaluator_code,
-                      os.path.join(log_dir, "evaluator-0.log"))
-        return evaluator_code
-    return 0
+    with watch:
+      if evaluator:
+        evaluator_task = ray.remote(num_cpus=0, max_retries=0)(_evaluate).remote(
+            cmd, num_workers, task_env, log_dir, os.getcwd(), max_restarts)
+      logging.info("Ray: %d workers%s; logs in %s", num_workers,
+                   " and an evaluator" if evaluator else "", log_dir)
+      trainer = TensorflowTrainer(
+          _train_worker,
+          train_loop_config={"cmd": list(cmd), "evaluator": evaluator, "env": task_env,
+                             "log_dir": log_dir, "cwd": os.getcwd(),
+                             "max_restarts": max_restarts},
+          scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False,
+                                       resources_per_worker={"CPU": 1}),
+          # Restarts are decided by the tasks (record_failure); Ray's own count would
+          # take preemptions for failures.
+          run_config=RunConfig(name="mnist", storage_path=os.path.join(log_dir, "ray"),
+                               failure_config=FailureConfig(max_failures=-1)))
+      try:
+        trainer.fit()
+      except Exception as e:  # Ray's TrainingFailedError: Ray itself failed.
+        logging.error("Ray Train stopped the run: %s (the tasks' logs are in %s)",
+                      str(e).strip().splitlines()[-1], log_dir)
+        return 1
+      if evaluator_task is not None:
+        try:  # Bounded: the stop at a timeout reaches the evaluator too.
+          ray.get(evaluator_task)
+        except Exception as e:  # Ray lost the evaluator's worker.
+          logging.error("Ray lost the evaluator: %s", str(e).strip().splitlines()[-1])
+          return 1
+      return run_outcome(read_record(log_dir))
   finally:
+    for s, handler in handlers.items():
+      signal.signal(s, handler)
     if evaluator_task is not None:
       ray.cancel(evaluator_task, force=True)  # Done, or waiting for a step never saved.
     ray.shutdown()

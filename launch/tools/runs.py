@@ -21,8 +21,11 @@ from trainers import model_dir as layout
 from trainers import runner
 from trainers.config import Config
 
-TRAINER_MODULES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
+TRAINER_MODULES = runner.BINARIES
 BACKENDS = tuple(TRAINER_MODULES)
+# What runs a cluster's tasks: the local launcher (the trainer binary itself), or Ray
+# Train (launch.ray, in place of the binary, with the same flags).
+ENGINES = ("local", "ray")
 PYTHON = sys.executable  # This install's interpreter; another install's can be given.
 # Each trainer run a tool starts may take this long: a run that hangs is stopped and
 # named, never waited on forever; a healthy run of any tool's default takes minutes.
@@ -35,10 +38,13 @@ class RunError(RuntimeError):
 
 def trainer_command(backend: str, config: Config, *, workers: int, model_dir: str,
                     timeout: Optional[float] = None, extra_flags: Sequence[str] = (),
-                    python: str = PYTHON) -> List[str]:
-  """The command line a user would type to train `backend` with `config`, in `python`."""
-  cmd = [python, "-m", TRAINER_MODULES[backend], f"--workers={workers}",
-         f"--model_dir={model_dir}", *trainer_flags.config_to_flags(config)]
+                    python: str = PYTHON, engine: str = "local") -> List[str]:
+  """The command line a user would type to train `backend` with `config`, in `python`,
+  on `engine` (ENGINES)."""
+  binary = (["launch.ray", f"--backend={backend}"] if engine == "ray" else
+            [TRAINER_MODULES[backend]])
+  cmd = [python, "-m", *binary, f"--workers={workers}", f"--model_dir={model_dir}",
+         *trainer_flags.config_to_flags(config)]
   if timeout is not None:
     cmd.append(f"--timeout={timeout}")
   return cmd + list(extra_flags)
@@ -51,21 +57,22 @@ def clean_env() -> Dict[str, str]:
 
 def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, log_path: str,
                 timeout: float = TIMEOUT_SECONDS, extra_flags: Sequence[str] = (),
-                python: str = PYTHON) -> Dict[str, Any]:
-  """Trains `backend` as a user would, to the end; returns its summary.
+                python: str = PYTHON, engine: str = "local") -> Dict[str, Any]:
+  """Trains `backend` as a user would, to the end, on `engine`; returns its summary.
 
   Raises:
     RunError: the run exited non-zero or wrote no summary; names its log.
   """
   cmd = trainer_command(backend, config, workers=workers, model_dir=model_dir, timeout=timeout,
-                        extra_flags=extra_flags, python=python)
+                        extra_flags=extra_flags, python=python, engine=engine)
   with open(log_path, "w") as log:
     log.write(" ".join(cmd) + "\n")
     log.flush()
     result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=clean_env(),
                             stdin=subprocess.DEVNULL, check=False)
   if result.returncode != 0:
-    raise RunError(f"{backend} run failed with exit code {result.returncode}; see {log_path}"
+    raise RunError(f"{backend} run{' on Ray' if engine == 'ray' else ''} failed with exit "
+                   f"code {result.returncode}; see {log_path}"
                    f"{' and ' + task_log_dir(model_dir) if workers > 1 else ''}")
   try:
     return read_summary(model_dir)

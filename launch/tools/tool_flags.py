@@ -4,6 +4,8 @@
   --train_steps=N     the steps each run trains
   --decay_steps=N     a learning-rate schedule's length, where a tool sets one apart
   --timeout=S         seconds allowed for each trainer run a tool starts
+  --engine=ray        what runs a cluster's tasks, where a tool offers another than the local
+                      launcher
   --data_dir, --mnist_idx_dir  where MNIST is, or is prepared from
   --model, --model_options     the model every run trains (trainers.flags.define_config_flags)
   --optimizer, its hyperparameters  the optimizer it trains with, where a tool offers one
@@ -19,6 +21,7 @@ from typing import List, Sequence, Tuple
 from absl import app
 from absl import flags
 
+from launch.tools import ray_engine
 from launch.tools import runs
 from trainers import flags as trainer_flags
 
@@ -91,3 +94,20 @@ def define_data_flags() -> Tuple[flags.FlagHolder, flags.FlagHolder]:
   return (flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/."),
           flags.DEFINE_string("mnist_idx_dir", None, trainer_flags.help_text("mnist_idx_dir")))
 
+
+
+def define_engine(help_text: str, flag_values: flags.FlagValues = flags.FLAGS
+                  ) -> flags.FlagHolder:
+  """--engine: the local launcher, or Ray Train (launch.ray)."""
+  return flags.DEFINE_enum("engine", "local", list(runs.ENGINES), help_text,
+                           flag_values=flag_values)
+
+
+def engine(holder: flags.FlagHolder) -> str:
+  """--engine; a usage error (exit 2) naming the extra if it is Ray and Ray is missing."""
+  if holder.value == "ray":
+    try:
+      ray_engine.check_installed()
+    except ray_engine.RayUnavailable as e:
+      raise app.UsageError(f"--engine=ray: {e}", exitcode=2) from e
+  return holder.value
