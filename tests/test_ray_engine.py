@@ -1,6 +1,7 @@
 """launch.ray and launch.tools.ray_engine: the trainers on Ray Train, as on local workers."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -92,11 +93,11 @@ def test_a_failure_not_retried_stops_every_task_with_its_code(returncode, max_re
 
 def test_an_attempt_ended_by_ray_alone_counts_as_a_restart_so_ray_retries_end():
   record = _record(attempts=0)
-  ray_engine._count_attempt(record, max_restarts=1)  # The first attempt.
-  ray_engine._count_attempt(record, max_restarts=1)  # Ray lost a worker: nobody recorded it.
+  ray_engine.count_attempt(record, max_restarts=1)  # The first attempt.
+  ray_engine.count_attempt(record, max_restarts=1)  # Ray lost a worker: nobody recorded it.
   assert (record["attempts"], record["restarts"], record["stop"]) == (2, 1, None)
   assert record["failures"][0]["name"] == ray_engine.LOST_WORKER
-  ray_engine._count_attempt(record, max_restarts=1)  # Again: no restarts left.
+  ray_engine.count_attempt(record, max_restarts=1)  # Again: no restarts left.
   assert record["stop"] and ray_engine.run_outcome(record) == exit_codes.PEER_LOST
 
 
@@ -108,14 +109,57 @@ def test_the_evaluator_is_restarted_alone_and_counted_apart():
   assert not second["retry"] and ray_engine.run_outcome(record) == 137
 
 
-def test_the_record_is_shared_under_a_lock_and_replaced_whole(tmp_path):
-  with ray_engine.updated_record(str(tmp_path), fresh=True) as record:
-    record["attempts"] = 1
-  with ray_engine.updated_record(str(tmp_path)) as record:
-    ray_engine.record_failure(record, "worker-0", exit_codes.PREEMPTED, 0)
-  read = ray_engine.read_record(str(tmp_path))
-  assert (read["attempts"], read["preemptions"]) == (1, 1)
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.json", "tasks.json.lock"]
+def _watch(tmp_path, **kwargs):
+  options = {"max_restarts": 0, "timeout": None, "stall_timeout": None, "grace": 5.0,
+             "verbose": False, **kwargs}
+  return ray_engine._Watch(str(tmp_path), **options)
+
+
+def test_a_timeout_or_a_stall_stops_every_task_with_124(tmp_path):
+  record = ray_engine._new_record()
+  assert _watch(tmp_path, timeout=60.0)._stop_wanted(record) is None
+  stop = _watch(tmp_path, timeout=0.0)._stop_wanted(record)
+  assert (stop["signal"], stop["code"], stop["why"]) == (signal.SIGKILL, 124, "timeout")
+  log = tmp_path / "worker-1.log"
+  log.write_text("step 5\n")
+  stalled = _watch(tmp_path, stall_timeout=30.0)
+  assert stalled._stop_wanted(record) is None
+  stalled.started -= 100  # A run 100 s old whose training logs last grew 100 s ago:
+  os.utime(log, (stalled.started, stalled.started))
+  assert stalled._stop_wanted(record)["why"] == "stall"
+  (tmp_path / "evaluator-0.log").write_text("evaluating\n")  # Not a training task's.
+  assert stalled._stop_wanted(record)["why"] == "stall"
+
+
+def test_sigterm_drains_and_a_second_signal_or_the_grace_period_kills(tmp_path):
+  record = ray_engine._new_record()
+  watch = _watch(tmp_path, grace=60.0)
+  watch.signalled(signal.SIGTERM, None)
+  record["stop"] = watch._stop_wanted(record)
+  assert (record["stop"]["signal"], record["stop"]["code"]) == (signal.SIGTERM, 143)
+  assert watch._stop_wanted(record) is None  # Draining, within the grace period.
+  watch.signalled(signal.SIGTERM, None)
+  assert watch._stop_wanted(record) == {**record["stop"], "signal": signal.SIGKILL}
+  late, record = _watch(tmp_path, grace=0.0), ray_engine._new_record()
+  late.signalled(signal.SIGINT, None)
+  record["stop"] = late._stop_wanted(record)
+  assert record["stop"]["code"] == 130
+  assert late._stop_wanted(record)["signal"] == signal.SIGKILL
+
+
+def test_the_record_actor_sets_a_stop_only_over_the_one_it_saw():
+  actor = ray_engine.RunRecord()
+  assert actor.attempt_started(max_restarts=0) is None and actor.get()["attempts"] == 1
+  actor.task_started("worker-0", 11, "host")
+  actor.task_started("worker-0", 12, "host")  # Started again: its new pid replaces the old.
+  assert actor.get()["tasks"] == [{"name": "worker-0", "pid": 12, "host": "host"}]
+  failure = actor.failed("worker-1", exit_codes.DIVERGED, 0, "error: NaN")
+  assert failure["said"] == "error: NaN" and actor.stop()["code"] == exit_codes.DIVERGED
+  # The launcher's timeout, decided on the record before that failure, does not replace it.
+  actor.set_stop({"signal": signal.SIGKILL, "code": 124, "why": "timeout"}, None)
+  assert actor.stop()["code"] == exit_codes.DIVERGED
+  actor.set_stop({**actor.stop(), "signal": signal.SIGTERM}, actor.stop())
+  assert actor.stop()["signal"] == signal.SIGTERM
 
 
 def _check_trained_and_evaluated(model_dir, stdout: str, config: Config) -> None:

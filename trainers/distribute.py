@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -255,16 +255,25 @@ class _CoordinationStore:
       return None
 
 
+def _training_tasks(strategy: Optional[tf.distribute.Strategy]
+                    ) -> Tuple[Optional[Tuple[str, int]], List[Tuple[str, int]]]:
+  """This task, and every training task (chief and workers) of its cluster, as (job,
+  index); (None, []) without a cluster."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None:
+    return None, []
+  jobs = resolver.cluster_spec().as_dict()
+  return (resolver.task_type, resolver.task_id), [
+      (job, i) for job in (cluster.CHIEF, cluster.WORKER) for i in range(len(jobs.get(job, [])))]
+
+
 def preemption_agreement(strategy: tf.distribute.Strategy) -> preemption.Agreement:
   """This task's agreement with the other training tasks on where a preemption stops them."""
-  resolver = getattr(strategy, "cluster_resolver", None)
-  jobs = resolver.cluster_spec().as_dict() if resolver else {}
-  tasks = [f"{job}:{i}" for job in (cluster.CHIEF, cluster.WORKER)
-           for i in range(len(jobs.get(job, [])))]
+  me, tasks = _training_tasks(strategy)
   if len(tasks) < 2:
     return preemption.Agreement(None, "local", [])
-  me = f"{resolver.task_type}:{resolver.task_id}"
-  return preemption.Agreement(_CoordinationStore(), me, [t for t in tasks if t != me])
+  return preemption.Agreement(_CoordinationStore(), "%s:%d" % me,
+                              ["%s:%d" % t for t in tasks if t != me])
 
 
 def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float = 300) -> None:
@@ -299,12 +308,8 @@ def lost_peers_end_the_process(strategy: Optional[tf.distribute.Strategy]) -> It
   HEARTBEAT_TIMEOUT_SECONDS it names it and exits with exit_codes.PEER_LOST, which
   the launcher (or an orchestrator) restarts. A no-op without peers.
   """
-  resolver = getattr(strategy, "cluster_resolver", None)
-  jobs = resolver.cluster_spec().as_dict() if resolver else {}
-  me = (resolver.task_type, resolver.task_id) if resolver else None
-  peers = [f"/job:{job}/replica:0/task:{i}" for job, addresses in jobs.items()
-           if job in (cluster.CHIEF, cluster.WORKER) for i in range(len(addresses))
-           if (job, i) != me]
+  me, tasks = _training_tasks(strategy)
+  peers = [f"/job:{job}/replica:0/task:{i}" for job, i in tasks if (job, i) != me]
   done = threading.Event()
 
   def watch() -> None:

@@ -77,8 +77,7 @@ MESSAGES = {
     "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
     "nan_loss": r"the training loss or the weights became NaN or Inf by step \d+",
     "disk_full": r"error: a write failed: No space left on device",
-    "preempt": r"Preempted: (chief|worker)-\d+ exited with code 143",
-    "drain": r"Preempted: (chief|worker)-\d+ exited with code 143",
+    **dict.fromkeys(("preempt", "drain"), r"Preempted: (chief|worker)-\d+ exited with code 143"),
 }
 
 

@@ -10,16 +10,17 @@ training function in a thread that is not the main one, where signal handlers
 (trainers.preemption) cannot be set and an exit code is lost.
 
 What the local launcher guarantees holds here, through one record every task and this
-process share, `<log_dir>/tasks.json` (the local launcher's keys, and `failures`,
-`attempts`, `stop`), read and written under a file lock:
+process share, a `RunRecord` held by a Ray actor (the local launcher's keys, and
+`failures`, `attempts`, `stop`), which this process writes to `<log_dir>/tasks.json`:
 
 - Restarts: the first task of an attempt to fail decides for all of them, by the local
   launcher's rule (launch.exit_codes): a retried code (128 and above) within
   `max_restarts`, or a preemption (143, not counted), raises `TaskExit` and Ray Train
   starts the worker group again, which resumes from the last backup, checkpoint or
-  saved preemption step; any other failure ends the run with that code. Ray's own
-  `FailureConfig` retries without limit: only a lost Ray worker (a node gone) reaches it,
-  bounded by `timeout`.
+  saved preemption step; any other failure stops every task and ends the run with that
+  code. Ray's own `FailureConfig` retries without limit: the record decides, and an
+  attempt that ended with no task's failure recorded (Ray lost a worker) counts as a
+  restart (count_attempt).
 - Evaluation: an evaluator runs beside the workers as a Ray task asking for no CPU (so
   N workers on N cores keep them all), over the shared model_dir, restarted alone by
   the same rule; each worker's TF_CONFIG lists it, so the chief waits for its result.
@@ -34,8 +35,6 @@ process share, `<log_dir>/tasks.json` (the local launcher's keys, and `failures`
 Ray is imported only here, and only when a run starts: `pip install -e ".[tf215,ray]"`.
 """
 
-import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -45,7 +44,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -128,28 +127,38 @@ def _new_record() -> Dict[str, Any]:
           "attempts": 0, "failures": [], "stop": None}
 
 
-def read_record(log_dir: str) -> Dict[str, Any]:
-  """The run's tasks.json (replaced whole on each change, so read without the lock)."""
-  try:
-    with open(os.path.join(log_dir, supervisor.TASKS_FILE)) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return _new_record()
+class RunRecord:
+  """The run's record, held by one Ray actor that asks for no CPU (`run_ray_cluster`):
+  every task and this process reach it wherever they run, and it depends on no disk
+  (a full one is a fault it must outlive). Its methods run one at a time, so each is
+  atomic; this process writes it to `<log_dir>/tasks.json` for the tools."""
 
+  def __init__(self):
+    self.record = _new_record()
 
-@contextlib.contextmanager
-def updated_record(log_dir: str, fresh: bool = False) -> Iterator[Dict[str, Any]]:
-  """The run's tasks.json to change in place, under an exclusive lock (the tasks of
-  every node and this process share it); written back atomically. `fresh`: start over."""
-  path = os.path.join(log_dir, supervisor.TASKS_FILE)
-  with open(path + ".lock", "a") as lock:
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-    record = _new_record() if fresh else read_record(log_dir)
-    yield record
-    staged = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
-    with open(staged, "w") as f:
-      json.dump(record, f)
-    os.replace(staged, path)
+  def get(self) -> Dict[str, Any]:
+    return self.record
+
+  def stop(self) -> Optional[Dict[str, Any]]:
+    return self.record["stop"]
+
+  def set_stop(self, stop: Dict[str, Any], seen: Optional[Dict[str, Any]]) -> None:
+    """Sets `stop` unless the stop changed since it was `seen` (a task's failure won)."""
+    if self.record["stop"] == seen:
+      self.record["stop"] = stop
+
+  def task_started(self, name: str, pid: int, host: str) -> None:
+    self.record["tasks"] = [t for t in self.record["tasks"] if t["name"] != name]
+    self.record["tasks"].append({"name": name, "pid": pid, "host": host})
+
+  def attempt_started(self, max_restarts: int) -> Optional[Dict[str, Any]]:
+    """Worker 0's start: counts the attempt (count_attempt); returns the stop, if set."""
+    count_attempt(self.record, max_restarts)
+    return self.record["stop"]
+
+  def failed(self, name: str, returncode: int, max_restarts: int,
+             said: Optional[str]) -> Dict[str, Any]:
+    return record_failure(self.record, name, returncode, max_restarts, said)
 
 
 def record_failure(record: Dict[str, Any], name: str, returncode: int, max_restarts: int,
@@ -188,19 +197,31 @@ def record_failure(record: Dict[str, Any], name: str, returncode: int, max_resta
   return failure
 
 
+def count_attempt(record: Dict[str, Any], max_restarts: int) -> None:
+  """A new attempt; if the one before ended with no task's failure recorded, Ray lost a
+  worker (its node, its process): that counts as a restart too, so that Ray's retries,
+  unbounded, end when max_restarts does."""
+  previous = record["attempts"]
+  if previous and not any(f["attempt"] == previous for f in record["failures"]):
+    record_failure(record, LOST_WORKER, exit_codes.PEER_LOST, max_restarts)
+  record["attempts"] += 1
+
+
 def run_outcome(record: Dict[str, Any]) -> int:
   """The run's exit code: its stop's (a failure not retried, a signal, a timeout), or 0."""
   return record["stop"]["code"] if record["stop"] else 0
 
 
 def _run_task(name: str, cmd: Sequence[str], tf_config: Dict[str, Any],
-              env: Mapping[str, str], log_dir: str, cwd: str) -> Tuple[int, Optional[str]]:
+              env: Mapping[str, str], log_dir: str, cwd: str,
+              record: Any) -> Tuple[int, Optional[str]]:
   """Runs the trainer as task `name` with `tf_config`, its output appended to its log, in
   `cwd` (the command's directory, so its relative paths mean what they meant there) where
-  this node has it; passes on the run's stop signal; returns its exit code as Popen gives
-  it and the last "error: " line it wrote. Dies with the Ray worker that started it
-  (PR_SET_PDEATHSIG), as the local launcher's tasks do."""
+  this node has it; passes on the run's stop signal (`record`: the RunRecord actor);
+  returns its exit code as Popen gives it and the last "error: " line it wrote. Dies with
+  the Ray worker that started it (PR_SET_PDEATHSIG), as the local launcher's tasks do."""
   import ctypes  # noqa: PLC0415 -- in the Ray worker only.
+  import ray  # noqa: PLC0415 -- in the Ray worker only.
   libc = ctypes.CDLL(None, use_errno=True)
 
   def preexec() -> None:
@@ -213,16 +234,14 @@ def _run_task(name: str, cmd: Sequence[str], tf_config: Dict[str, Any],
                             env={**os.environ, **env, "TF_CONFIG": json.dumps(tf_config)},
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             cwd=cwd if os.path.isdir(cwd) else None, preexec_fn=preexec)
-  with updated_record(log_dir) as record:
-    record["tasks"] = [t for t in record["tasks"] if t["name"] != name]
-    record["tasks"].append({"name": name, "pid": proc.pid, "host": socket.gethostname()})
+  ray.get(record.task_started.remote(name, proc.pid, socket.gethostname()))
   sent = None
   try:
     while True:
       try:
         return proc.wait(timeout=POLL_SECONDS), _last_error(log_path, start)
       except subprocess.TimeoutExpired:
-        stop = read_record(log_dir)["stop"]
+        stop = ray.get(record.stop.remote())
         if stop and stop["signal"] != sent:
           sent = stop["signal"]
           proc.send_signal(sent)
@@ -248,53 +267,47 @@ def _train_worker(loop_config: Dict[str, Any]) -> None:
   Anything else raised here would be retried by Ray without end: it is recorded as this
   task's failure (exit code 1, not retried), its traceback in the task's log.
   """
+  import ray  # noqa: PLC0415 -- in the Ray worker.
   tf_config = json.loads(os.environ["TF_CONFIG"])
   index = tf_config["task"]["index"]
-  name, log_dir = f"{cluster.WORKER}-{index}", loop_config["log_dir"]
+  name, log_dir, record = f"{cluster.WORKER}-{index}", loop_config["log_dir"], loop_config["record"]
+  max_restarts = loop_config["max_restarts"]
   try:
     if loop_config["evaluator"]:
       tf_config["cluster"][cluster.EVALUATOR] = [EVALUATOR_ADDRESS]
-    with updated_record(log_dir) as record:
-      if index == 0:  # One worker 0 per attempt: it counts them.
-        _count_attempt(record, loop_config["max_restarts"])
-      stopped = record["stop"]
+    # One worker 0 per attempt: it counts them.
+    stopped = ray.get(record.attempt_started.remote(max_restarts) if index == 0 else
+                      record.stop.remote())
     returncode, said = (0, None) if stopped else _run_task(
-        name, loop_config["cmd"], tf_config, loop_config["env"], log_dir, loop_config["cwd"])
+        name, loop_config["cmd"], tf_config, loop_config["env"], log_dir, loop_config["cwd"],
+        record)
   except Exception:  # noqa: BLE001 -- recorded and said; see the docstring.
-    with open(os.path.join(log_dir, f"{name}.log"), "a") as log:
-      log.write(f"Ray Train worker {index} failed:\n{traceback.format_exc()}")
+    try:
+      with open(os.path.join(log_dir, f"{name}.log"), "a") as log:
+        log.write(f"Ray Train worker {index} failed:\n{traceback.format_exc()}")
+    except OSError:
+      pass  # A full disk: the exit code still says it.
     returncode, said = 1, "error: the Ray Train worker failed; its traceback is in the log"
   if returncode:
-    with updated_record(log_dir) as record:
-      cause = record_failure(record, name, returncode, loop_config["max_restarts"], said)
+    cause = ray.get(record.failed.remote(name, returncode, max_restarts, said))
     if cause["retry"]:
       raise TaskExit(cause["name"], cause["code"])
 
 
-def _count_attempt(record: Dict[str, Any], max_restarts: int) -> None:
-  """A new attempt; if the one before ended with no task's failure recorded, Ray lost a
-  worker (its node, its process): that counts as a restart too, so that Ray's retries,
-  unbounded, end when max_restarts does."""
-  previous = record["attempts"]
-  if previous and not any(f["attempt"] == previous for f in record["failures"]):
-    record_failure(record, LOST_WORKER, exit_codes.PEER_LOST, max_restarts)
-  record["attempts"] += 1
-
-
 def _evaluate(cmd: Sequence[str], num_workers: int, env: Mapping[str, str], log_dir: str,
-              cwd: str, max_restarts: int) -> int:
+              cwd: str, max_restarts: int, record: Any) -> int:
   """The evaluator task: run, and restarted alone while record_failure says so; returns
   its last exit code."""
+  import ray  # noqa: PLC0415 -- in the Ray worker.
   tf_config = {"cluster": {cluster.WORKER: [f"ray-worker-{i}.invalid:1"
                                             for i in range(num_workers)],
                            cluster.EVALUATOR: [EVALUATOR_ADDRESS]},
                "task": {"type": cluster.EVALUATOR, "index": 0}}
   while True:
-    returncode, said = _run_task(EVALUATOR_NAME, cmd, tf_config, env, log_dir, cwd)
+    returncode, said = _run_task(EVALUATOR_NAME, cmd, tf_config, env, log_dir, cwd, record)
     if not returncode:
       return 0
-    with updated_record(log_dir) as record:
-      failure = record_failure(record, EVALUATOR_NAME, returncode, max_restarts, said)
+    failure = ray.get(record.failed.remote(EVALUATOR_NAME, returncode, max_restarts, said))
     if not failure["retry"]:
       return failure["code"]
 
@@ -327,13 +340,16 @@ class _ChiefOutput:
 
 
 class _Watch:
-  """This process's side of the record: streams the chief's output, says each restart as
-  it is decided, and sets `stop` on a signal, at `timeout` or when the training tasks'
-  logs fall silent for `stall_timeout`, and SIGKILL `grace` seconds after a SIGTERM."""
+  """This process's side of the record (`actor`, the RunRecord): writes it to tasks.json,
+  streams the chief's output, says each restart as it is decided, and sets `stop` on a
+  signal, at `timeout` or when the training tasks' logs fall silent for `stall_timeout`,
+  and SIGKILL `grace` seconds after a SIGTERM."""
 
   def __init__(self, log_dir: str, max_restarts: int, timeout: Optional[float],
-               stall_timeout: Optional[float], grace: float, verbose: bool):
+               stall_timeout: Optional[float], grace: float, verbose: bool,
+               actor: Any = None):
     self.log_dir, self.max_restarts, self.grace = log_dir, max_restarts, grace
+    self.actor, self.written, self.write_failed = actor, None, False
     self.chief = _ChiefOutput(os.path.join(log_dir, f"{cluster.WORKER}-0.log"), verbose)
     self.started = time.time()  # Beside the logs' modification times.
     self.deadline = None if timeout is None else time.monotonic() + timeout
@@ -352,17 +368,34 @@ class _Watch:
     self.done.set()
     self.thread.join()
     self.chief.pump()
-    self._say(read_record(self.log_dir))
+    self._say(self.read())
+
+  def read(self) -> Dict[str, Any]:
+    """The record as it is now, written to tasks.json if it changed (a full disk is said
+    once: the record itself lives in the actor)."""
+    import ray  # noqa: PLC0415 -- only where run_ray_cluster has imported it.
+    record = ray.get(self.actor.get.remote())
+    if record != self.written:
+      path = os.path.join(self.log_dir, supervisor.TASKS_FILE)
+      try:
+        with open(path + ".tmp", "w") as f:
+          json.dump(record, f)
+        os.replace(path + ".tmp", path)
+        self.written = record
+      except OSError as e:
+        if not self.write_failed:
+          logging.warning("Cannot write %s: %s", path, e)
+        self.write_failed = True
+    return record
 
   def _loop(self) -> None:
     while not self.done.wait(POLL_SECONDS):
       self.chief.pump()
-      record = read_record(self.log_dir)
+      record = self.read()
       self._say(record)
       stop = self._stop_wanted(record)
       if stop:
-        with updated_record(self.log_dir) as record:
-          record["stop"] = stop
+        self.actor.set_stop.remote(stop, record["stop"])
 
   def _say(self, record: Dict[str, Any]) -> None:
     for failure in record["failures"][self.said:]:
@@ -457,28 +490,27 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
   from ray.train.tensorflow import TensorflowTrainer  # noqa: PLC0415
   log_dir = os.path.abspath(log_dir)
   os.makedirs(log_dir, exist_ok=True)
-  with updated_record(log_dir, fresh=True):
-    pass
   # Only what the tasks need of this process's environment: the rest is their node's.
   task_env = {k: v for k, v in (env or {}).items()
               if k in (run_lock.HELD_FOR_ENV, "TFDS_DATA_DIR", "MNIST_IDX_DIR", "PYTHONPATH")}
   ray.init(address=address, include_dashboard=False, logging_level="WARNING",
            log_to_driver=False)
-  watch = _Watch(log_dir, max_restarts, timeout, stall_timeout, grace, verbose)
+  actor = ray.remote(num_cpus=0)(RunRecord).remote()
+  watch = _Watch(log_dir, max_restarts, timeout, stall_timeout, grace, verbose, actor)
   handlers = {s: signal.signal(s, watch.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
   evaluator_task = None
   try:
     with watch:
       if evaluator:
         evaluator_task = ray.remote(num_cpus=0, max_retries=0)(_evaluate).remote(
-            cmd, num_workers, task_env, log_dir, os.getcwd(), max_restarts)
+            cmd, num_workers, task_env, log_dir, os.getcwd(), max_restarts, actor)
       logging.info("Ray: %d workers%s; logs in %s", num_workers,
                    " and an evaluator" if evaluator else "", log_dir)
       trainer = TensorflowTrainer(
           _train_worker,
           train_loop_config={"cmd": list(cmd), "evaluator": evaluator, "env": task_env,
                              "log_dir": log_dir, "cwd": os.getcwd(),
-                             "max_restarts": max_restarts},
+                             "max_restarts": max_restarts, "record": actor},
           scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False,
                                        resources_per_worker={"CPU": 1}),
           # Restarts are decided by the tasks (record_failure); Ray's own count would
@@ -497,7 +529,7 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
         except Exception as e:  # Ray lost the evaluator's worker.
           logging.error("Ray lost the evaluator: %s", str(e).strip().splitlines()[-1])
           return 1
-      return run_outcome(read_record(log_dir))
+      return run_outcome(watch.read())
   finally:
     for s, handler in handlers.items():
       signal.signal(s, handler)
