@@ -2,6 +2,7 @@ r"""Makes faults a run meets in the wild, trial after trial, and checks each end
 
   python -m launch.chaos --backend={keras,estimator} [--fault=kill_worker,...|all]
       [--workers=2] [--trials=N] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
+      [--engine=ray]
 
 Faults (docs/operations.md, "When things go wrong", has what each must leave):
   kill_worker          SIGKILL to a random training task (chief included)
@@ -14,8 +15,9 @@ Faults (docs/operations.md, "When things go wrong", has what each must leave):
   nan_loss             one training batch made NaN (a test-only hook)
   disk_full            model_dir's own small tmpfs filled (root only; skipped otherwise)
 
-Each trial trains the backend on local workers with its evaluator task and makes
-its fault at a random step. Prints a table: trial, backend, fault, what was done,
+Each trial trains the backend on local workers (--engine=ray: on Ray Train, a Ray
+cluster started on this machine) with its evaluator task and makes its fault at a
+random step. Prints a table: trial, backend, fault, what was done,
 at which step, exit code, restarts, final step, steps redone, checkpoint valid,
 wall time. Each trial's outcome is also appended to <out>/chaos_trials.jsonl as it
 ends, so a long run that is stopped keeps what it finished. Exits 0 only if every

@@ -1,7 +1,8 @@
 """Chaos trials: the faults a run meets in the wild, made on purpose, and what each leaves.
 
 Each trial trains a backend as a user would (`--workers=N` with its evaluator
-task, under the launcher), makes one fault once the chief's progress records
+task, under the local launcher, or on Ray Train through `launch.ray`: the
+engine), makes one fault once the chief's progress records
 (progress.jsonl) reach a random step, and checks the outcome the fault
 table in docs/operations.md documents:
 
