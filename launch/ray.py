@@ -7,9 +7,11 @@ With no --address it starts a Ray cluster on this machine; with one it joins tha
 cluster (every node must reach --model_dir, and have this project installed). Each of
 the N Ray Train workers runs the trainer binary with Ray's TF_CONFIG; an evaluator runs
 beside them (--noevaluator: the chief evaluates). The trainer flags mean what they mean
-to the binaries; --max_restarts is Ray's FailureConfig(max_failures). Task logs go to
-<model_dir>/logs; the summary JSON is the last line, as with the binaries. Needs the
-`ray` extra: pip install -e ".[tf215,ray]" (Python 3.10 or 3.11).
+to the binaries, --max_restarts, --timeout, --stall_timeout and --grace_seconds too, and
+SIGTERM or Ctrl-C drains every task, as the local launcher does (docs/ray.md). The
+chief's output is streamed, task logs and tasks.json go to <model_dir>/logs, and the
+summary JSON is the last line, as with the binaries. Needs the `ray` extra:
+pip install -e ".[tf215,ray]" (Python 3.10 or 3.11; ".[tf221,ray]" for Keras on TF 2.21).
 """
 
 import dataclasses
