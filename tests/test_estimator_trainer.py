@@ -9,6 +9,7 @@ import tensorflow as tf
 from launch.tools import runs
 from tests.conftest import ESTIMATOR_MISSING, memory_input_fn
 from trainers import evaluation
+from trainers import distribute
 from trainers import failures
 from trainers.config import Config
 
@@ -61,3 +62,13 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
     loop.train_and_evaluate(estimator_trainer.Backend,
                             Config(**{**config.__dict__, "train_steps": 6}),
                             str(tmp_path), strategy=strategy, input_fn=input_fn)
+
+
+def test_a_session_created_again_ends_a_cluster_task_as_a_lost_peer():
+  # TensorFlow's recovery restores the last checkpoint on one worker alone: out of step.
+  hook = estimator_trainer._OneSessionPerRun()
+  hook.after_create_session(None, None)
+  with pytest.raises(RuntimeError) as raised:
+    hook.after_create_session(None, None)
+  lost = distribute.lost_peer(raised.value)
+  assert isinstance(lost, tf.errors.AbortedError) and "out of step" in lost.message

@@ -217,6 +217,28 @@ class _StopOnPreemption(tf.estimator.SessionRunHook):
       run_context.request_stop()
 
 
+class _OneSessionPerRun(tf.estimator.SessionRunHook):
+  """Ends a training task of a cluster, as a lost peer does (exit PEER_LOST: the cluster is
+  restarted from its last checkpoint), when TensorFlow creates its training session again.
+
+  MonitoredSession recovers from an AbortedError or UnavailableError by restoring the
+  last checkpoint into a new session, on this worker alone: it is then steps behind its
+  peers, and each waits in a collective for the other until the launcher's
+  --stall_timeout (seen in CI after a gRPC retry, "The same RunGraph (Worker) request was
+  received twice").
+  """
+
+  def __init__(self):
+    self._created = False
+
+  def after_create_session(self, session, coord):
+    if self._created:
+      raise RuntimeError("the training session was created again") from tf.errors.AbortedError(
+          None, None, "TensorFlow recovered this worker's training session from its last "
+          "checkpoint, out of step with its peers")
+    self._created = True
+
+
 class Backend(loop.Backend):
   """`tf.estimator.train_and_evaluate` with `RunConfig(train_distribute=strategy)`.
 
@@ -314,7 +336,8 @@ class Backend(loop.Backend):
         # After _Progress, whose step it reads.
         self._result = self._train_and_evaluate(
             [progress, *([_StopOnPreemption(run.preemption, progress)] if run.preemption
-                         else [])])
+                         else []),
+             *([_OneSessionPerRun()] if distribute.num_workers(run.strategy) > 1 else [])])
       except tf.compat.v1.train.NanLossDuringTrainingError as e:
         # The Estimator's default NanTensorHook (NaN only); _Progress raises
         # DivergedError itself, for NaN and Inf.
