@@ -41,8 +41,8 @@ import dataclasses
 import json
 import math
 import os
+import secrets
 import shutil
-import tempfile
 from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
                     Tuple)
 
@@ -397,16 +397,16 @@ def staged_target(dst: str) -> Iterator[str]:
   """
   dst = os.path.abspath(dst)
   existing = os.path.isdir(dst)
-  if existing:
-    staging = tempfile.mkdtemp(prefix=".convert-", dir=dst)
-  else:
+  if not existing:
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.tmp-", dir=os.path.dirname(dst))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # As os.makedirs would: mkdtemp's 0700 is for scratch.
+  # Named before it is made, so that a signal landing as it is made (the conversion's
+  # SIGINT and SIGTERM raise) finds it to remove. os.mkdir: the mode os.makedirs gives.
+  staging = (os.path.join(dst, f".convert-{secrets.token_hex(6)}") if existing else
+             os.path.join(os.path.dirname(dst),
+                          f".{os.path.basename(dst)}.tmp-{secrets.token_hex(6)}"))
   moved: List[str] = []
   try:
+    os.mkdir(staging)
     yield staging
     _move_into_place(staging, dst, existing, moved)
   except BaseException:
