@@ -178,6 +178,7 @@ def _check_trained_and_evaluated(model_dir, stdout: str, config: Config) -> None
 
 
 @needs_ray
+@pytest.mark.estimator
 def test_estimator_on_ray_trains_and_evaluates_as_a_local_cluster(tiny_data_dir, tmp_path):
   model_dir = tmp_path / "model"
   config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
