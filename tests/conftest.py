@@ -111,9 +111,9 @@ def real_data_dir(tmp_path_factory) -> str:
   return data_dir
 
 
-HAS_RAY = importlib.util.find_spec("ray") is not None
-# CI installs the ray extra and must run these; elsewhere they skip, saying why.
-needs_ray = pytest.mark.skipif(not HAS_RAY and not os.environ.get("REQUIRE_RAY"),
+# CI installs the ray extra and must run the Ray tests; elsewhere they skip, saying why.
+RUN_RAY = importlib.util.find_spec("ray") is not None or bool(os.environ.get("REQUIRE_RAY"))
+needs_ray = pytest.mark.skipif(not RUN_RAY,
                                reason='Ray is not installed: pip install -e ".[tf215,ray]"')
 
 
