@@ -5,9 +5,10 @@ like every task's, appended to `<log_dir>/<type>-<index>.log`; a task whose
 log cannot be written (a full disk) has its lines shown instead. Synchronous
 training fails as a whole when one task dies, so when a training task fails
 every training task is stopped and, up to `max_restarts` times, all are
-started again with the same TF_CONFIGs: the trainers resume from their last
-backup. A preempted task (exit_codes.PREEMPTED: its cluster saved the step it
-stopped at) is restarted the same way, without counting against `max_restarts`.
+started again with the same TF_CONFIGs (launch.restarts decides): the
+trainers resume from their last backup. A preempted task (exit_codes.PREEMPTED:
+its cluster saved the step it stopped at) is restarted the same way, without
+counting against `max_restarts`.
 The evaluator is outside the collective: it keeps running meanwhile,
 and when it fails it is restarted alone. SIGTERM or SIGINT to the launcher
 drains the cluster: every task gets SIGTERM and the time to save (`grace`),
@@ -38,6 +39,7 @@ from launch import cluster
 from launch import console
 from launch import exit_codes
 from launch import netns
+from launch import restarts
 
 GRACE_SECONDS = 10.0
 # What a trainer's launcher gives its tasks beyond their --grace_seconds, before SIGKILL.
@@ -48,7 +50,6 @@ DUMP_WAIT_SECONDS = 3.0
 SETTLE_SECONDS = 1.0
 EVALUATOR_NICENESS = 10  # os.nice increment of a local evaluator task, and its session's.
 AUTOGROUP = "/proc/self/autogroup"  # This session's scheduling group, where the kernel has them.
-TASKS_FILE = "tasks.json"
 PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
 LOG_SUBDIR = "logs"  # A trainer's local cluster keeps its task logs in model_dir/logs.
 
@@ -197,13 +198,6 @@ def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
   return _Proc(name, popen, log, [*pumps, closer])
 
 
-def describe_exit(returncode: int) -> str:
-  """How a task ended, from its Popen return code: "was killed by SIGKILL", "exited with code 3"."""
-  if returncode < 0:
-    return f"was killed by {signal.Signals(-returncode).name}"
-  return f"exited with code {returncode}"
-
-
 def _signal_all(procs: Sequence[_Proc], signum: int) -> None:
   """`signum` to every live task's process group."""
   for p in procs:
@@ -276,21 +270,6 @@ def _hang_report(procs: Sequence[_Proc], log_dir: str) -> str:
   others = sorted(set(silence) - set(hung))
   also = f"; also still running: {', '.join(others)}" if others else ""
   return f"hung: {details}{also}. Stack dumps are in the task logs in {log_dir}."
-
-
-def _write_tasks_file(log_dir: str, restarts: int, procs: Sequence[_Proc],
-                      evaluator_restarts: int = 0, preemptions: int = 0) -> None:
-  """Records each task's pid, and the restarts so far, for tools that watch or signal the
-  tasks (launch.chaos)."""
-  path = os.path.join(log_dir, TASKS_FILE)
-  try:
-    with open(path + ".tmp", "w") as f:
-      json.dump({"restarts": restarts, "evaluator_restarts": evaluator_restarts,
-                 "preemptions": preemptions,
-                 "tasks": [{"name": p.name, "pid": p.popen.pid} for p in procs]}, f)
-    os.replace(path + ".tmp", path)
-  except OSError as e:  # A full disk must not end the supervision of running tasks.
-    logging.warning("Cannot write %s: %s", path, e)
 
 
 def _cause_rank(returncode: int) -> int:
@@ -395,7 +374,7 @@ def run_local_cluster(
                   stream=index == 0, header=header, verbose=verbose, niceness=niceness,
                   network=network)
 
-  restarts = evaluator_restarts = preemptions = 0
+  counts = restarts.new_counts()
   network = None
   try:
     # TensorFlow's servers listen on every interface, unauthenticated: the
@@ -408,12 +387,13 @@ def run_local_cluster(
     procs = [start(i, b"") for i in range(len(tf_configs))]
     logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:
-      _write_tasks_file(log_dir, restarts, procs, evaluator_restarts, preemptions)
+      restarts.write_record(log_dir, {**counts, "tasks": [{"name": p.name, "pid": p.popen.pid}
+                                                          for p in procs]})
       outcome, failed = _watch(procs, deadline, stall_timeout)
       if outcome == "ok":
-        if restarts or evaluator_restarts:
+        if counts["restarts"] or counts["evaluator_restarts"]:
           logging.info("All tasks succeeded after %d restart(s) of the training tasks and %d "
-                       "of the evaluator.", restarts, evaluator_restarts)
+                       "of the evaluator.", counts["restarts"], counts["evaluator_restarts"])
         return 0
       if outcome == "timeout":
         logging.error("Timed out after %.0f s (--timeout); %s Stopping every task.", timeout,
@@ -423,9 +403,7 @@ def run_local_cluster(
         logging.error("No task wrote any output for %.0f s (--stall_timeout); %s Stopping every "
                       "task.", stall_timeout, _hang_report(procs, log_dir))
         return exit_codes.TIMEOUT
-      rc = failed.popen.returncode
-      code = exit_codes.shell_code(rc)
-      cause = f"{failed.name} {describe_exit(rc)}"
+      cause = f"{failed.name} {restarts.describe_exit(failed.popen.returncode)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.
         for t in failed.pumps:  # Its last lines, read to the end.
           t.join(timeout=grace)
@@ -434,40 +412,22 @@ def run_local_cluster(
       # The evaluator is outside the training collective: it is restarted
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = failed.name.startswith(cluster.EVALUATOR)
-      used = evaluator_restarts if is_evaluator else restarts
-      preempted = code == exit_codes.PREEMPTED
-      if preempted:
-        # Its peers stop at the same step on their own: they are left the time to save.
-        preemptions += 1
-        logging.warning("Preempted: %s; restarting %s from the step saved (preemptions do "
-                        "not count against --max_restarts).", cause,
-                        "the evaluator" if is_evaluator else "the training tasks")
-      elif not exit_codes.retried(code) or used >= max_restarts:
-        why = (exit_codes.why_not_retried(code) if not exit_codes.retried(code) else
-               f"no restarts left (--max_restarts={max_restarts})" if max_restarts else "")
-        logging.error("%s%s; stopping the other tasks. Its log: %s", cause,
-                      f" ({why})" if why else "", failed.log_path)
-        return code
-      if is_evaluator:
-        restart = [procs.index(failed)]
-        if not preempted:
-          evaluator_restarts += 1
-          logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training "
-                          "goes on.", evaluator_restarts, max_restarts, cause, failed.log_path)
-        header = f"evaluator restart {evaluator_restarts} of {max_restarts}"
-      else:
-        restart = [i for i, p in enumerate(procs) if not p.name.startswith(cluster.EVALUATOR)]
-        if not preempted:
-          restarts += 1
-          logging.warning("Restart %d of %d: %s (its log: %s); stopping the training tasks and "
-                          "starting them again with the same TF_CONFIG.", restarts, max_restarts,
-                          cause, failed.log_path)
-        header = f"restart {restarts} of {max_restarts}"
+      decision = restarts.decide(counts, failed.popen.returncode, is_evaluator, max_restarts)
+      restarts.say(decision, cause, failed.log_path, is_evaluator, max_restarts,
+                   again="restarting the training tasks")
+      if not decision.retry:
+        return decision.code
+      restart = ([procs.index(failed)] if is_evaluator else
+                 [i for i, p in enumerate(procs) if not p.name.startswith(cluster.EVALUATOR)])
+      # A preempted task's peers stop at the same step on their own: they are left the
+      # time to save.
       _stop_all([procs[i] for i in restart], grace,
-                None if preempted else signal.SIGKILL)
-      header = f"\n=== {f'preemption {preemptions}' if preempted else header}: {cause} ===\n"
+                None if decision.preempted else signal.SIGKILL)
+      what = (f"preemption {counts['preemptions']}" if decision.preempted else
+              f"{'evaluator ' if is_evaluator else ''}restart {decision.restart} of "
+              f"{max_restarts}")
       for i in restart:
-        procs[i] = start(i, header.encode())
+        procs[i] = start(i, f"\n=== {what}: {cause} ===\n".encode())
   except _Signalled as e:
     code = 128 + e.signum
     logging.warning("Received %s: every task stops at a step the training tasks agree on and "

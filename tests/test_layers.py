@@ -14,7 +14,8 @@ LAYERS = (
     ("contracts", ("launch/exit_codes.py",)),
     ("data", ("data/",)),
     ("launcher core", ("launch/cluster.py", "launch/supervisor.py", "launch/console.py",
-                       "launch/netns.py", "launch/local.py", "launch/rendezvous.py")),
+                       "launch/netns.py", "launch/local.py", "launch/rendezvous.py",
+                       "launch/restarts.py")),
     ("trainers", ("trainers/",)),
     ("tools", ("launch/tools/", "launch/")),
     ("tests", ("tests/",)),
@@ -22,7 +23,8 @@ LAYERS = (
 # The launcher core starts tasks at once: it must not import TensorFlow (2 to 3 s);
 # nor must launch.tfjob, which only writes YAML.
 TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py",
-           "launch/console.py", "launch/netns.py", "launch/local.py", "launch/tools/tfjob.py",
+           "launch/console.py", "launch/netns.py", "launch/local.py", "launch/restarts.py",
+           "launch/tools/tfjob.py",
            "trainers/run_lock.py", "trainers/run_record.py", "launch/rendezvous.py",
            "trainers/model_registry.py", "trainers/config.py", "trainers/preemption.py")
 
@@ -91,7 +93,7 @@ def test_every_library_module_has_its_test_file():
   binaries = {"data/prepare.py", "trainers/keras_main.py", "trainers/estimator_main.py"}
   binaries |= {str(p.relative_to(REPO)) for p in (REPO / "launch").glob("*.py")
                if p.name not in ("exit_codes.py", "cluster.py", "supervisor.py", "console.py",
-                                 "netns.py", "__init__.py")}
+                                 "netns.py", "restarts.py", "__init__.py")}
   missing = [s for s in SOURCES
              if not s.startswith("tests/") and not s.endswith("__init__.py")
              and s not in binaries

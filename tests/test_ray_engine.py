@@ -11,6 +11,7 @@ import pytest
 
 from launch import exit_codes
 from launch.tools import ray_engine
+from launch.tools import ray_record
 from launch.tools import runs
 from trainers import evaluation
 from trainers import flags as trainer_flags
@@ -52,63 +53,6 @@ def test_an_unreachable_address_fails_at_once_naming_it(tmp_path):
   assert time.monotonic() - start < 60 and not (tmp_path / "model").exists()
 
 
-def _record(attempts=1, **counts):
-  return {**ray_engine._new_record(), "attempts": attempts, **counts}
-
-
-def test_the_first_failure_of_an_attempt_decides_and_its_peers_follow_it():
-  record = _record()
-  cause = ray_engine.record_failure(record, "worker-1", -9, max_restarts=2)
-  assert (cause["code"], cause["retry"], cause["restart"]) == (137, True, 1)
-  # The chief loses its peer next: the same attempt, the same cause, no second count.
-  assert ray_engine.record_failure(record, "worker-0", exit_codes.PEER_LOST, 2) is cause
-  assert (record["restarts"], len(record["failures"])) == (1, 1)
-  record["attempts"] = 2  # Ray started the workers again.
-  again = ray_engine.record_failure(record, "worker-0", exit_codes.PEER_LOST, 2)
-  assert again is not cause and again["restart"] == 2 and ray_engine.run_outcome(record) == 0
-
-
-def test_a_preemption_is_retried_without_counting_a_restart():
-  record = _record()
-  failure = ray_engine.record_failure(record, "worker-0", exit_codes.PREEMPTED, max_restarts=0)
-  assert failure["retry"] and not failure["restart"]
-  assert (record["restarts"], record["preemptions"], record["stop"]) == (0, 1, None)
-
-
-@pytest.mark.parametrize("returncode, max_restarts, why", [
-    (exit_codes.DIVERGED, 3, "would diverge again"),
-    (-9, 0, "no restarts left (--max_restarts=0)"),
-])
-def test_a_failure_not_retried_stops_every_task_with_its_code(returncode, max_restarts, why):
-  record = _record()
-  failure = ray_engine.record_failure(record, "worker-1", returncode, max_restarts)
-  assert not failure["retry"] and why in failure["why"]
-  assert record["stop"]["signal"] == signal.SIGKILL
-  assert ray_engine.run_outcome(record) == exit_codes.shell_code(returncode)
-  # The evaluator, killed by that stop, is not a failure of its own.
-  follows = ray_engine.record_failure(record, ray_engine.EVALUATOR_NAME, -9, max_restarts)
-  assert follows["why"] == ray_engine.STOPPING and record["evaluator_restarts"] == 0
-  assert ray_engine.run_outcome(record) == exit_codes.shell_code(returncode)
-
-
-def test_an_attempt_ended_by_ray_alone_counts_as_a_restart_so_ray_retries_end():
-  record = _record(attempts=0)
-  ray_engine.count_attempt(record, max_restarts=1)  # The first attempt.
-  ray_engine.count_attempt(record, max_restarts=1)  # Ray lost a worker: nobody recorded it.
-  assert (record["attempts"], record["restarts"], record["stop"]) == (2, 1, None)
-  assert record["failures"][0]["name"] == ray_engine.LOST_WORKER
-  ray_engine.count_attempt(record, max_restarts=1)  # Again: no restarts left.
-  assert record["stop"] and ray_engine.run_outcome(record) == exit_codes.PEER_LOST
-
-
-def test_the_evaluator_is_restarted_alone_and_counted_apart():
-  record = _record()
-  first = ray_engine.record_failure(record, ray_engine.EVALUATOR_NAME, -9, max_restarts=1)
-  assert first["retry"] and (record["evaluator_restarts"], record["restarts"]) == (1, 0)
-  second = ray_engine.record_failure(record, ray_engine.EVALUATOR_NAME, -9, max_restarts=1)
-  assert not second["retry"] and ray_engine.run_outcome(record) == 137
-
-
 def _watch(tmp_path, **kwargs):
   options = {"max_restarts": 0, "timeout": None, "stall_timeout": None, "grace": 5.0,
              "verbose": False, **kwargs}
@@ -116,7 +60,7 @@ def _watch(tmp_path, **kwargs):
 
 
 def test_a_timeout_or_a_stall_stops_every_task_with_124(tmp_path):
-  record = ray_engine._new_record()
+  record = ray_record.new_record()
   assert _watch(tmp_path, timeout=60.0)._stop_wanted(record) is None
   stop = _watch(tmp_path, timeout=0.0)._stop_wanted(record)
   assert (stop["signal"], stop["code"], stop["why"]) == (signal.SIGKILL, 124, "timeout")
@@ -132,7 +76,7 @@ def test_a_timeout_or_a_stall_stops_every_task_with_124(tmp_path):
 
 
 def test_sigterm_drains_and_a_second_signal_or_the_grace_period_kills(tmp_path):
-  record = ray_engine._new_record()
+  record = ray_record.new_record()
   watch = _watch(tmp_path, grace=60.0)
   watch.signalled(signal.SIGTERM, None)
   record["stop"] = watch._stop_wanted(record)
@@ -140,26 +84,11 @@ def test_sigterm_drains_and_a_second_signal_or_the_grace_period_kills(tmp_path):
   assert watch._stop_wanted(record) is None  # Draining, within the grace period.
   watch.signalled(signal.SIGTERM, None)
   assert watch._stop_wanted(record) == {**record["stop"], "signal": signal.SIGKILL}
-  late, record = _watch(tmp_path, grace=0.0), ray_engine._new_record()
+  late, record = _watch(tmp_path, grace=0.0), ray_record.new_record()
   late.signalled(signal.SIGINT, None)
   record["stop"] = late._stop_wanted(record)
   assert record["stop"]["code"] == 130
   assert late._stop_wanted(record)["signal"] == signal.SIGKILL
-
-
-def test_the_record_actor_sets_a_stop_only_over_the_one_it_saw():
-  actor = ray_engine.RunRecord()
-  assert actor.attempt_started(max_restarts=0) is None and actor.get()["attempts"] == 1
-  actor.task_started("worker-0", 11, "host")
-  actor.task_started("worker-0", 12, "host")  # Started again: its new pid replaces the old.
-  assert actor.get()["tasks"] == [{"name": "worker-0", "pid": 12, "host": "host"}]
-  failure = actor.failed("worker-1", exit_codes.DIVERGED, 0, "error: NaN")
-  assert failure["said"] == "error: NaN" and actor.stop()["code"] == exit_codes.DIVERGED
-  # The launcher's timeout, decided on the record before that failure, does not replace it.
-  actor.set_stop({"signal": signal.SIGKILL, "code": 124, "why": "timeout"}, None)
-  assert actor.stop()["code"] == exit_codes.DIVERGED
-  actor.set_stop({**actor.stop(), "signal": signal.SIGTERM}, actor.stop())
-  assert actor.stop()["signal"] == signal.SIGTERM
 
 
 def _check_trained_and_evaluated(model_dir, stdout: str, config: Config) -> None:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from launch import exit_codes
+from launch import restarts
 from launch import supervisor
 from tests.conftest import REPO, run_module
 
@@ -145,7 +146,7 @@ def test_a_failed_worker_stops_the_others(task_script, tmp_path):
 
 
 def _tasks_file(tmp_path):
-  return json.loads((tmp_path / "logs" / supervisor.TASKS_FILE).read_text())
+  return json.loads((tmp_path / "logs" / restarts.TASKS_FILE).read_text())
 
 
 def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, tmp_path, caplog):

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from launch import supervisor
+from launch import restarts
 from launch.tools import bare
 from launch.tools import runs
 from trainers import model_dir as layout
@@ -166,7 +166,7 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
   # event (the last step): steady steps at the median speed, and the rest
   # (warm-up, hooks, checkpoints, evaluations); then what follows training.
   breakdown = {}
-  tasks_file = os.path.join(runs.task_log_dir(model_dir), supervisor.TASKS_FILE)
+  tasks_file = os.path.join(runs.task_log_dir(model_dir), restarts.TASKS_FILE)
   if workers > 1 and os.path.exists(tasks_file):
     # The launcher's own start-up (checks) before any task process exists, then
     # the chief's: imports, the strategy (all tasks must have met), the first step.

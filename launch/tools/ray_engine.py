@@ -10,17 +10,17 @@ training function in a thread that is not the main one, where signal handlers
 (trainers.preemption) cannot be set and an exit code is lost.
 
 What the local launcher guarantees holds here, through one record every task and this
-process share, a `RunRecord` held by a Ray actor (the local launcher's keys, and
-`failures`, `attempts`, `stop`), which this process writes to `<log_dir>/tasks.json`:
+process share, a `ray_record.RunRecord` held by a Ray actor, which this process writes
+to `<log_dir>/tasks.json`:
 
 - Restarts: the first task of an attempt to fail decides for all of them, by the local
-  launcher's rule (launch.exit_codes): a retried code (128 and above) within
+  launcher's rule (launch.restarts): a retried code (128 and above) within
   `max_restarts`, or a preemption (143, not counted), raises `TaskExit` and Ray Train
   starts the worker group again, which resumes from the last backup, checkpoint or
   saved preemption step; any other failure stops every task and ends the run with that
   code. Ray's own `FailureConfig` retries without limit: the record decides, and an
   attempt that ended with no task's failure recorded (Ray lost a worker) counts as a
-  restart (count_attempt).
+  restart (ray_record.count_attempt).
 - Evaluation: an evaluator runs beside the workers as a Ray task asking for no CPU (so
   N workers on N cores keep them all), over the shared model_dir, restarted alone by
   the same rule; each worker's TF_CONFIG lists it, so the chief waits for its result.
@@ -35,6 +35,7 @@ process share, a `RunRecord` held by a Ray actor (the local launcher's keys, and
 Ray is imported only here, and only when a run starts: `pip install -e ".[tf215,ray]"`.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -51,22 +52,21 @@ from absl import logging
 from launch import cluster
 from launch import console
 from launch import exit_codes
+from launch import restarts
 from launch import supervisor
+from launch.tools import ray_record
 from trainers import run_lock
 
 RAY_EXTRA = "ray"
 # The evaluator's place in the workers' TF_CONFIG: listed, so the chief waits for its
 # result, and never bound (it serves nothing).
 EVALUATOR_ADDRESS = "ray-evaluator.invalid:1"
-EVALUATOR_NAME = f"{cluster.EVALUATOR}-0"
 CONNECT_SECONDS = 60  # How long an --address may take to answer.
 # The longest temporary directory a local Ray cluster's sockets fit under: 107 bytes
 # less "/ray/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store" (68 at most).
 MAX_TEMP_DIR_CHARS = 39
 POLL_SECONDS = 0.5  # How often a task and this process read the record.
 LOG_TAIL_BYTES = 1 << 16  # How much of a failed task's log is searched for its error.
-STOPPING = "the run is stopping"  # A failure's "why" once the run's stop is set.
-LOST_WORKER = "a Ray worker"  # The failure of an attempt that no task recorded.
 PR_SET_PDEATHSIG = 1
 
 
@@ -122,102 +122,12 @@ def check_temp_dir() -> None:
         "characters). Set RAY_TMPDIR to a short directory, e.g. RAY_TMPDIR=/tmp.")
 
 
-def _new_record() -> Dict[str, Any]:
-  return {"restarts": 0, "evaluator_restarts": 0, "preemptions": 0, "tasks": [],
-          "attempts": 0, "failures": [], "stop": None}
-
-
-class RunRecord:
-  """The run's record, held by one Ray actor that asks for no CPU (`run_ray_cluster`):
-  every task and this process reach it wherever they run, and it depends on no disk
-  (a full one is a fault it must outlive). Its methods run one at a time, so each is
-  atomic; this process writes it to `<log_dir>/tasks.json` for the tools."""
-
-  def __init__(self):
-    self.record = _new_record()
-
-  def get(self) -> Dict[str, Any]:
-    return self.record
-
-  def stop(self) -> Optional[Dict[str, Any]]:
-    return self.record["stop"]
-
-  def set_stop(self, stop: Dict[str, Any], seen: Optional[Dict[str, Any]]) -> None:
-    """Sets `stop` unless the stop changed since it was `seen` (a task's failure won)."""
-    if self.record["stop"] == seen:
-      self.record["stop"] = stop
-
-  def task_started(self, name: str, pid: int, host: str) -> None:
-    self.record["tasks"] = [t for t in self.record["tasks"] if t["name"] != name]
-    self.record["tasks"].append({"name": name, "pid": pid, "host": host})
-
-  def attempt_started(self, max_restarts: int) -> Optional[Dict[str, Any]]:
-    """Worker 0's start: counts the attempt (count_attempt); returns the stop, if set."""
-    count_attempt(self.record, max_restarts)
-    return self.record["stop"]
-
-  def failed(self, name: str, returncode: int, max_restarts: int,
-             said: Optional[str]) -> Dict[str, Any]:
-    return record_failure(self.record, name, returncode, max_restarts, said)
-
-
-def record_failure(record: Dict[str, Any], name: str, returncode: int, max_restarts: int,
-                   said: Optional[str] = None) -> Dict[str, Any]:
-  """Records a task's failure (`said`: its last "error: " line) in `record` and returns
-  the failure that decides what follows: retried ("retry"), or the run stopped ("stop"
-  set, every task killed).
-
-  The evaluator's own failures decide for it alone. Of the training tasks, the first
-  of an attempt to fail is the cause, and decides for all: the others fail because it
-  did (a lost peer), and must neither count again nor end the run otherwise.
-  """
-  code = exit_codes.shell_code(returncode)
-  evaluator = name == EVALUATOR_NAME
-  attempt = None if evaluator else record["attempts"]
-  if not evaluator:
-    for failure in record["failures"]:
-      if failure["attempt"] == attempt:
-        return failure
-  count = "evaluator_restarts" if evaluator else "restarts"
-  preempted = code == exit_codes.PREEMPTED
-  if record["stop"]:
-    retry, why = False, STOPPING
-  elif preempted or (exit_codes.retried(code) and record[count] < max_restarts):
-    retry, why = True, ""
-    record["preemptions" if preempted else count] += 1
-  else:
-    retry = False
-    why = (exit_codes.why_not_retried(code) if not exit_codes.retried(code) else
-           f"no restarts left (--max_restarts={max_restarts})")
-    record["stop"] = {"signal": signal.SIGKILL, "code": code, "why": f"{name} failed"}
-  failure = {"name": name, "returncode": returncode, "code": code, "attempt": attempt,
-             "retry": retry, "why": why, "said": said,
-             "restart": record[count] if retry and not preempted else 0}
-  record["failures"].append(failure)
-  return failure
-
-
-def count_attempt(record: Dict[str, Any], max_restarts: int) -> None:
-  """A new attempt; if the one before ended with no task's failure recorded, Ray lost a
-  worker (its node, its process): that counts as a restart too, so that Ray's retries,
-  unbounded, end when max_restarts does."""
-  previous = record["attempts"]
-  if previous and not any(f["attempt"] == previous for f in record["failures"]):
-    record_failure(record, LOST_WORKER, exit_codes.PEER_LOST, max_restarts)
-  record["attempts"] += 1
-
-
-def run_outcome(record: Dict[str, Any]) -> int:
-  """The run's exit code: its stop's (a failure not retried, a signal, a timeout), or 0."""
-  return record["stop"]["code"] if record["stop"] else 0
-
-
 def _run_task(name: str, cmd: Sequence[str], tf_config: Dict[str, Any],
               env: Mapping[str, str], log_dir: str, cwd: str,
               record: Any) -> Tuple[int, Optional[str]]:
   """Runs the trainer as task `name` with `tf_config`, its output appended to its log, in
   `cwd` (the command's directory, so its relative paths mean what they meant there) where
-  this node has it; passes on the run's stop signal (`record`: the RunRecord actor);
+  this node has it; passes on the run's stop signal (`record`: the ray_record.RunRecord actor);
   returns its exit code as Popen gives it and the last "error: " line it wrote. Dies with
   the Ray worker that started it (PR_SET_PDEATHSIG), as the local launcher's tasks do."""
   import ctypes  # noqa: PLC0415 -- in the Ray worker only.
@@ -234,7 +144,8 @@ def _run_task(name: str, cmd: Sequence[str], tf_config: Dict[str, Any],
                             env={**os.environ, **env, "TF_CONFIG": json.dumps(tf_config)},
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             cwd=cwd if os.path.isdir(cwd) else None, preexec_fn=preexec)
-  ray.get(record.task_started.remote(name, proc.pid, socket.gethostname()))
+  ray.get(record.task_started.remote(name, proc.pid, socket.gethostname(),
+                                     ray.util.get_node_ip_address()))
   sent = None
   try:
     while True:
@@ -296,18 +207,19 @@ def _train_worker(loop_config: Dict[str, Any]) -> None:
 
 def _evaluate(cmd: Sequence[str], num_workers: int, env: Mapping[str, str], log_dir: str,
               cwd: str, max_restarts: int, record: Any) -> int:
-  """The evaluator task: run, and restarted alone while record_failure says so; returns
-  its last exit code."""
+  """The evaluator task: run, and restarted alone while ray_record.record_failure says so;
+  returns its last exit code."""
   import ray  # noqa: PLC0415 -- in the Ray worker.
   tf_config = {"cluster": {cluster.WORKER: [f"ray-worker-{i}.invalid:1"
                                             for i in range(num_workers)],
                            cluster.EVALUATOR: [EVALUATOR_ADDRESS]},
                "task": {"type": cluster.EVALUATOR, "index": 0}}
+  name = ray_record.EVALUATOR_NAME
   while True:
-    returncode, said = _run_task(EVALUATOR_NAME, cmd, tf_config, env, log_dir, cwd, record)
+    returncode, said = _run_task(name, cmd, tf_config, env, log_dir, cwd, record)
     if not returncode:
       return 0
-    failure = ray.get(record.failed.remote(EVALUATOR_NAME, returncode, max_restarts, said))
+    failure = ray.get(record.failed.remote(name, returncode, max_restarts, said))
     if not failure["retry"]:
       return failure["code"]
 
@@ -340,7 +252,7 @@ class _ChiefOutput:
 
 
 class _Watch:
-  """This process's side of the record (`actor`, the RunRecord): writes it to tasks.json,
+  """This process's side of the record (`actor`, the ray_record.RunRecord): writes it to tasks.json,
   streams the chief's output, says each restart as it is decided, and sets `stop` on a
   signal, at `timeout` or when the training tasks' logs fall silent for `stall_timeout`,
   and SIGKILL `grace` seconds after a SIGTERM."""
@@ -376,15 +288,9 @@ class _Watch:
     import ray  # noqa: PLC0415 -- only where run_ray_cluster has imported it.
     record = ray.get(self.actor.get.remote())
     if record != self.written:
-      path = os.path.join(self.log_dir, supervisor.TASKS_FILE)
-      try:
-        with open(path + ".tmp", "w") as f:
-          json.dump(record, f)
-        os.replace(path + ".tmp", path)
+      if restarts.write_record(self.log_dir, record, warn=not self.write_failed):
         self.written = record
-      except OSError as e:
-        if not self.write_failed:
-          logging.warning("Cannot write %s: %s", path, e)
+      else:
         self.write_failed = True
     return record
 
@@ -400,26 +306,19 @@ class _Watch:
   def _say(self, record: Dict[str, Any]) -> None:
     for failure in record["failures"][self.said:]:
       name = failure["name"]
-      if name == LOST_WORKER:
+      if name == ray_record.LOST_WORKER:
         cause, log = f"{name} was lost", "Ray's logs"
       else:
-        cause = f"{name} {supervisor.describe_exit(failure['returncode'])}"
+        cause = f"{name} {restarts.describe_exit(failure['returncode'])}"
         cause += f" ({failure['said']})" if failure["said"] else ""
         log = os.path.join(self.log_dir, name + ".log")
-      evaluator = name == EVALUATOR_NAME
-      if failure["why"] == STOPPING:  # What the stop did, not why it came.
-        logging.info("%s (%s).", cause, STOPPING)
-      elif not failure["retry"]:
-        logging.error("%s (%s); stopping every task. Its log: %s", cause, failure["why"], log)
-      elif not failure["restart"]:
-        logging.warning("Preempted: %s; %s from the step saved (preemptions do not count "
-                        "against --max_restarts).", cause, "restarting the evaluator"
-                        if evaluator else "Ray Train starts the workers again")
-      else:
-        logging.warning("Restart %d of %d%s: %s (its log: %s); %s.", failure["restart"],
-                        self.max_restarts, " of the evaluator alone" if evaluator else "",
-                        cause, log, "training goes on" if evaluator else
-                        "Ray Train starts the workers again, from the last backup or checkpoint")
+      if failure["why"] == ray_record.STOPPING:  # What the stop did, not why it came.
+        logging.info("%s (%s).", cause, ray_record.STOPPING)
+        continue
+      decision = restarts.Decision(
+          **{f.name: failure[f.name] for f in dataclasses.fields(restarts.Decision)})
+      restarts.say(decision, cause, log, name == ray_record.EVALUATOR_NAME, self.max_restarts,
+                   again="Ray Train starts the workers again")
     self.said = len(record["failures"])
 
   def _stop_wanted(self, record: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -495,7 +394,7 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
               if k in (run_lock.HELD_FOR_ENV, "TFDS_DATA_DIR", "MNIST_IDX_DIR", "PYTHONPATH")}
   ray.init(address=address, include_dashboard=False, logging_level="WARNING",
            log_to_driver=False)
-  actor = ray.remote(num_cpus=0)(RunRecord).remote()
+  actor = ray.remote(num_cpus=0)(ray_record.RunRecord).remote()
   watch = _Watch(log_dir, max_restarts, timeout, stall_timeout, grace, verbose, actor)
   handlers = {s: signal.signal(s, watch.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
   evaluator_task = None
@@ -513,8 +412,8 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
                              "max_restarts": max_restarts, "record": actor},
           scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False,
                                        resources_per_worker={"CPU": 1}),
-          # Restarts are decided by the tasks (record_failure); Ray's own count would
-          # take preemptions for failures.
+          # Restarts are decided by the tasks (ray_record.record_failure); Ray's own count
+          # would take preemptions for failures.
           run_config=RunConfig(name="mnist", storage_path=os.path.join(log_dir, "ray"),
                                failure_config=FailureConfig(max_failures=-1)))
       try:
@@ -529,7 +428,7 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
         except Exception as e:  # Ray lost the evaluator's worker.
           logging.error("Ray lost the evaluator: %s", str(e).strip().splitlines()[-1])
           return 1
-      return run_outcome(watch.read())
+      return ray_record.run_outcome(watch.read())
   finally:
     for s, handler in handlers.items():
       signal.signal(s, handler)

@@ -15,6 +15,7 @@ from absl import app
 
 from data import paths
 from launch import console
+from launch import restarts
 from launch import supervisor
 from trainers import flags as trainer_flags
 from trainers import model_dir as layout
@@ -91,7 +92,7 @@ def read_tasks(log_dir: str) -> Dict[str, Any]:
   Raises:
     OSError or ValueError: not written (yet) or unreadable.
   """
-  with open(os.path.join(log_dir, supervisor.TASKS_FILE)) as f:
+  with open(os.path.join(log_dir, restarts.TASKS_FILE)) as f:
     return json.load(f)
 
 
