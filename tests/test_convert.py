@@ -602,15 +602,6 @@ def test_an_empty_target_is_used_as_it_is(estimator_dir, keras_dir, tmp_path):
     assert checkpoints.resume_problem(backend, str(target), Config()) is None
 
 
-def test_an_interrupted_conversion_leaves_nothing(tmp_path):
-  (tmp_path / "empty").mkdir()
-  for target in (tmp_path / "new", tmp_path / "empty"):
-    with pytest.raises(KeyboardInterrupt), convert.staged_target(str(target)) as staging:
-      pathlib.Path(staging, "ckpt-1.index").write_text("half")
-      raise KeyboardInterrupt
-    assert os.listdir(tmp_path) == ["empty"] and os.listdir(tmp_path / "empty") == []
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_cli_stopped_by_a_signal_removes_its_staging_directory(signum, estimator_dir,
                                                                tmp_path):

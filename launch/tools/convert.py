@@ -31,19 +31,16 @@ other unknown entry fails the conversion.
 The source is only read: its newest checkpoint that loads is converted
 (`checkpoints.newest_good`), and the newer ones passed over are listed. The
 target is written into a staging directory, read back, and moved into place
-when complete (`staged_target`); an existing non-empty target is refused,
+when complete (`convert_write`); an existing non-empty target is refused,
 untouched. The TF2 canned models go to `convert_canned`; the `tf.compat.v1.estimator`
 ones are carried here, each part's optimizer as `--optimizer` is (`_parts`).
 """
 
-import contextlib
 import dataclasses
 import json
 import math
 import os
-import secrets
-import shutil
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence,
                     Tuple)
 
 import numpy as np
@@ -51,13 +48,14 @@ import tensorflow as tf
 import tf_keras
 from absl import logging
 
+from launch.tools import convert_write
+from launch.tools.convert_write import ConversionError
 from trainers import checkpoints
 from trainers import config as config_lib
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
-from trainers import run_record
 from trainers.config import Config
 from trainers.models import canned
 
@@ -81,10 +79,6 @@ KERAS_DERIVED = {
 _SLOT_OF_UNMAPPED = "the slot of unmapped "
 _FOREIGN = "state --optimizer={} does not keep"
 _RESET = "optimizer state, not carried: --reset_slots"
-
-
-class ConversionError(ValueError):
-  """A checkpoint cannot be converted as asked; the message names the variable and the fix."""
 
 
 class Entry(NamedTuple):
@@ -379,99 +373,6 @@ def newest(model_dir: str, backend: str, from_backup: bool = False
   return path, skipped
 
 
-def check_target(dst: str) -> None:
-  if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)):
-    raise ConversionError(f"The target {dst} exists and is not empty; it is left untouched. "
-                          "Give a new directory.")
-
-
-@contextlib.contextmanager
-def staged_target(dst: str) -> Iterator[str]:
-  """A temporary directory the conversion writes into, whose files appear in `dst` only if
-  the block succeeds; removed if it fails or is interrupted.
-
-  A new `dst`: a sibling renamed to it. An existing empty `dst` (a mounted
-  volume, a directory made for the run) is kept, its mode and owner with it:
-  the files are staged inside it and moved up, each checkpoint's `.index` and
-  the `checkpoint` file last, as a trainer finds a checkpoint by those.
-  """
-  dst = os.path.abspath(dst)
-  existing = os.path.isdir(dst)
-  if not existing:
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-  # Named before it is made, so that a signal landing as it is made (the conversion's
-  # SIGINT and SIGTERM raise) finds it to remove. os.mkdir: the mode os.makedirs gives.
-  staging = (os.path.join(dst, f".convert-{secrets.token_hex(6)}") if existing else
-             os.path.join(os.path.dirname(dst),
-                          f".{os.path.basename(dst)}.tmp-{secrets.token_hex(6)}"))
-  moved: List[str] = []
-  try:
-    os.mkdir(staging)
-    yield staging
-    _move_into_place(staging, dst, existing, moved)
-  except BaseException:
-    _unstage(staging, moved)
-    raise
-
-
-def _move_into_place(staging: str, dst: str, existing: bool, moved: List[str]) -> None:
-  """`staged_target`'s last step; appends to `moved` each file moved into an existing `dst`."""
-  try:
-    if not existing:
-      check_target(dst)  # Again: something may have written there meanwhile.
-      os.rename(staging, dst)  # Replaces an empty directory, atomically.
-      return
-    if os.listdir(dst) != [os.path.basename(staging)]:
-      raise ConversionError(f"Something wrote into the target {dst} while converting; the "
-                            "conversion is not moved there. Give a new directory.")
-    for name in sorted(os.listdir(staging), key=lambda n: (n == checkpoints.INDEX_FILE,
-                                                           n.endswith(".index"))):
-      os.rename(os.path.join(staging, name), os.path.join(dst, name))
-      moved.append(os.path.join(dst, name))
-    os.rmdir(staging)
-  except OSError as e:
-    raise ConversionError(f"Could not move the converted checkpoint to {dst}: {e}") from e
-
-
-def _unstage(staging: str, moved: Sequence[str]) -> None:
-  """Removes a failed conversion's staging directory and what it moved into the target."""
-  for path in reversed(moved):
-    with contextlib.suppress(OSError):
-      os.remove(path)
-  shutil.rmtree(staging, ignore_errors=True)
-
-
-def write_target(src_model_dir: str, dst_model_dir: str, backend: str, config: Config,
-                 write: Callable[[str], str], reset_for: Optional[Config] = None,
-                 check_resume: bool = True) -> str:
-  """Writes the target through a staging directory: `write(staging)` saves (and reads back)
-  the checkpoint, returning its path; the source's run record is carried (`carry_record`),
-  and `backend` must be able to resume from it. Returns the checkpoint's final path."""
-  with staged_target(dst_model_dir) as staging:
-    saved = write(staging)
-    carry_record(src_model_dir, staging, backend, reset_for)
-    problem = checkpoints.resume_problem(backend, staging, config)
-    if problem and check_resume:
-      raise ConversionError(f"The converted checkpoint would not resume: {problem}")
-  return os.path.join(os.path.abspath(dst_model_dir), os.path.basename(saved))
-
-
-def carry_record(src_model_dir: str, staging: str, backend: str,
-                  optimizer: Optional[Config] = None) -> None:
-  """The source's run record, for `backend`: the converted run resumes with the settings
-  the source was trained with, and no --allow_config_change (trainers.run_record).
-  `optimizer`: the optimizer settings the slots were reset for, recorded instead."""
-  record = run_record.read(src_model_dir)
-  if record is None:
-    return
-  record = {**record, "backend": backend}
-  if optimizer is not None:
-    trained = run_record.optimizer_of(record)
-    record = {k: v for k, v in record.items() if k not in config_lib.OPTIMIZERS.get(trained, {})}
-    record.update(optimizer=optimizer.optimizer, **optimizer.hyperparameters())
-  run_record.write(staging, record)
-
-
 def check_counters(values: Mapping[str, np.ndarray], step: int, config: Config,
                    path: str) -> None:
   """Raises unless Adam's powers of beta are beta^(step + 1) (the power the next step
@@ -590,18 +491,6 @@ def _keras_state(model: tf_keras.Model, config: Config
                     f"the {part.name} part's constant rate, which the run's flags give"
                     for part in parts})
   return state, derived
-
-
-def read_back(path: str, expected: Mapping[str, np.ndarray]) -> None:
-  """Raises unless the checkpoint at `path` holds exactly these values at these keys."""
-  reader = tf.train.load_checkpoint(path)
-  for key, value in expected.items():
-    if not reader.has_tensor(key):
-      raise ConversionError(f"The written checkpoint {path} has no {key}: this TensorFlow writes "
-                            "another layout than this converter knows.")
-    got = reader.get_tensor(key)
-    if got.dtype != value.dtype or not np.array_equal(got, value):
-      raise ConversionError(f"The written checkpoint {path} holds another value at {key}.")
 
 
 def _inverse_map(assignment_map: Optional[AssignmentMap], config: Config) -> Dict[str, str]:
@@ -729,7 +618,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
   config = _single_or_v1(config or Config(), assignment_map)
   if config.canned_settings() and not _v1_parts(config):
     return _canned().estimator_to_keras(src_model_dir, dst_model_dir, config, reset_slots)
-  check_target(dst_model_dir)
+  convert_write.check_target(dst_model_dir)
   path, skipped = newest(src_model_dir, "estimator")
   entries = estimator_accounting(path, config, assignment_map, reset_slots)
   check_complete(entries, path, config, reset_slots)
@@ -763,11 +652,11 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, *,
 
   def write(staging: str) -> str:
     saved = keras_trainer.save_checkpoint(model, staging, step)
-    read_back(saved, written)
+    convert_write.read_back(saved, written)
     return saved
 
-  output = write_target(src_model_dir, dst_model_dir, checkpoints.KERAS, config, write,
-                        config if reset_slots else None)
+  output = convert_write.write_target(src_model_dir, dst_model_dir, checkpoints.KERAS, config,
+                                      write, config if reset_slots else None)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
                     [Ignored(e.name, e.note) for e in entries if e.kind == IGNORED],
@@ -842,7 +731,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   if config.canned_settings() and not _v1_parts(config):
     return _canned().keras_to_estimator(src_model_dir, dst_model_dir, config, reset_slots,
                                         from_backup)
-  check_target(dst_model_dir)
+  convert_write.check_target(dst_model_dir)
   names = _inverse_map(assignment_map, config)
   path, skipped = newest(src_model_dir, "keras", from_backup)
   model = keras_trainer.compile_model(config)
@@ -887,13 +776,14 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   reset, written_zero = _v1_state_to_write(values, trained, config, step, path, reset_slots)
 
   def write(staging: str) -> str:
-    saved = write_name_based(values, staging, step)
-    read_back(saved, values)
+    saved = convert_write.write_name_based(values, staging, step)
+    convert_write.read_back(saved, values)
     return saved
 
   # Renamed weights are not this model's names, by design: no resume check then.
-  output = write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config, write,
-                        config if reset_slots else None, check_resume=not names)
+  output = convert_write.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR,
+                                      config, write, config if reset_slots else None,
+                                      check_resume=not names)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return Conversion(path, output, step, mapped,
                     [Ignored(k, why) for k, why in {**KERAS_DERIVED, **derived}.items()
@@ -931,21 +821,6 @@ def _v1_state_to_write(values: Dict[str, np.ndarray], trained: Mapping[str, Mapp
         values[name] = np.zeros(variable.shape, variable.dtype.as_numpy_dtype)
         written_zero.append(Ignored(name, f"written as zeros: {why}"))
   return [], written_zero
-
-
-def write_name_based(values: Mapping[str, np.ndarray], directory: str, step: int) -> str:
-  """Saves `values` by name as `directory/model.ckpt-<step>`, as the Estimator's Saver does."""
-  with tf.Graph().as_default():
-    # The Saver writes each under its dict key; the graph's op names do not matter.
-    variables = {name: tf.compat.v1.Variable(value, name=name.replace("/", "_"),
-                                             dtype=tf.as_dtype(value.dtype))
-                 for name, value in values.items()}
-    # Relative paths in the `checkpoint` file: the directory is renamed after.
-    saver = tf.compat.v1.train.Saver(var_list=variables, save_relative_paths=True)
-    with tf.compat.v1.Session() as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      return saver.save(session, os.path.join(directory, checkpoints.ESTIMATOR_PREFIX),
-                        global_step=step, write_meta_graph=False)
 
 
 def load_assignment_map(path: str) -> Dict[str, Optional[str]]:

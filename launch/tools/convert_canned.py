@@ -28,6 +28,7 @@ import tf_keras
 from absl import logging
 
 from launch.tools import convert
+from launch.tools import convert_write
 from trainers import checkpoints
 from trainers import keras_trainer
 from trainers import model as model_lib
@@ -133,7 +134,7 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, config: Config,
                        reset_slots: bool = False) -> convert.Conversion:
   """A canned Estimator's newest checkpoint as its twin's Keras model_dir (see the module's
   docstring); `convert.estimator_to_keras` for canned models."""
-  convert.check_target(dst_model_dir)
+  convert_write.check_target(dst_model_dir)
   path, skipped = convert.newest(src_model_dir, checkpoints.ESTIMATOR)
   reader = convert.read_checkpoint(path)
   model = keras_trainer.compile_model(config)
@@ -157,7 +158,8 @@ def estimator_to_keras(src_model_dir: str, dst_model_dir: str, config: Config,
     _read_back(saved, config, written)
     return saved
 
-  output = convert.write_target(src_model_dir, dst_model_dir, checkpoints.KERAS, config, write)
+  output = convert_write.write_target(src_model_dir, dst_model_dir, checkpoints.KERAS, config,
+                                      write)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return convert.Conversion(path, output, step, mapped, [], reset, skipped)
 
@@ -167,7 +169,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, config: Config,
                        ) -> convert.Conversion:
   """The twin's newest Keras checkpoint as the canned Estimator's model_dir;
   `convert.keras_to_estimator` for canned models."""
-  convert.check_target(dst_model_dir)
+  convert_write.check_target(dst_model_dir)
   path, skipped = convert.newest(src_model_dir, checkpoints.KERAS, from_backup)
   model = keras_trainer.compile_model(config)
   state = canned_state(model, config)
@@ -191,11 +193,11 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, config: Config,
             if not (reset_slots and s.kind == convert.SLOT)]
   step = int(values[convert.STEP_VARIABLE])
   def write(staging: str) -> str:
-    saved = convert.write_name_based(values, staging, step)
-    convert.read_back(saved, values)
+    saved = convert_write.write_name_based(values, staging, step)
+    convert_write.read_back(saved, values)
     return saved
 
-  output = convert.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config,
+  output = convert_write.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config,
                                 write)
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   return convert.Conversion(path, output, step, mapped, [], reset, skipped)
