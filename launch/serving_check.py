@@ -71,11 +71,11 @@ def main(argv: Sequence[str]) -> None:
   print(table)
   if _OUT.value:
     os.makedirs(_OUT.value, exist_ok=True)
-    with open(os.path.join(_OUT.value, "serving_check_report.md"), "w") as f:
-      f.write(f"# Serving check report\n\n{table}\n")
-    with open(os.path.join(_OUT.value, "serving_check_report.json"), "w") as f:
-      json.dump({"passed": passed, "first": first, "second": second,
-                 "checks": [dataclasses.asdict(c) for c in checks]}, f, indent=2)
+    harness.write_files(_OUT.value, {
+        "serving_check_report.md": f"# Serving check report\n\n{table}\n",
+        "serving_check_report.json": json.dumps(
+            {"passed": passed, "first": first, "second": second,
+             "checks": [dataclasses.asdict(c) for c in checks]}, indent=2)})
     print(f"Report: {_OUT.value}/serving_check_report.md, serving_check_report.json")
   sys.exit(0 if passed else 1)
 

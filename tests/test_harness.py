@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from launch.tools import harness
@@ -61,6 +62,22 @@ def test_the_report_is_written_as_a_table_json_and_a_plot(tmp_path):
   assert (tmp_path / "some_tool_report.md").read_text() == "# Some tool report\n\nTABLE\n"
   assert json.loads((tmp_path / "some_tool_report.json").read_text())["passed"] is True
   assert (tmp_path / "loss_curves.png").stat().st_size > 1000
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      "loss_curves.png", "some_tool_report.json", "some_tool_report.md"]
+
+
+def test_a_report_is_replaced_whole_or_kept_as_it_was(tmp_path, monkeypatch):
+  harness.write_files(str(tmp_path), {"a.md": "old"})
+  harness.write_files(str(tmp_path), {"a.md": "new", "a.json": "{}"})
+  assert (tmp_path / "a.md").read_text() == "new" and (tmp_path / "a.json").read_text() == "{}"
+
+  def no_space(*args):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(harness.os, "replace", no_space)  # The write stops before the rename.
+  with pytest.raises(OSError, match="No space"):
+    harness.write_files(str(tmp_path), {"a.md": "newer"})
+  assert (tmp_path / "a.md").read_text() == "new"
 
 
 def test_an_extra_variable_on_either_side_fails_the_mapping(tmp_path):

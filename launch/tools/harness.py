@@ -210,7 +210,8 @@ def overall(passed: Sequence[bool], what: str) -> str:
 
 def write_report(out_dir: str, name: str, report: Any, table: str,
                  plot: Optional[Callable[[Any, Any], None]] = None) -> None:
-  """`<name>_report.md` (the table), `<name>_report.json` and `loss_curves.png` in out_dir.
+  """`<name>_report.md` (the table), `<name>_report.json` and `loss_curves.png` in out_dir,
+  each written whole (write_files).
 
   Args:
     report: a dataclass with a `passed` property and a `losses` mapping of run
@@ -218,11 +219,23 @@ def write_report(out_dir: str, name: str, report: Any, table: str,
     plot: draws the figure (`plot(report, figure)`) instead of one line per
       run of `report.losses` on a log scale.
   """
-  with open(os.path.join(out_dir, f"{name}_report.md"), "w") as f:
-    f.write(f"# {name.replace('_', ' ').capitalize()} report\n\n{table}\n")
-  with open(os.path.join(out_dir, f"{name}_report.json"), "w") as f:
-    json.dump({"passed": report.passed, **dataclasses.asdict(report)}, f, indent=2)
-  _plot(report, plot, os.path.join(out_dir, "loss_curves.png"))
+  write_files(out_dir, {
+      f"{name}_report.md": f"# {name.replace('_', ' ').capitalize()} report\n\n{table}\n",
+      f"{name}_report.json": json.dumps({"passed": report.passed, **dataclasses.asdict(report)},
+                                        indent=2)})
+  path = os.path.join(out_dir, "loss_curves.png")
+  _plot(report, plot, path + ".tmp.png")
+  os.replace(path + ".tmp.png", path)
+
+
+def write_files(out_dir: str, texts: Mapping[str, str]) -> None:
+  """Writes each text to its file name in out_dir, each whole (through a rename): a reader
+  never finds half a report, and a run stopped while writing leaves the last one."""
+  for name, text in texts.items():
+    path = os.path.join(out_dir, name)
+    with open(path + ".tmp", "w") as f:
+      f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def _plot(report: Any, plot: Optional[Callable[[Any, Any], None]], path: str) -> None:

@@ -384,14 +384,13 @@ def format_matrix(reports: Sequence[Report]) -> str:
 
 def write_matrix(reports: Sequence[Report], out_dir: str) -> None:
   """parity_matrix.md (format_matrix) and parity_matrix.json (every cell's checks)."""
-  with open(os.path.join(out_dir, "parity_matrix.md"), "w") as f:
-    f.write(f"# Parity matrix\n\n{format_matrix(reports)}\n")
-  with open(os.path.join(out_dir, "parity_matrix.json"), "w") as f:
-    json.dump({"passed": all(r.passed for r in reports),
-               "cells": [{"model": r.model, "optimizer": r.optimizer, "workers": r.workers,
-                          "passed": r.passed, "reference_floor": r.reference_floor,
-                          "checks": [dataclasses.asdict(c) for c in r.checks]}
-                         for r in reports]}, f, indent=2)
+  cells = [{"model": r.model, "optimizer": r.optimizer, "workers": r.workers,
+            "passed": r.passed, "reference_floor": r.reference_floor,
+            "checks": [dataclasses.asdict(c) for c in r.checks]} for r in reports]
+  harness.write_files(out_dir, {
+      "parity_matrix.md": f"# Parity matrix\n\n{format_matrix(reports)}\n",
+      "parity_matrix.json": json.dumps({"passed": all(r.passed for r in reports),
+                                        "cells": cells}, indent=2)})
 
 
 def write_report(report: Report, out_dir: str) -> None:
