@@ -11,6 +11,7 @@ test fails.
 import dataclasses
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -24,11 +25,13 @@ from launch import exit_codes
 from launch.tools import harness
 from launch.tools import runs
 from tests.conftest import REPO
+from tests.conftest import needs_ray
 from trainers import flags as trainer_flags
 from trainers import model as model_lib
 from trainers.config import Config
 
 PORT = 2222
+RAY_PORT = 6379
 # Detection of a lost peer: heartbeats or health checks, within this (issue 14's limit).
 DETECT_SECONDS = 60
 TASKS = (("chief", 0), ("worker", 0), ("evaluator", 0))
@@ -229,3 +232,65 @@ def test_a_partitioned_worker_is_detected_and_a_restart_resumes_to_the_final_ste
   assert summary["global_step"] == config.train_steps
   starts = [r for r in runs.read_progress(model_dir) if r["event"] == "start"]
   assert len(starts) == 2 and 0 < starts[1]["from_step"] <= stopped_at, starts
+
+
+def _ray_nodes(hosts: Hosts, env: Dict[str, str], log_dir: str, deadline: float) -> str:
+  """Starts a Ray node on each host, one CPU each (the head on host 0); returns the head's
+  address once every node has joined."""
+  ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+  head = f"{hosts.addresses[0]}:{RAY_PORT}"
+  for i, address in enumerate(hosts.addresses):
+    joins = ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"] if i == 0 else [
+        f"--address={head}"]
+    hosts.start(i, [ray_cli, "start", "--block", f"--node-ip-address={address}",
+                    "--num-cpus=1", *joins], env, os.path.join(log_dir, f"ray-node-{i}.log"))
+  count = ("import ray; ray.init(address='{}', logging_level='ERROR'); "
+           "print(sum(n['Alive'] for n in ray.nodes()))").format(head)
+  while True:
+    alive = subprocess.run(["ip", "netns", "exec", hosts.names[0], sys.executable, "-c", count],
+                           env=env, capture_output=True, text=True, check=False, timeout=120)
+    if alive.stdout.strip().splitlines()[-1:] == [str(len(hosts.addresses))]:
+      return head
+    assert time.monotonic() < deadline, f"the Ray nodes did not join: {alive.stderr[-2000:]}"
+    time.sleep(2)
+
+
+@needs_ray
+@pytest.mark.parametrize("backend", runs.BACKENDS)
+def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, tiny_data_dir,
+                                                                       tmp_path):
+  """A Ray cluster of two nodes on two hosts, one CPU each, and `launch.ray --address` on
+  the head's host: Ray places one worker on each node, their TensorFlow servers talk across
+  the hosts' link, and the run trains what a localhost cluster trains."""
+  config = _init_config(tmp_path, tiny_data_dir)
+  local = runs.run_trainer(backend, config, workers=2, model_dir=str(tmp_path / "local"),
+                           log_path=str(tmp_path / "local.log"), timeout=300)
+  model_dir, log_dir = tmp_path / "on-ray", str(tmp_path / "logs")
+  os.makedirs(log_dir)
+  # Ray 2.60 authenticates its own RPCs with a token (on by default): every node and the
+  # driver are given the same one, as a cluster's operator would.
+  env = dict(runs.clean_env(), PYTHONPATH=str(REPO), RAY_TMPDIR=f"/tmp/rmh{uuid.uuid4().hex[:6]}",
+             RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+  try:
+    with Hosts(2) as hosts:
+      head = _ray_nodes(hosts, env, log_dir, time.monotonic() + 120)
+      launcher = hosts.start(0, [sys.executable, "-m", "launch.ray", f"--backend={backend}",
+                                 "--workers=2", f"--address={head}", f"--model_dir={model_dir}",
+                                 *trainer_flags.config_to_flags(config)],
+                             env, os.path.join(log_dir, "launch-ray.log"))
+      codes = _wait({0: launcher}, 420, log_dir)
+  finally:
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+  assert codes == {0: 0}, _tail(log_dir) + _tail(str(model_dir / "logs"))
+  tasks = runs.read_tasks(runs.task_log_dir(str(model_dir)))["tasks"]
+  assert sorted(t["address"] for t in tasks if t["name"].startswith("worker")) == \
+      hosts.addresses
+  on_ray = runs.read_summary(str(model_dir))
+  assert (on_ray["workers"], on_ray["global_step"]) == (2, CONFIG.train_steps)
+  weights = {"localhost": harness.backend_weights(backend, local, CONFIG),
+             "2 Ray nodes": harness.backend_weights(backend, on_ray, CONFIG)}
+  (check,) = harness.compare_weights(weights, atol=1e-6)
+  print(f"Ray across 2 hosts, {backend}: {check.name} = {check.measured:.3g} "
+        f"(limit {check.limit:g})")
+  assert check.passed, check
+  assert on_ray["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-6)
