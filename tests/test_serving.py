@@ -62,12 +62,13 @@ def test_the_keras_export_has_the_contract_and_answers_requests(tmp_path):
   export_dir = keras_trainer.export_model(config, model, str(tmp_path))
   assert serving_check.signatures(export_dir) == CONTRACT
   images = _batches()[0]
-  got = serving_check.answers(export_dir, [images], "pixels")
+  loaded = tf.saved_model.load(export_dir)
+  got = serving_check.answers(loaded, [images], "pixels")
   logits = model(images, training=False).numpy()
   np.testing.assert_allclose(got["predict/logits"], logits, atol=1e-5)
   np.testing.assert_allclose(got["image:predict/logits"], logits, atol=1e-5)
   np.testing.assert_array_equal(got["predict/class_ids"][:, 0], logits.argmax(-1))
   np.testing.assert_array_equal(got["serving_default/labels"][0], [str(i) for i in range(10)])
   np.testing.assert_allclose(got["classification/scores"], tf.nn.softmax(logits), atol=1e-6)
-  errors = serving_check.bad_request_errors(export_dir, "pixels")
+  errors = serving_check.bad_request_errors(loaded, "pixels")
   assert len(errors) == 6 and all(e.startswith("InvalidArgumentError") for e in errors.values())

@@ -20,7 +20,7 @@ check feeds them to the loaded signatures the same way (no model server runs her
 """
 
 import dataclasses
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -156,9 +156,9 @@ def read_response(name: str, response: object) -> Answers:
           for key, value in read.items()}
 
 
-def answers(export_dir: str, image_batches: Iterable[np.ndarray], feature: str) -> Answers:
-  """The answers of the export in `export_dir` to a client's requests for every image."""
-  loaded = tf.saved_model.load(export_dir)
+def answers(loaded: Any, image_batches: Iterable[np.ndarray], feature: str) -> Answers:
+  """The answers of an export (`loaded`: tf.saved_model.load's) to a client's requests for
+  every image."""
   parts: Dict[str, List[np.ndarray]] = {}
   for images in image_batches:
     for request in requests(np.asarray(images), feature):
@@ -170,9 +170,10 @@ def answers(export_dir: str, image_batches: Iterable[np.ndarray], feature: str) 
   return {key: np.concatenate(values) for key, values in parts.items()}
 
 
-def bad_request_errors(export_dir: str, feature: str) -> Dict[str, str]:
-  """What each bad request (BAD_REQUESTS) to each tf.Example signature raises:
-  `<error class>: <the parser's message>`, or `answered` if it did not fail."""
+def bad_request_errors(loaded: Any, feature: str) -> Dict[str, str]:
+  """What each bad request (BAD_REQUESTS) to each tf.Example signature of an export
+  (`loaded`: tf.saved_model.load's) raises: `<error class>: <the parser's message>`, or
+  `answered` if it did not fail."""
   bad = {
       "missing feature": examples(np.zeros((1, 784)), f"not_{feature}")[0].SerializeToString(),
       "wrong dtype": tf.train.Example(features=tf.train.Features(feature={
@@ -182,7 +183,6 @@ def bad_request_errors(export_dir: str, feature: str) -> Dict[str, str]:
       # UnicodeDecodeError instead of the error when they are not UTF-8.
       "malformed proto": b"this is not a tf.Example",
   }
-  loaded = tf.saved_model.load(export_dir)
   errors = {}
   for case, serialized in bad.items():
     for name in (serving.SERVING_DEFAULT, serving.PREDICT):
@@ -273,9 +273,9 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
     names: how the report names the two exports.
     required: the signatures both must have (by default the contract's).
   """
-  first, second = (answers(d, image_batches(), feature) for d in (first_dir, second_dir))
+  loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
+  first, second = (answers(export, image_batches(), feature) for export in loaded)
   count = len(next(iter(first.values()))) if first else 0
   return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
           + compare_answers(first, second, names, atol, f"{count} test images")
-          + compare_errors(bad_request_errors(first_dir, feature),
-                           bad_request_errors(second_dir, feature), names))
+          + compare_errors(*(bad_request_errors(export, feature) for export in loaded), names))

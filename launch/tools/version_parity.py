@@ -71,10 +71,10 @@ def probe_export(export_dir: str, images_path: str, feature: str, out_path: str)
   """Writes what an export answers a client's requests for `images_path` and its bad
   requests (launch/tools/serving_check.py), and (a Keras export's) every weight."""
   images = np.load(images_path)
-  answers = serving_check.answers(
-      export_dir, (images[i:i + 1000] for i in range(0, len(images), 1000)), feature)
-  errors = serving_check.bad_request_errors(export_dir, feature)
   loaded = tf.saved_model.load(export_dir)
+  answers = serving_check.answers(
+      loaded, (images[i:i + 1000] for i in range(0, len(images), 1000)), feature)
+  errors = serving_check.bad_request_errors(loaded, feature)
   weights = harness.export_weights(loaded) if hasattr(loaded, "variables") else {}
   np.savez(out_path, **{f"answer:{k}": v for k, v in answers.items()},
            **{f"error:{k}": np.array(v) for k, v in errors.items()},
