@@ -372,7 +372,23 @@ class Backend(loop.Backend):
         self._estimator.evaluate(lambda: self._input_fn(mnist.EVAL), steps=None))
 
   def export(self) -> str:
-    receiver = serving.estimator_receiver_fn(serving.feature_name(self.run.config),
-                                             as_dict=bool(self._canned))
-    return self._estimator.export_saved_model(
-        os.path.join(self.run.model_dir, layout.EXPORT_SUBDIR), receiver).decode()
+    return _export(self._estimator, self.run.config, self.run.model_dir)
+
+
+def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> str:
+  """The SavedModel of `estimator`'s newest checkpoint under `out_dir/export/`."""
+  receiver = serving.estimator_receiver_fn(serving.feature_name(config),
+                                           as_dict=bool(model_lib.spec(config).canned))
+  return estimator.export_saved_model(os.path.join(out_dir, layout.EXPORT_SUBDIR),
+                                      receiver).decode()
+
+
+def export_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:
+  """Exports the model of the newest checkpoint in `model_dir` (one `launch.convert` wrote,
+  say) as this backend exports it, under `out_dir/export/`; returns its path. Reads
+  `model_dir` only."""
+  canned = model_lib.spec(config).canned
+  run_config = tf.estimator.RunConfig(model_dir=model_dir, tf_random_seed=config.seed)
+  estimator = (canned.estimator(config, run_config, None) if canned else
+               tf.estimator.Estimator(make_model_fn(config), config=run_config))
+  return _export(estimator, config, out_dir)

@@ -164,7 +164,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     for backend in first:
       losses[f"{n}w/{backend} 0-{split_at}"] = run.losses(f"{backend}-first")
 
-    checks += _handover_checks(run, f"{n}w", first["estimator"], config, split_at, tolerances)
+    checks += _handover_checks(run, f"{n}w", first, config, split_at, tolerances)
 
     run.copy("estimator-first", "estimator-then-estimator")
     run.copy("keras-first", "keras-then-keras")
@@ -196,12 +196,12 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
                 losses=losses, measured=measured)
 
 
-def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Config,
+def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Config,
                      split_at: int, tolerances: Tolerances) -> List[Check]:
-  """Converts each backend's checkpoint at the split for the other, and checks the
-  converted ones before any step is taken from them: every Estimator variable accounted
-  for, the converted Keras model serving as the Estimator's export, and the learning
-  rate each carries."""
+  """Converts each backend's checkpoint at the split (`first`: each backend's summary
+  there) for the other, and checks the converted ones before any step is taken from them:
+  every Estimator variable accounted for, each converted model serving as the export of
+  the run it came from, and the learning rate each carries."""
   to_keras = convert.estimator_to_keras(run.model_dir("estimator-first"),
                                         run.model_dir("estimator-then-keras"), config=config)
   convert.keras_to_estimator(run.model_dir("keras-first"),
@@ -214,15 +214,23 @@ def _handover_checks(run: _Legs, size: str, estimator_first: Dict, config: Confi
   checks = [Check(f"{size}: every Estimator variable mapped or ignored", accounted == variables,
                   float(accounted), float(variables),
                   f"{len(mapped)} mapped, ignored: {ignored}")]
-  # Served as clients call it: the Estimator's export and the converted checkpoint's.
-  converted = serving_check.export_keras_checkpoint(
-      run.model_dir("estimator-then-keras"), config, run.run_dir("converted-export"))
-  checks += harness.named(
-      serving_check.compare(estimator_first["export_dir"], converted,
-                            lambda: serving_check.test_images(config),
-                            serving.feature_name(config), tolerances.logits_atol,
-                            names=("Estimator", "converted Keras")),
-      lambda check: f"{size}: {check}")
+  # Served as clients call it: each run's export and its converted checkpoint's, both
+  # ways (a migration, and its way back).
+  from trainers import estimator_trainer  # noqa: PLC0415 -- tf.estimator: TF 2.15 only.
+  converted = {
+      "estimator": serving_check.export_keras_checkpoint(
+          run.model_dir("estimator-then-keras"), config, run.run_dir("converted-export")),
+      "keras": estimator_trainer.export_checkpoint(
+          run.model_dir("keras-then-estimator"), config,
+          run.run_dir("converted-estimator-export"))}
+  for source, names in (("estimator", ("Estimator", "converted Keras")),
+                        ("keras", ("Keras", "converted Estimator"))):
+    checks += harness.named(
+        serving_check.compare(first[source]["export_dir"], converted[source],
+                              lambda: serving_check.test_images(config),
+                              serving.feature_name(config), tolerances.logits_atol,
+                              names=names),
+        lambda check: f"{size}: {check}")
   for leg in ("estimator-then-keras", "keras-then-estimator"):
     if config.canned_settings():  # A constant rate: the step is what carries.
       step = checkpoints.checkpoint_step(tf.train.latest_checkpoint(run.model_dir(leg)))[1]
