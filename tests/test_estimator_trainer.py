@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data import mnist
 from launch.tools import runs
+from launch.tools import serving_check
 from tests.conftest import ESTIMATOR_MISSING, memory_input_fn
 from trainers import evaluation
 from trainers import distribute
 from trainers import failures
+from trainers import serving
 from trainers.config import Config
 
 if ESTIMATOR_MISSING:
@@ -40,6 +43,26 @@ def test_trains_evaluates_exports_and_resumes_with_injected_seams(tmp_path):
   assert longer["global_step"] == 8
   starts = [r for r in runs.read_progress(str(tmp_path)) if r["event"] == "start"]
   assert [r["from_step"] for r in starts] == [0, 6]
+
+
+def test_a_checkpoint_exports_as_the_run_exported_it_and_its_model_dir_is_only_read(
+    tmp_path):
+  model_dir = tmp_path / "model"
+  summary = loop.train_and_evaluate(estimator_trainer.Backend, CONFIG, str(model_dir),
+                                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                                    input_fn=memory_input_fn(CONFIG.global_batch_size))
+  before = sorted((p.relative_to(model_dir), p.stat().st_mtime_ns)
+                  for p in model_dir.rglob("*"))
+  exported = estimator_trainer.export_checkpoint(str(model_dir), CONFIG, str(tmp_path / "out"))
+  assert os.path.dirname(exported) == str(tmp_path / "out" / "export")
+  assert sorted((p.relative_to(model_dir), p.stat().st_mtime_ns)
+                for p in model_dir.rglob("*")) == before
+  images = memory_input_fn(8)(mnist.EVAL, None).take(1).get_single_element()[0]
+  answers = [serving_check.answers(tf.saved_model.load(d), [images.numpy()], serving.IMAGE)
+             for d in (summary["export_dir"], exported)]
+  assert answers[0].keys() == answers[1].keys() and "predict/logits" in answers[0]
+  for key, value in answers[0].items():
+    np.testing.assert_array_equal(value, answers[1][key], err_msg=key)
 
 
 def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path):
