@@ -16,8 +16,9 @@ RUN pip install --no-cache-dir --no-deps ".[tf215]"
 RUN useradd --create-home --uid 1000 trainer
 USER trainer
 ENV PYTHONUNBUFFERED=1
-# The manifest gives the command (python -m trainers.keras_main or estimator_main). The
-# trainer is the container's PID 1 and needs no init for SIGTERM: it sets its own handler
-# (trainers/preemption.py), saves the step its cluster agrees on, and exits 143 within
-# --grace_seconds, which the manifest's terminationGracePeriodSeconds covers.
+# The manifest gives the command (python -m trainers.keras_main or estimator_main). For
+# SIGTERM the trainer needs no init: it sets its own handler (trainers/preemption.py),
+# saves the step its cluster agrees on, and exits 143 within --grace_seconds, which the
+# manifest's terminationGracePeriodSeconds covers. The manifest's shareProcessNamespace
+# keeps it from being PID 1, which would ignore the start-up watchdog's SIGALRM.
 CMD ["python", "-m", "trainers.keras_main", "--helpshort"]

@@ -155,6 +155,9 @@ def test_every_manifest_it_writes_is_valid_and_gets_the_tf_config_the_trainers_r
   assert replicas == {"Chief": 1, **({"Worker": shape["workers"] - 1} if shape["workers"] > 1
                                      else {}), **({"Evaluator": 1} if evaluator else {})}
   assert {r["restartPolicy"] for r in job["spec"]["tfReplicaSpecs"].values()} == {"ExitCode"}
+  # The trainer is not the pod's PID 1, which would ignore the start-up watchdog's SIGALRM.
+  assert {r["template"]["spec"]["shareProcessNamespace"]
+          for r in job["spec"]["tfReplicaSpecs"].values()} == {True}
   container = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
   assert container["command"][:3] == ["python", "-m", f"trainers.{shape['backend']}_main"]
   assert f"--workers={shape['workers']}" in container["command"]

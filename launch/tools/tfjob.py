@@ -185,6 +185,10 @@ def tfjob(spec: JobSpec) -> Dict[str, Any]:
   # The image's user (see the Dockerfile); fsGroup makes the claim writable to it.
   template = {"spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000,
                                            "fsGroup": 1000},
+                       # The pod's pause process is then PID 1, not the trainer, which as
+                       # PID 1 would ignore the start-up watchdog's SIGALRM (no handler
+                       # of its can run while TensorFlow holds the interpreter).
+                       "shareProcessNamespace": True,
                        "terminationGracePeriodSeconds": termination_grace_seconds(spec),
                        "containers": [container],
                        "volumes": [{"name": "model-dir",
