@@ -29,6 +29,7 @@ class ConversionError(ValueError):
 
 
 def check_target(dst: str) -> None:
+  """Refuses a target that exists and is not an empty directory, before any work."""
   if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)):
     raise ConversionError(f"The target {dst} exists and is not empty; it is left untouched. "
                           "Give a new directory.")
