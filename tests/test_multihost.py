@@ -69,6 +69,14 @@ def _namespaces_or_skip():
     (pytest.fail if os.environ.get("REQUIRE_MULTIHOST") == "1" else pytest.skip)(_WHY_NOT)
 
 
+def _kill_all_in(namespace: str) -> None:
+  for pid in _ip("netns", "pids", namespace).stdout.split():
+    try:
+      os.kill(int(pid), 9)
+    except (ProcessLookupError, ValueError):
+      pass
+
+
 class Hosts:
   """`count` hosts (namespaces) on one bridge; host i has address 10.200.0.<i+1>."""
 
@@ -99,13 +107,12 @@ class Hosts:
 
   def __exit__(self, *exc) -> None:
     for name in [*self.names, self.switch]:
-      pids = _ip("netns", "pids", name).stdout.split()
-      for pid in pids:
-        try:
-          os.kill(int(pid), 9)
-        except (ProcessLookupError, ValueError):
-          pass
+      _kill_all_in(name)
       _ip("netns", "del", name)
+
+  def kill(self, host: int) -> None:
+    """SIGKILL to every process on host `host`, as when its machine is lost."""
+    _kill_all_in(self.names[host])
 
   @staticmethod
   def _run(*args: str) -> None:
@@ -234,23 +241,42 @@ def test_a_partitioned_worker_is_detected_and_a_restart_resumes_to_the_final_ste
   assert len(starts) == 2 and 0 < starts[1]["from_step"] <= stopped_at, starts
 
 
-def _ray_nodes(hosts: Hosts, env: Dict[str, str], log_dir: str, deadline: float) -> str:
-  """Starts a Ray node on each host, one CPU each (the head on host 0); returns the head's
-  address once every node has joined."""
+def _ray_env() -> Dict[str, str]:
+  # Ray 2.60 authenticates its own RPCs with a token (on by default): every node and the
+  # driver are given the same one, as a cluster's operator would.
+  return dict(runs.clean_env(), PYTHONPATH=str(REPO), RAY_TMPDIR=f"/tmp/rmh{uuid.uuid4().hex[:6]}",
+              RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+
+
+def _start_ray_node(hosts: Hosts, host: int, env: Dict[str, str], log_dir: str) -> str:
+  """Starts a Ray node with one CPU on `host` (the head on host 0); returns the head's
+  address."""
   ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
   head = f"{hosts.addresses[0]}:{RAY_PORT}"
-  for i, address in enumerate(hosts.addresses):
-    joins = ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"] if i == 0 else [
-        f"--address={head}"]
-    hosts.start(i, [ray_cli, "start", "--block", f"--node-ip-address={address}",
-                    "--num-cpus=1", *joins], env, os.path.join(log_dir, f"ray-node-{i}.log"))
+  joins = (["--head", f"--port={RAY_PORT}", "--include-dashboard=false"] if host == 0 else
+           [f"--address={head}"])
+  hosts.start(host, [ray_cli, "start", "--block", f"--node-ip-address={hosts.addresses[host]}",
+                     "--num-cpus=1", *joins], env, os.path.join(log_dir, f"ray-node-{host}.log"))
+  return head
+
+
+def _ray_nodes(hosts: Hosts, env: Dict[str, str], log_dir: str, deadline: float) -> str:
+  """Starts a Ray node on each host; returns the head's address once every node has
+  joined."""
+  head = _start_ray_node(hosts, 0, env, log_dir)
   count = ("import ray; ray.init(address='{}', logging_level='ERROR'); "
            "print(sum(n['Alive'] for n in ray.nodes()))").format(head)
+  started = 1
   while True:
     alive = subprocess.run(["ip", "netns", "exec", hosts.names[0], sys.executable, "-c", count],
                            env=env, capture_output=True, text=True, check=False, timeout=120)
     if alive.stdout.strip().splitlines()[-1:] == [str(len(hosts.addresses))]:
       return head
+    if alive.returncode == 0 and started < len(hosts.addresses):
+      # The head is up, its token in force: the other nodes can join it now.
+      for host in range(started, len(hosts.addresses)):
+        _start_ray_node(hosts, host, env, log_dir)
+      started = len(hosts.addresses)
     assert time.monotonic() < deadline, f"the Ray nodes did not join: {alive.stderr[-2000:]}"
     time.sleep(2)
 
@@ -267,10 +293,7 @@ def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, 
                            log_path=str(tmp_path / "local.log"), timeout=300)
   model_dir, log_dir = tmp_path / "on-ray", str(tmp_path / "logs")
   os.makedirs(log_dir)
-  # Ray 2.60 authenticates its own RPCs with a token (on by default): every node and the
-  # driver are given the same one, as a cluster's operator would.
-  env = dict(runs.clean_env(), PYTHONPATH=str(REPO), RAY_TMPDIR=f"/tmp/rmh{uuid.uuid4().hex[:6]}",
-             RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+  env = _ray_env()
   try:
     with Hosts(2) as hosts:
       head = _ray_nodes(hosts, env, log_dir, time.monotonic() + 120)
@@ -294,3 +317,46 @@ def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, 
         f"(limit {check.limit:g})")
   assert check.passed, check
   assert on_ray["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-6)
+
+
+@needs_ray
+@pytest.mark.parametrize("backend", runs.BACKENDS)
+def test_a_ray_node_lost_mid_run_is_replaced_and_the_run_ends_at_its_final_step(
+    backend, tiny_data_dir, tmp_path):
+  """Every process of the second host is killed mid-run (its Ray node, the worker on it,
+  its trainer), and a new node joins there: Ray Train starts the workers again, the run
+  counts one restart and ends at exactly --train_steps from its last backup or checkpoint.
+  The record and the evaluator, on the launcher's node, outlive the loss."""
+  config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir, train_steps=300,
+                               log_every_steps=10, checkpoint_every_steps=50,
+                               backup_every_steps=50)
+  model_dir, log_dir = tmp_path / "on-ray", str(tmp_path / "logs")
+  os.makedirs(log_dir)
+  env = _ray_env()
+  try:
+    with Hosts(2) as hosts:
+      head = _ray_nodes(hosts, env, log_dir, time.monotonic() + 120)
+      launcher = hosts.start(0, [sys.executable, "-m", "launch.ray", f"--backend={backend}",
+                                 "--workers=2", f"--address={head}", f"--model_dir={model_dir}",
+                                 "--max_restarts=2", *trainer_flags.config_to_flags(config)],
+                             env, os.path.join(log_dir, "launch-ray.log"))
+      deadline = time.monotonic() + 300
+      while not any(r.get("step", 0) >= 100 for r in runs.read_progress(str(model_dir))):
+        assert time.monotonic() < deadline and launcher.poll() is None, _tail(log_dir)
+        time.sleep(0.5)
+      hosts.kill(1)
+      _start_ray_node(hosts, 1, env, log_dir)  # The machine comes back, or another joins.
+      codes = _wait({0: launcher}, 600, log_dir)
+  finally:
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+  assert codes == {0: 0}, _tail(log_dir) + _tail(str(model_dir / "logs"))
+  record = runs.read_tasks(runs.task_log_dir(str(model_dir)))
+  assert record["restarts"] == 1 and record["attempts"] == 2, record
+  summary = runs.read_summary(str(model_dir))
+  assert summary["global_step"] == config.train_steps
+  starts = [r for r in runs.read_progress(str(model_dir)) if r["event"] == "start"]
+  # One start an attempt: a training session TensorFlow recovers on the survivor (the
+  # Estimator's, after its peer's connection is reset) ends it before it records one.
+  assert len(starts) == 2 and starts[1]["from_step"] >= 100, starts
+  with open(os.path.join(log_dir, "launch-ray.log")) as f:
+    assert "Restart 1 of 2" in f.read()

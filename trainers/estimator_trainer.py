@@ -333,11 +333,12 @@ class Backend(loop.Backend):
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:
-        # After _Progress, whose step it reads.
+        # _OneSessionPerRun first: a session created again ends the task before _Progress
+        # records a start for it. _StopOnPreemption after _Progress, whose step it reads.
         self._result = self._train_and_evaluate(
-            [progress, *([_StopOnPreemption(run.preemption, progress)] if run.preemption
-                         else []),
-             *([_OneSessionPerRun()] if distribute.num_workers(run.strategy) > 1 else [])])
+            [*([_OneSessionPerRun()] if distribute.num_workers(run.strategy) > 1 else []),
+             progress, *([_StopOnPreemption(run.preemption, progress)] if run.preemption
+                         else [])])
       except tf.compat.v1.train.NanLossDuringTrainingError as e:
         # The Estimator's default NanTensorHook (NaN only); _Progress raises
         # DivergedError itself, for NaN and Inf.

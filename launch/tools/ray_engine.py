@@ -387,6 +387,7 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
   import ray  # noqa: PLC0415 -- imported only when a run starts (seconds).
   from ray.train import FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415
   from ray.train.tensorflow import TensorflowTrainer  # noqa: PLC0415
+  from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
   log_dir = os.path.abspath(log_dir)
   os.makedirs(log_dir, exist_ok=True)
   # Only what the tasks need of this process's environment: the rest is their node's.
@@ -394,15 +395,19 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
               if k in (run_lock.HELD_FOR_ENV, "TFDS_DATA_DIR", "MNIST_IDX_DIR", "PYTHONPATH")}
   ray.init(address=address, include_dashboard=False, logging_level="WARNING",
            log_to_driver=False)
-  actor = ray.remote(num_cpus=0)(ray_record.RunRecord).remote()
+  # The record and the evaluator stay on this process's node: a node lost elsewhere must
+  # not take them with it (the run goes on), and this node's loss ends the run anyway.
+  here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+  actor = ray.remote(num_cpus=0, scheduling_strategy=here)(ray_record.RunRecord).remote()
   watch = _Watch(log_dir, max_restarts, timeout, stall_timeout, grace, verbose, actor)
   handlers = {s: signal.signal(s, watch.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
   evaluator_task = None
   try:
     with watch:
       if evaluator:
-        evaluator_task = ray.remote(num_cpus=0, max_retries=0)(_evaluate).remote(
-            cmd, num_workers, task_env, log_dir, os.getcwd(), max_restarts, actor)
+        evaluate = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy=here)(_evaluate)
+        evaluator_task = evaluate.remote(cmd, num_workers, task_env, log_dir, os.getcwd(),
+                                         max_restarts, actor)
       logging.info("Ray: %d workers%s; logs in %s", num_workers,
                    " and an evaluator" if evaluator else "", log_dir)
       trainer = TensorflowTrainer(
