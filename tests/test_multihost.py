@@ -8,6 +8,7 @@ with them the links and any process left in them) are removed even when a
 test fails.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -241,11 +242,29 @@ def test_a_partitioned_worker_is_detected_and_a_restart_resumes_to_the_final_ste
   assert len(starts) == 2 and 0 < starts[1]["from_step"] <= stopped_at, starts
 
 
-def _ray_env() -> Dict[str, str]:
+@contextlib.contextmanager
+def _two_ray_hosts(log_dir: str) -> Iterator[Tuple[Hosts, str, Dict[str, str]]]:
+  """Two hosts with a Ray node on each, joined: yields them, the head's address and the
+  environment to run on them with."""
   # Ray 2.60 authenticates its own RPCs with a token (on by default): every node and the
   # driver are given the same one, as a cluster's operator would.
-  return dict(runs.clean_env(), PYTHONPATH=str(REPO), RAY_TMPDIR=f"/tmp/rmh{uuid.uuid4().hex[:6]}",
-              RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+  env = dict(runs.clean_env(), PYTHONPATH=str(REPO), RAY_TMPDIR=f"/tmp/rmh{uuid.uuid4().hex[:6]}",
+             RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+  os.makedirs(log_dir, exist_ok=True)
+  try:
+    with Hosts(2) as hosts:
+      yield hosts, _ray_nodes(hosts, env, log_dir, time.monotonic() + 120), env
+  finally:
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+
+
+def _launch_ray(hosts: Hosts, head: str, env: Dict[str, str], log_dir: str, backend: str,
+                model_dir: str, config: Config, *flags: str) -> subprocess.Popen:
+  """`python -m launch.ray --address=<head>` on the head's host, as a user runs it."""
+  return hosts.start(0, [sys.executable, "-m", "launch.ray", f"--backend={backend}",
+                         "--workers=2", f"--address={head}", f"--model_dir={model_dir}", *flags,
+                         *trainer_flags.config_to_flags(config)],
+                     env, os.path.join(log_dir, "launch-ray.log"))
 
 
 def _start_ray_node(hosts: Hosts, host: int, env: Dict[str, str], log_dir: str) -> str:
@@ -292,18 +311,9 @@ def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, 
   local = runs.run_trainer(backend, config, workers=2, model_dir=str(tmp_path / "local"),
                            log_path=str(tmp_path / "local.log"), timeout=300)
   model_dir, log_dir = tmp_path / "on-ray", str(tmp_path / "logs")
-  os.makedirs(log_dir)
-  env = _ray_env()
-  try:
-    with Hosts(2) as hosts:
-      head = _ray_nodes(hosts, env, log_dir, time.monotonic() + 120)
-      launcher = hosts.start(0, [sys.executable, "-m", "launch.ray", f"--backend={backend}",
-                                 "--workers=2", f"--address={head}", f"--model_dir={model_dir}",
-                                 *trainer_flags.config_to_flags(config)],
-                             env, os.path.join(log_dir, "launch-ray.log"))
-      codes = _wait({0: launcher}, 420, log_dir)
-  finally:
-    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+  with _two_ray_hosts(log_dir) as (hosts, head, env):
+    launcher = _launch_ray(hosts, head, env, log_dir, backend, str(model_dir), config)
+    codes = _wait({0: launcher}, 420, log_dir)
   assert codes == {0: 0}, _tail(log_dir) + _tail(str(model_dir / "logs"))
   tasks = runs.read_tasks(runs.task_log_dir(str(model_dir)))["tasks"]
   assert sorted(t["address"] for t in tasks if t["name"].startswith("worker")) == \
@@ -331,24 +341,16 @@ def test_a_ray_node_lost_mid_run_is_replaced_and_the_run_ends_at_its_final_step(
                                log_every_steps=10, checkpoint_every_steps=50,
                                backup_every_steps=50)
   model_dir, log_dir = tmp_path / "on-ray", str(tmp_path / "logs")
-  os.makedirs(log_dir)
-  env = _ray_env()
-  try:
-    with Hosts(2) as hosts:
-      head = _ray_nodes(hosts, env, log_dir, time.monotonic() + 120)
-      launcher = hosts.start(0, [sys.executable, "-m", "launch.ray", f"--backend={backend}",
-                                 "--workers=2", f"--address={head}", f"--model_dir={model_dir}",
-                                 "--max_restarts=2", *trainer_flags.config_to_flags(config)],
-                             env, os.path.join(log_dir, "launch-ray.log"))
-      deadline = time.monotonic() + 300
-      while not any(r.get("step", 0) >= 100 for r in runs.read_progress(str(model_dir))):
-        assert time.monotonic() < deadline and launcher.poll() is None, _tail(log_dir)
-        time.sleep(0.5)
-      hosts.kill(1)
-      _start_ray_node(hosts, 1, env, log_dir)  # The machine comes back, or another joins.
-      codes = _wait({0: launcher}, 600, log_dir)
-  finally:
-    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+  with _two_ray_hosts(log_dir) as (hosts, head, env):
+    launcher = _launch_ray(hosts, head, env, log_dir, backend, str(model_dir), config,
+                           "--max_restarts=2")
+    deadline = time.monotonic() + 300
+    while not any(r.get("step", 0) >= 100 for r in runs.read_progress(str(model_dir))):
+      assert time.monotonic() < deadline and launcher.poll() is None, _tail(log_dir)
+      time.sleep(0.5)
+    hosts.kill(1)
+    _start_ray_node(hosts, 1, env, log_dir)  # The machine comes back, or another joins.
+    codes = _wait({0: launcher}, 600, log_dir)
   assert codes == {0: 0}, _tail(log_dir) + _tail(str(model_dir / "logs"))
   record = runs.read_tasks(runs.task_log_dir(str(model_dir)))
   assert record["restarts"] == 1 and record["attempts"] == 2, record
