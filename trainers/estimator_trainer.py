@@ -273,15 +273,13 @@ class Backend(loop.Backend):
         log_step_count_steps=config.log_every_steps,
         keep_checkpoint_max=checkpoints.KEEP,
     )
-    if not self._canned:
-      return tf.estimator.Estimator(make_model_fn(config, self._losses), config=run_config)
     warm_start = None
-    if config.init_weights and run.strategy is not None:  # Training tasks only.
+    if self._canned and config.init_weights and run.strategy is not None:  # Training tasks.
       # Every task's own copy, outside model_dir, which only the chief writes.
       self._warm_start_dir = tempfile.mkdtemp(prefix="warm-start-")
       warm_start = warm_start_from(model_lib.initial_weights(config.init_weights),
                                    self._warm_start_dir)
-    return self._canned.estimator(config, run_config, warm_start)
+    return _estimator(config, run_config, self._losses, warm_start)
 
   def _input_fn(self, mode: str, input_context=None) -> tf.data.Dataset:
     """The shared input; a canned Estimator takes its features as a dict."""
@@ -376,6 +374,18 @@ class Backend(loop.Backend):
     return _export(self._estimator, self.run.config, self.run.model_dir)
 
 
+def _estimator(config: Config, run_config: tf.estimator.RunConfig,
+               losses: Optional[List[float]] = None,
+               warm_start: Optional[tf.estimator.WarmStartSettings] = None
+               ) -> tf.estimator.Estimator:
+  """The model's Estimator: its canned class's (`warm_start` from the initial weights), or
+  one of `make_model_fn` (which records each step's loss in `losses`)."""
+  canned = model_lib.spec(config).canned
+  if canned:
+    return canned.estimator(config, run_config, warm_start)
+  return tf.estimator.Estimator(make_model_fn(config, losses), config=run_config)
+
+
 def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> str:
   """The SavedModel of `estimator`'s newest checkpoint under `out_dir/export/`."""
   receiver = serving.estimator_receiver_fn(serving.feature_name(config),
@@ -388,8 +398,5 @@ def export_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:
   """Exports the model of the newest checkpoint in `model_dir` (one `launch.convert` wrote,
   say) as this backend exports it, under `out_dir/export/`; returns its path. Reads
   `model_dir` only."""
-  canned = model_lib.spec(config).canned
   run_config = tf.estimator.RunConfig(model_dir=model_dir, tf_random_seed=config.seed)
-  estimator = (canned.estimator(config, run_config, None) if canned else
-               tf.estimator.Estimator(make_model_fn(config), config=run_config))
-  return _export(estimator, config, out_dir)
+  return _export(_estimator(config, run_config), config, out_dir)
