@@ -21,7 +21,7 @@ from absl import app
 from absl import flags
 
 from launch import console
-from launch.tools import bare
+from launch.bench import bare
 from trainers import flags as trainer_flags
 
 trainer_flags.define_flags()

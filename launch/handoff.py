@@ -31,10 +31,10 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
-from launch.tools import convert  # noqa: E402 -- after quiet_tool_process
-from launch.tools import handoff  # noqa: E402 -- after quiet_tool_process
-from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
-from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from launch.convert.kinds import ConversionError  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import handoff  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
@@ -115,7 +115,7 @@ def main(argv: Sequence[str]) -> None:
         decay_steps=decay_steps, timeout=timeout,
         measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
         tolerances=tolerances)
-  except (runs.RunError, convert.ConversionError) as e:  # Names the run's log, or the variable.
+  except (runs.RunError, ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)
   print(handoff.format_table(report))

@@ -1,7 +1,7 @@
 """What a failed task does to a run: the rule both launchers keep, what they say of it,
 and the record of it they write for the tools.
 
-Both launchers (launch.supervisor's local cluster, launch.tools.ray_engine's Ray Train
+Both launchers (launch.supervisor's local cluster, launch.ray.engine's Ray Train
 workers) decide with `decide`: a training task's failure with a retried code
 (launch.exit_codes: 128 and above) restarts every training task, up to `max_restarts`
 times; a preemption (exit_codes.PREEMPTED: its cluster saved the step it stopped at)

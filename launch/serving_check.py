@@ -11,7 +11,7 @@ and Predict requests (to `predict`, and `image:predict` where both have it), bui
 (784 floats); then checks that every signature of either export is defined alike in both
 (method, input and output keys, dtypes, shapes), that labels, classes and ids are equal
 and scores, probabilities and logits within --atol, and that three bad requests fail alike
-(launch/tools/serving_check.py). Prints the table, writes serving_check_report.{md,json}
+(launch/proofs/serving_check.py). Prints the table, writes serving_check_report.{md,json}
 to --out if given, and exits 0 only if every check passes.
 """
 
@@ -27,10 +27,10 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
-from launch.tools import harness  # noqa: E402 -- after quiet_tool_process
-from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
-from launch.tools import serving_check  # noqa: E402 -- after quiet_tool_process
-from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import serving_check  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import serving  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 

@@ -17,7 +17,7 @@ from absl import app
 from absl import flags
 
 from launch import console
-from launch.tools import tfjob
+from launch.kube import tfjob
 
 _BACKEND = flags.DEFINE_enum("backend", None, ["keras", "estimator"], "Which trainer runs.",
                              required=True)

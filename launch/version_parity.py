@@ -23,9 +23,9 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
-from launch.tools import runs  # noqa: E402 -- after quiet_tool_process
-from launch.tools import tool_flags  # noqa: E402 -- after quiet_tool_process
-from launch.tools import version_parity  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import version_parity  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 

@@ -217,7 +217,7 @@ def with_initial_weights(config, tmp_path):
 def trained_weights(backend, config, model_dir):
   """Every final weight of `backend` trained in this process (one replica, memory data)."""
   import tensorflow as tf
-  from launch.tools import harness
+  from launch.proofs import harness
   from trainers import loop
   summary = loop.train_and_evaluate(backend, config, str(model_dir),
                                     strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
@@ -228,7 +228,7 @@ def trained_weights(backend, config, model_dir):
 def assert_ends_where_the_reference_ends(config, trained, atol: float = 1e-5) -> None:
   """Every weight (moving statistics too) within `atol` of the reference loop's, at one
   worker on the same memory data."""
-  from launch.tools import reference
+  from launch.proofs import reference
   _, want = reference.train_reference(config, 1, memory_input_fn(config.global_batch_size))
   assert sorted(trained) == sorted(want)
   diffs = {name: float(np.max(np.abs(trained[name] - value))) for name, value in want.items()}

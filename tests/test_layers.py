@@ -17,14 +17,18 @@ LAYERS = (
                        "launch/netns.py", "launch/local.py", "launch/rendezvous.py",
                        "launch/restarts.py")),
     ("trainers", ("trainers/",)),
-    ("tools", ("launch/tools/", "launch/")),
+    ("engines", ("launch/ray/",)),
+    ("user tools", ("launch/convert/", "launch/kube/")),
+    ("proofs", ("launch/proofs/",)),
+    ("benchmark", ("launch/bench/",)),
+    ("tool binaries", ("launch/",)),
     ("tests", ("tests/",)),
 )
 # The launcher core starts tasks at once: it must not import TensorFlow (2 to 3 s);
 # nor must launch.tfjob, which only writes YAML.
 TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py",
            "launch/console.py", "launch/netns.py", "launch/local.py", "launch/restarts.py",
-           "launch/tools/tfjob.py",
+           "launch/kube/tfjob.py", "launch/ray/record.py",
            "trainers/run_lock.py", "trainers/run_record.py", "launch/rendezvous.py",
            "trainers/model_registry.py", "trainers/config.py", "trainers/preemption.py")
 
@@ -87,18 +91,39 @@ def test_library_code_uses_tf_keras_not_the_tf_keras_alias(source):
   assert not any(name.split(".")[0] == "keras" for name in _imports(REPO / source)), source
 
 
+BINARIES = ({"data/prepare.py", "trainers/keras_main.py", "trainers/estimator_main.py",
+             "launch/local.py"}
+            | {s for s in SOURCES if s.endswith("/__main__.py")}
+            | {s for s in SOURCES if s.count("/") == 1 and s.startswith("launch/")
+               and _layer(s) == len(LAYERS) - 2})
+# Tests of what no one module holds.
+CROSS_CUTTING = {"tests/test_layers.py", "tests/test_loss.py", "tests/test_keras3.py",
+                 "tests/test_multihost.py", "tests/test_outside_programs.py",
+                 "tests/test_my_model.py"}
+
+
 def test_every_library_module_has_its_test_file():
-  """tests/test_<module>.py per library module; binaries (*_main.py, launch/<tool>.py,
-  data/prepare.py) are tested through theirs, by running them as users do."""
-  binaries = {"data/prepare.py", "trainers/keras_main.py", "trainers/estimator_main.py"}
-  binaries |= {str(p.relative_to(REPO)) for p in (REPO / "launch").glob("*.py")
-               if p.name not in ("exit_codes.py", "cluster.py", "supervisor.py", "console.py",
-                                 "netns.py", "restarts.py", "__init__.py")}
+  """The tests mirror the tree: <dir>/<module>.py is tested in tests/<dir>/test_<module>.py;
+  binaries (*_main.py, launch/<tool>.py, a package's __main__.py, data/prepare.py) are
+  tested through theirs, by running them as users do."""
   missing = [s for s in SOURCES
              if not s.startswith("tests/") and not s.endswith("__init__.py")
-             and s not in binaries
-             and not (REPO / "tests" / f"test_{pathlib.Path(s).stem}.py").exists()]
-  assert not missing, f"no tests/test_<module>.py for {missing}"
+             and s not in BINARIES and not (REPO / "tests" / _test_path(s)).exists()]
+  assert not missing, f"no tests/<dir>/test_<module>.py for {missing}"
+
+
+def _test_path(source: str) -> pathlib.Path:
+  path = pathlib.Path(source)
+  return path.parent / f"test_{path.name}"
+
+
+def test_every_test_file_mirrors_a_module():
+  tests = {s for s in SOURCES if pathlib.Path(s).name.startswith("test_")}
+  mirrors = {str(pathlib.Path("tests") / _test_path(s)) for s in SOURCES
+             if not s.startswith("tests/")}
+  strays = sorted(tests - mirrors - CROSS_CUTTING)
+  assert not strays, (f"test files that mirror no module (move each, or name it in "
+                      f"CROSS_CUTTING): {strays}")
 
 
 def test_a_regular_install_ships_every_package():

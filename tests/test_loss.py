@@ -48,7 +48,7 @@ def config(tmp_path, monkeypatch):
 
 
 def _reference(config):
-  from launch.tools import reference  # noqa: PLC0415 -- the tools' layer, above trainers.
+  from launch.proofs import reference  # noqa: PLC0415 -- the tools' layer, above trainers.
   return reference.train_reference(config, 1, memory_input_fn(BATCH))
 
 

@@ -23,8 +23,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import pytest
 
 from launch import exit_codes
-from launch.tools import harness
-from launch.tools import runs
+from launch.proofs import harness
+from launch.proofs import runs
 from tests.conftest import REPO
 from tests.conftest import needs_ray
 from trainers import flags as trainer_flags

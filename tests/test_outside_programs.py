@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, run_module
-from launch.tools import runs
+from launch.proofs import runs
 
 pytestmark = pytest.mark.estimator  # The programs are Estimator programs.
 

@@ -290,6 +290,54 @@ def newest_good(model_dir: str, why: Callable[[str], Optional[str]] = _damage
   return None, passed_over
 
 
+class NoCheckpointError(ValueError):
+  """A model_dir holds no checkpoint to carry on from; the message says why and the fix."""
+
+
+def newest_of(model_dir: str, backend: str, from_backup: bool = False
+              ) -> Tuple[str, List[Tuple[str, str]]]:
+  """model_dir's newest checkpoint that loads (`newest_good`), which must be `backend`'s and
+  (Keras's) no older than the backup an interrupted run left, and each newer one passed
+  over, with why. `from_backup`: Keras's BackupAndRestore backup instead. The converter
+  starts there.
+
+  Raises:
+    NoCheckpointError: none loads, none is there, it is the other backend's, or a Keras
+      backup is newer; the message names the fix.
+  """
+  backup = os.path.join(model_dir, layout.BACKUP_SUBDIR, "chief")
+  where = backup if from_backup else model_dir
+  path, passed_over = newest_good(where)
+  if path is None and passed_over:
+    raise NoCheckpointError(
+        f"No checkpoint in {where} loads: " + "; ".join(
+            f"{os.path.basename(p)}: {why}" for p, why in passed_over)
+        + ". Restore the files from a copy.")
+  if path is None:
+    hint = (f" It holds only a Keras backup ({backup}): convert that with --from_backup."
+            if find(backup) and not from_backup else "")
+    raise NoCheckpointError(f"No checkpoint in {where} (no ckpt-<step> or model.ckpt-<step> "
+                            f"files): give the {backend} model_dir of a finished or stopped "
+                            f"run.{hint}")
+  try:
+    whose, step = checkpoint_step(path)
+  except (tf.errors.OpError, KeyError, ValueError) as e:  # Not a training checkpoint.
+    raise NoCheckpointError(f"Cannot read the step of the checkpoint {path}: {e}") from e
+  if whose != backend:
+    raise NoCheckpointError(f"{path} is a {whose} checkpoint, not a {backend} one: convert it "
+                            f"with --from_{whose}.")
+  # Only a Keras run leaves a backup; reading it loads every tensor, so only then.
+  backup_path = newest_good(backup)[0] if backend == KERAS and not from_backup else None
+  backup_step = checkpoint_step(backup_path)[1] if backup_path else None
+  if backup_step is not None and backup_step > step:
+    raise NoCheckpointError(
+        f"{model_dir} holds a BackupAndRestore backup at step {backup_step}, newer than its "
+        f"newest checkpoint {path} (step {step}): the run was interrupted after that "
+        "checkpoint. Convert the backup with --from_backup, or resume the run with "
+        "python -m trainers.keras_main to its end and convert that.")
+  return path, passed_over
+
+
 def _set_aside(model_dir: str, subdir: str, why: Callable[[str], Optional[str]],
                keep_one: bool = False) -> Tuple[List[str], Optional[str]]:
   """Moves into `model_dir/subdir/` (never deletes) a Keras backup that `why` faults, and

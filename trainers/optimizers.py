@@ -4,7 +4,7 @@ An Estimator `model_fn` trains with a v1 optimizer; its tf_keras namesake update
 otherwise, and a team that swaps one for the other sees its numbers drift. Each name
 here gives the v1 optimizer (`v1`), the tf_keras optimizer set or subclassed to follow
 the same update rule (`keras`), and the stock tf_keras one for comparison (`stock`).
-`tests/test_optimizers.py` proves each pair within 1e-6 over 10 scheduled steps, and
+`tests/trainers/test_optimizers.py` proves each pair within 1e-6 over 10 scheduled steps, and
 measures how far the stock optimizer lands. What differs, and the setting or override
 that removes it:
 

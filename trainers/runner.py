@@ -295,7 +295,7 @@ def run(backend: str, config: Config, options: RunOptions,
     options: workers, directories, timeout.
     start_cluster: what runs the tasks of a cluster of more than one worker, given the
       command and `launch.supervisor.run_local_cluster`'s arguments, returning the exit
-      code: that function, or another engine's (launch/tools/ray_engine.py).
+      code: that function, or another engine's (launch/ray/engine.py).
 
   Returns:
     0 on success; USAGE for bad flags, TF_CONFIG, ports or model_dir; 1 for

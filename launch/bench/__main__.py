@@ -1,0 +1,101 @@
+r"""Benchmarks both backends against the fastest bare loop on this machine.
+
+  python -m launch.bench [--workers=1,2] [--train_steps=N] [--repeats=R] [--out=DIR]
+
+At each worker count it runs the ceiling run (a bare tf.function loop of K
+steps per call, Keras's steps per execution, trained to the end: no strategy
+at 1 worker, a bare MultiWorkerMirroredStrategy step in a cluster), a probe
+timing the parts of a step (input, compute, all-reduce) and the ceiling's loops
+(one or K steps per call, on the input pipeline or on a batch held in memory),
+and the Keras and the Estimator binaries, on the same model, batch size and
+input pipeline. The ceiling is the fastest of those loops. Prints a table
+(steady examples/s and ms/step, ratio to the ceiling, launch to first step,
+launch to 98% test accuracy, peak RSS per worker), the issue's targets, the
+step's parts (each entry's ms/step beside the bare K-step loop: Keras with its
+evaluator task and with --noevaluator side by side), any run faster than the
+ceiling (a bug in the ceiling), and for each missed target where the time
+went; writes bench.json and bench.md to --out. It is a benchmark: it exits 0
+whatever the numbers, and 1 only if a run failed.
+"""
+
+import sys
+import tempfile
+from typing import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from launch import console
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.bench import report as bench_report  # noqa: E402 -- after quiet_tool_process
+from launch.bench import run as bench_run  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import runner  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
+from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
+
+_WORKERS = tool_flags.define_workers([1, 2], "Worker counts to run each backend at.")
+_TRAIN_STEPS = tool_flags.define_train_steps(
+    Config.train_steps, "Training steps of every run (the trainers' default, so the accuracy "
+    "figure is meaningful).")
+_OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
+_TIMEOUT = tool_flags.define_timeout()
+_BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
+                              "estimator (each with its evaluator task in a cluster), and "
+                              "keras-noevaluator (at 2+ workers: the Keras chief evaluates).")
+_LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
+                                  f"{Config.log_every_steps}, fewer for short runs).")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of every run; each number is then the "
+                                "median over the rounds (3 or more on a noisy machine).")
+_EVAL_EVERY = flags.DEFINE_integer("checkpoint_every_steps", Config.checkpoint_every_steps,
+                                   "Steps between checkpoints and evaluations.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
+  workers = tool_flags.worker_counts(_WORKERS)
+  train_steps, timeout = tool_flags.train_steps(_TRAIN_STEPS), tool_flags.timeout(_TIMEOUT)
+  if _REPEATS.value < 1:
+    raise app.UsageError("--repeats must be at least 1.", exitcode=2)
+  unknown = set(_BACKENDS.value) - set(bench_run.ENTRIES)
+  if unknown:
+    raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
+  entries = _BACKENDS.value
+  if not _BACKENDS.present and runner.estimator_unavailable():
+    # The newest-TF install benches what it can run; asked for, the Estimator is an error.
+    entries = [e for e in entries if bench_run.ENTRIES[e][0] != "estimator"]
+    logging.warning("Leaving the estimator entry out: %s", runner.estimator_unavailable())
+  # At least ~10 windows, so the median has something to choose from.
+  log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, train_steps // 10))
+  config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
+                  checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps),
+                  **trainer_flags.config_settings(_CONFIG))
+  backends = [bench_run.ENTRIES[e][0] for e in entries]
+  for n in workers:
+    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)
+  out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
+  started = bench_report.machine()
+  results, step_costs = bench_run.run_bench(config, workers, out, backends=entries,
+                                            timeout=timeout, repeats=_REPEATS.value)
+  bench_report.write_report(results, step_costs, config, out, started, entries)
+  print(bench_report.format_table(results, step_costs))
+  print("\nWhere a step's time goes (ms):\n" + bench_report.format_step_costs(results, step_costs,
+                                                                     entries))
+  for line in bench_report.ceiling_bugs(results):
+    print(f"- faster than the ceiling: {line}")
+  for line in bench_report.explain(results, step_costs):
+    print(f"- {line}")
+  print(f"Report: {out}/bench.md, {out}/bench.json")
+  failed = any(r.error for r in results) or any("error" in c for c in step_costs.values())
+  sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=console.parse_flags)

@@ -1,0 +1,1 @@
+"""Kubernetes: the Kubeflow `TFJob` manifests `python -m launch.tfjob` writes (no TensorFlow)."""

@@ -1,0 +1,258 @@
+"""The verification harness parity, handoff and version_parity share.
+
+Each of them proves a claim the same way: one initial-weights file and op
+determinism (`prepare`), named runs of the trainer binaries that record every
+step's loss (`Runs`), comparisons that each give a `Check` (the weights'
+names and shapes, then their values, then the per-step losses), and a report:
+a Markdown table of the checks, its JSON, and a plot of the losses
+(`write_report`). A tool adds only the checks of its own claim.
+"""
+
+import dataclasses
+import itertools
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from launch.convert import assign
+from launch.convert.kinds import Kind
+from launch.proofs import runs
+from trainers import model as model_lib
+from trainers import model_dir as layout
+from trainers.config import Config
+
+INIT_WEIGHTS_FILE = "init_weights.npz"
+
+
+@dataclasses.dataclass
+class Check:
+  """One comparison: what was measured, its limit, and where the worst case is."""
+
+  name: str
+  passed: bool
+  measured: float
+  limit: float
+  where: str = ""
+
+
+def named(checks: Sequence[Check], name: Callable[[str], str]) -> List[Check]:
+  """`checks` with each name rewritten by `name` (a tool says which run pair or size)."""
+  return [dataclasses.replace(c, name=name(c.name)) for c in checks]
+
+
+def prepare(config: Config, out_dir: str) -> Config:
+  """Writes `out_dir/init_weights.npz` (the model built from config.seed) and returns
+  `config` starting every run from it, with op determinism."""
+  os.makedirs(out_dir, exist_ok=True)
+  path = os.path.join(out_dir, INIT_WEIGHTS_FILE)
+  model_lib.save_weights_npz(path, model_lib.get_weights(model_lib.build(config)))
+  return dataclasses.replace(config, init_weights=path, deterministic=True)
+
+
+class Runs:
+  """Trainer runs by name, each in `<out_dir>/<name>/`: `model/`, `run.log` and `losses.json`.
+
+  A run trains in its model_dir, resuming whatever it holds; each start and
+  end is logged, so a tool that trains for minutes says what it is doing.
+  """
+
+  def __init__(self, config: Config, out_dir: str, timeout: float):
+    self.config, self.out_dir, self.timeout = config, out_dir, timeout
+
+  def run_dir(self, name: str) -> str:
+    return os.path.join(self.out_dir, name)
+
+  def model_dir(self, name: str) -> str:
+    return os.path.join(self.run_dir(name), "model")
+
+  def train(self, name: str, backend: str, workers: int, *, python: str = runs.PYTHON,
+            extra_flags: Sequence[str] = (), record: bool = True, engine: str = "local",
+            **changes: Any) -> Dict[str, Any]:
+    """Trains `backend` on `workers` as run `name`; `changes` override the config's fields.
+
+    Args:
+      record: keep every step's loss and each worker's shard (`losses`); a run without
+        them is not slowed to one step per execution.
+      engine: what runs the workers (runs.ENGINES).
+
+    Returns:
+      The run's summary.json.
+    """
+    os.makedirs(self.run_dir(name), exist_ok=True)
+    config = dataclasses.replace(self.config, record_dir=self.run_dir(name) if record else None,
+                                 **changes)
+    logging.info("Training %s: %s, %d worker(s)%s, to step %d.", name, backend, workers,
+                 " on Ray" if engine == "ray" else "", config.train_steps)
+    started = time.monotonic()
+    summary = runs.run_trainer(backend, config, workers=workers, model_dir=self.model_dir(name),
+                               log_path=os.path.join(self.run_dir(name), "run.log"),
+                               timeout=self.timeout, extra_flags=extra_flags, python=python,
+                               engine=engine)
+    logging.info("Trained %s in %.0f s: step %d, test accuracy %.4f.", name,
+                 time.monotonic() - started, summary["global_step"], summary["test_accuracy"])
+    return summary
+
+  def losses(self, name: str) -> List[float]:
+    """Every step's global-batch training loss of run `name`."""
+    with open(os.path.join(self.run_dir(name), layout.LOSSES_FILE)) as f:
+      return json.load(f)["losses"]
+
+
+def backend_weights(backend: str, summary: Mapping[str, Any], config: Config
+                    ) -> model_lib.Weights:
+  """Every final weight of `config.model` by name, trainable or not (BatchNorm's moving
+  statistics): Keras from its SavedModel, Estimator from its checkpoint.
+
+  All of them, not only the names another run has: check_mapping must see a
+  variable one run has and another has not.
+  """
+  if backend == "keras":
+    return export_weights(tf.saved_model.load(summary["export_dir"]))
+  reader = tf.train.load_checkpoint(summary["model_dir"])
+  # Weights, and whatever the conversion could not place (an extra variable).
+  names = [e.name for e in assign.classify(reader.get_variable_to_shape_map(), config)
+           if e.kind in (Kind.WEIGHT, Kind.UNMAPPED)]
+  return {name: reader.get_tensor(name) for name in names}
+
+
+def export_weights(loaded: Any) -> model_lib.Weights:
+  """Every weight of a loaded Keras export by name, trainable or not."""
+  return {model_lib.weight_name(v): v.numpy() for v in loaded.variables}
+
+
+def check_mapping(weights: Mapping[str, model_lib.Weights]) -> Check:
+  """Same variable count, names and shapes in every run, before any number is compared."""
+  signatures = {run: sorted((n, tuple(w.shape)) for n, w in ws.items())
+                for run, ws in weights.items()}
+  first_run, first = next(iter(signatures.items()))
+  for run, signature in signatures.items():
+    if signature != first:
+      return Check("variable mapping", False, float(len(signature)), float(len(first)),
+                   f"{run}: {signature} vs {first_run}: {first}")
+  return Check("variable mapping", True, float(len(first)), float(len(first)),
+               ", ".join(f"{n}{list(s)}" for n, s in first))
+
+
+def compare_weights(weights: Mapping[str, model_lib.Weights], atol: float,
+                    limits: Mapping[str, float] = {}) -> List[Check]:
+  """The max |weight difference| of every pair of runs, worst variable named.
+
+  Relative where a value exceeds 1 in magnitude: float32's spacing there grows past
+  the limit (4.8e-7 at 4 to 8, where BatchNorm's moving variances are), so an absolute
+  limit would fail values the same to a few roundings.
+
+  Args:
+    weights: each run's weights by name.
+    atol: the limit of every pair.
+    limits: a run's own limit, which applies to its pairs where it exceeds `atol`.
+  """
+  checks = []
+  for a, b in itertools.combinations(weights, 2):
+    diffs = {n: float(np.max(np.abs(weights[a][n] - weights[b][n])
+                             / np.maximum(1.0, np.abs(weights[b][n]))))
+             for n in weights[a]}
+    worst = max(diffs, key=diffs.get)
+    limit = max(atol, limits.get(a, atol), limits.get(b, atol))
+    checks.append(Check(f"max |weight diff| {a} vs {b}", diffs[worst] <= limit, diffs[worst],
+                        limit, f"variable {worst}"))
+  return checks
+
+
+def compare_losses(losses: Mapping[str, Sequence[float]], rtol: float, name: str,
+                   start: int = 0) -> List[Check]:
+  """The max per-step relative loss difference of every pair of runs, from `start`."""
+  checks = []
+  for a, b in itertools.combinations(losses, 2):
+    x, y = np.asarray(losses[a][start:]), np.asarray(losses[b][start:])
+    if len(x) != len(y) or not len(x):
+      checks.append(Check(f"{name} {a} vs {b}", False, float(len(x)), float(len(y)),
+                          "different or zero step counts"))
+      continue
+    rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-12)
+    worst = int(np.argmax(rel))
+    checks.append(Check(f"{name} {a} vs {b}", bool(rel[worst] <= rtol), float(rel[worst]), rtol,
+                        f"step {start + worst + 1}"))
+  return checks
+
+
+def compare_runs(weights: Mapping[str, model_lib.Weights],
+                 losses: Mapping[str, Sequence[float]], weight_atol: float, loss_rtol: float,
+                 loss_name: str = "per-step loss rel diff",
+                 weight_limits: Mapping[str, float] = {}) -> List[Check]:
+  """The variable mapping, then (if it holds) the weights (`compare_weights`), then
+  the per-step losses."""
+  mapping = check_mapping(weights)
+  checks = [mapping]
+  if mapping.passed:
+    checks += compare_weights(weights, weight_atol, weight_limits)
+  return checks + compare_losses(losses, loss_rtol, loss_name)
+
+
+def format_checks(title: str, checks: Sequence[Check]) -> str:
+  """A Markdown table of checks under `title`, then the overall verdict."""
+  rows = [title, "| check | result | measured | limit | where |", "| --- | --- | --- | --- | --- |"]
+  for c in checks:
+    rows.append(f"| {c.name} | {'PASS' if c.passed else 'FAIL'} | {c.measured:.3g} | "
+                f"{c.limit:.3g} | {c.where} |")
+  rows.append(overall([c.passed for c in checks], "checks"))
+  return "\n".join(rows)
+
+
+def overall(passed: Sequence[bool], what: str) -> str:
+  """The verdict line under a table: `Overall: PASS (5/5 checks)`."""
+  return (f"Overall: {'PASS' if all(passed) else 'FAIL'} ({sum(passed)}/{len(passed)} "
+          f"{what})")
+
+
+def write_report(out_dir: str, name: str, report: Any, table: str,
+                 plot: Optional[Callable[[Any, Any], None]] = None) -> None:
+  """`<name>_report.md` (the table), `<name>_report.json` and `loss_curves.png` in out_dir,
+  each written whole (write_files).
+
+  Args:
+    report: a dataclass with a `passed` property and a `losses` mapping of run
+      name to per-step losses.
+    plot: draws the figure (`plot(report, figure)`) instead of one line per
+      run of `report.losses` on a log scale.
+  """
+  write_files(out_dir, {
+      f"{name}_report.md": f"# {name.replace('_', ' ').capitalize()} report\n\n{table}\n",
+      f"{name}_report.json": json.dumps({"passed": report.passed, **dataclasses.asdict(report)},
+                                        indent=2)})
+  path = os.path.join(out_dir, "loss_curves.png")
+  _plot(report, plot, path + ".tmp.png")
+  os.replace(path + ".tmp.png", path)
+
+
+def write_files(out_dir: str, texts: Mapping[str, str]) -> None:
+  """Writes each text to its file name in out_dir, each whole (through a rename): a reader
+  never finds half a report, and a run stopped while writing leaves the last one."""
+  for name, text in texts.items():
+    path = os.path.join(out_dir, name)
+    with open(path + ".tmp", "w") as f:
+      f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _plot(report: Any, plot: Optional[Callable[[Any, Any], None]], path: str) -> None:
+  import matplotlib  # noqa: PLC0415 -- loaded only when a plot is drawn.
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # noqa: PLC0415 -- after matplotlib.use.
+
+  fig = plt.figure(figsize=(9, 5))
+  if plot is None:
+    ax = fig.subplots()
+    for run, values in report.losses.items():
+      ax.plot(range(1, len(values) + 1), values, label=run)
+    ax.set(yscale="log", xlabel="step", ylabel="training loss (global batch)")
+    ax.legend(fontsize="small")
+  else:
+    plot(report, fig)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)

@@ -1,0 +1,417 @@
+"""Parity: Keras, Estimator and a GradientTape reference, from the same weights and batches.
+
+`run_parity` trains the two backends with their binaries on N local workers
+and the reference in this process, all from one initial-weights file and with
+op determinism on, then compares, number by number: final weights, per-step
+losses, the examples each worker read, test accuracy after a longer run, and
+one checkpoint evaluated by both backends' evaluation code.
+"""
+
+import dataclasses
+import itertools
+import json
+import os
+import re
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from data import mnist
+from launch.proofs import harness
+from launch.proofs import reference
+from launch.proofs import runs
+from launch.proofs import serving_check
+from trainers import evaluation
+from trainers import keras_trainer
+from trainers import model as model_lib
+from trainers import model_dir as layout
+from trainers import model_registry
+from trainers import serving
+from trainers.config import Config
+
+BACKENDS = runs.BACKENDS
+Check = harness.Check
+CURVE_START_STEP = 10  # Loss curves are compared from here on.
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerances:
+  weight_atol: float = 1e-6
+  loss_rtol: float = 1e-5
+  accuracy_pp: float = 0.3
+  curve_rtol: float = 0.05
+  eval_loss_atol: float = 1e-6
+  prediction_atol: float = 1e-5
+  # The reference's weight limit, if above weight_atol: this many times its rounding floor.
+  reference_floor_factor: float = 2.0
+
+
+@dataclasses.dataclass
+class Report:
+  workers: int
+  steps: int
+  long_steps: int
+  checks: List[Check]
+  losses: Dict[str, List[float]]  # "short/keras", "long/estimator", ...
+  # Reported, not checked: each measured run's test accuracy ("seed 2, keras").
+  measured: Dict[str, float] = dataclasses.field(default_factory=dict)
+  reference_floor: float = 0.0  # reference_floor's measure.
+  model: str = ""
+  optimizer: str = ""
+  engine: str = "local"  # Another engine the short runs were repeated on, or "local".
+
+  @property
+  def passed(self) -> bool:
+    return all(c.passed for c in self.checks)
+
+
+def _shards(record_dir: str, workers: int) -> List[set]:
+  shards = []
+  for i in range(workers):
+    with open(os.path.join(record_dir, f"shard-{i}-of-{workers}.json")) as f:
+      shards.append(set(json.load(f)["fingerprints"]))
+  return shards
+
+
+def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional[str]
+                   ) -> List[Check]:
+  """Worker i reads the same examples in every backend; shards are disjoint and cover."""
+  whole = mnist.shard_fingerprints("train", data_dir)
+  shards = {run: _shards(d, workers) for run, d in record_dirs.items()}
+  checks = []
+  first_run, first = next(iter(shards.items()))
+  for run, run_shards in list(shards.items())[1:]:
+    differing = [i for i in range(workers) if run_shards[i] != first[i]]
+    checks.append(Check(f"shards {run} = {first_run}", not differing, float(len(differing)), 0.0,
+                        f"pipelines {differing}" if differing else f"{workers} pipelines"))
+  overlap = sum(len(a & b) for a, b in itertools.combinations(first, 2))
+  checks.append(Check("shards disjoint", overlap == 0, float(overlap), 0.0, "examples in 2 shards"))
+  missing = len(set(whole) - set().union(*first))
+  checks.append(Check("shards cover the split", missing == 0 and len(whole) == sum(map(len, first)),
+                      float(missing), 0.0, f"{len(whole)} examples, {missing} unread"))
+  return checks
+
+
+def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
+               long_steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
+               backend_flags: Optional[Dict[str, Sequence[str]]] = None,
+               measure_seeds: int = 0, measure_steps: Optional[int] = None,
+               measure_model_options: str = "", engine: str = "local",
+               timeout: float = runs.TIMEOUT_SECONDS) -> Report:
+  """Trains three ways and compares them.
+
+  Args:
+    config: hyperparameters; train_steps, init_weights, record_dir and
+      deterministic are set here.
+    workers: local workers for both backends (and shards for the reference).
+    out_dir: where runs, records and the weights file go.
+    steps: steps of the short run (weights and per-step losses of all three).
+    long_steps: steps of the long run (accuracy and loss curves of the two
+      backends); None = one epoch of the training split, 0 = skip.
+    tolerances: the limits every check uses.
+    backend_flags: extra flags for one backend's binary (tests use them to
+      break one thing on purpose).
+    measure_seeds: also train both backends with seeds 1..N for `measure_steps`,
+      with `measure_model_options`, and report each test accuracy, unchecked: the
+      reference cannot draw a backend's dropout masks, so these runs are outside the
+      checks.
+    measure_steps: steps of each measured run; None = the long run's, or one epoch
+      if it is skipped.
+    measure_model_options: --model_options of the measured runs ("" = the spec's
+      defaults, dropout on).
+    engine: another engine (runs.ENGINES) to run the short run of both backends on as
+      well, each held to its local run (compare_engines); "local": none.
+    timeout: seconds for each backend run.
+
+  Returns:
+    The report; `report.passed` only if every check passed.
+  """
+  backend_flags = backend_flags or {}
+  config = harness.prepare(deterministic(config), out_dir)
+  epoch = mnist.num_examples("train", config.data_dir) // config.global_batch_size
+  long_steps = epoch if long_steps is None else long_steps
+  trainer_runs = harness.Runs(config, out_dir, timeout)
+
+  def train_both(phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
+    return {b: trainer_runs.train(f"{phase}/{b}", b, workers,
+                                  extra_flags=backend_flags.get(b, ()), **changes)
+            for b in BACKENDS}
+
+  # Two progress windows (where one window's mean would equal the running mean).
+  short_run = dict(train_steps=steps, log_every_steps=max(1, steps // 2),
+                   checkpoint_every_steps=steps)
+  summaries = train_both("short", **short_run)
+  # The same runs on another engine, each named "<backend> on <engine>" in the checks.
+  engine_runs = {f"{b} on {engine}": f"short/{b}-{engine}"
+                 for b in (BACKENDS if engine != "local" else ())}
+  on_engine = {label: trainer_runs.train(name, label.split(" on ")[0], workers, engine=engine,
+                                         **short_run) for label, name in engine_runs.items()}
+  short = dataclasses.replace(config, train_steps=steps)
+  losses: Dict[str, List[float]] = {}
+  losses["short/reference"], ref_weights = reference.train_reference(short, workers)
+  weights = {"reference": ref_weights}
+  for backend in BACKENDS:
+    weights[backend] = harness.backend_weights(backend, summaries[backend], config)
+    losses[f"short/{backend}"] = trainer_runs.losses(f"short/{backend}")
+  floor = reference_floor(short, workers, ref_weights)
+  checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
+                              tolerances)
+  short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
+  for label, name in engine_runs.items():
+    losses[f"short/{label}"] = trainer_runs.losses(name)
+  checks += compare_engines(config, weights, summaries, on_engine, losses, tolerances)
+  every = {**summaries, **on_engine}  # Each short run's summary, by its name in the checks.
+  # The progress records (what users see as "loss" in each backend's progress
+  # lines) must be the same quantity: the window mean of the global-batch loss.
+  progress = {r: [p["loss"] for p in runs.read_progress(s["model_dir"]) if p["event"] == "step"]
+              for r, s in every.items()}
+  checks += harness.compare_losses(progress, tolerances.loss_rtol,
+                                   "progress.jsonl loss rel diff")
+  checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
+                               tolerances.loss_rtol) for b in BACKENDS]
+  checks += compare_shards({r: trainer_runs.run_dir(n) for r, n in short_runs.items()},
+                           workers, config.data_dir)
+  short = summaries
+
+  if long_steps:
+    # Four checkpoints, so both evaluators have several steps to agree on.
+    summaries = train_both("long", train_steps=long_steps,
+                           checkpoint_every_steps=max(1, long_steps // 4))
+    gap = 100 * abs(summaries["keras"]["test_accuracy"] - summaries["estimator"]["test_accuracy"])
+    checks.append(Check("test accuracy gap (pp), long run", gap <= tolerances.accuracy_pp, gap,
+                        tolerances.accuracy_pp, f"step {long_steps}"))
+    for backend in BACKENDS:
+      losses[f"long/{backend}"] = trainer_runs.losses(f"long/{backend}")
+    checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
+                                     tolerances.curve_rtol, "loss curve rel diff, long run",
+                                     start=CURVE_START_STEP)
+
+  checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
+                                       tolerances.eval_loss_atol))
+  checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol)
+  # The short run's: its weights agree to weight_atol, the long run's only in accuracy.
+  checks += serving_check.compare(
+      short["estimator"]["export_dir"], short["keras"]["export_dir"],
+      lambda: serving_check.test_images(config), serving.feature_name(config),
+      tolerances.prediction_atol)
+  measured = {}
+  for seed in range(1, measure_seeds + 1):
+    for backend, summary in train_both(
+        f"seed-{seed}", train_steps=measure_steps or long_steps or epoch, seed=seed,
+        init_weights=None, model_options=measure_model_options, record=False).items():
+      measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
+  return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
+                measured=measured, reference_floor=floor, model=config.model,
+                optimizer=config.optimizer_label(), engine=engine)
+
+
+def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
+                    local: Dict[str, Dict[str, Any]], other: Dict[str, Dict[str, Any]],
+                    losses: Dict[str, List[float]], tolerances: Tolerances) -> List[Check]:
+  """Each backend's run on another engine against its local run: the same variables,
+  weights within weight_atol, per-step losses within loss_rtol, and the same evaluation
+  of each checkpoint.
+
+  Args:
+    config: the runs' hyperparameters.
+    weights: each local run's weights, by backend.
+    local: each local run's summary, by backend.
+    other: each run on the other engine's summary, by "<backend> on <engine>".
+    losses: every run's per-step losses, by "short/<name>".
+    tolerances: the limits.
+  """
+  checks = []
+  for label, summary in other.items():
+    backend = label.split(" on ")[0]
+    pair = {backend: weights[backend],
+            label: harness.backend_weights(backend, summary, config)}
+    checks += harness.named(
+        harness.compare_runs(pair, {r: losses[f"short/{r}"] for r in pair},
+                             tolerances.weight_atol, tolerances.loss_rtol),
+        lambda name, pair=pair: f"{name}, {' vs '.join(pair)}"
+        if name == "variable mapping" else name)
+    checks.append(checkpoint_eval_parity({backend: local[backend]["model_dir"],
+                                          label: summary["model_dir"]},
+                                         tolerances.eval_loss_atol))
+  return checks
+
+
+def deterministic(config: Config) -> Config:
+  """`config` with its model's `deterministic_options` where --model_options sets none (a
+  canned model's --dropout at 0 unless given)."""
+  model_spec = model_lib.spec(config)
+  if "dropout" in config.canned_settings() and config.dropout is None:
+    config = dataclasses.replace(config, dropout=0.0)
+  given = model_registry.parse_options(config.model_options, model_spec.options, model_spec.name)
+  options = {**model_spec.deterministic_options, **given}
+  return dataclasses.replace(config, model_options=",".join(f"{k}={v}"
+                                                            for k, v in options.items()))
+
+
+def compare_short_runs(weights: Dict[str, model_lib.Weights], losses: Dict[str, List[float]],
+                       floor: float, tolerances: Tolerances) -> List[Check]:
+  """harness.compare_runs, the reference's weights held to `reference_floor_factor` x
+  its rounding `floor` where that exceeds weight_atol (reference_floor says why)."""
+  limit = tolerances.reference_floor_factor * floor
+  checks = harness.compare_runs(weights, losses, tolerances.weight_atol, tolerances.loss_rtol,
+                                weight_limits={"reference": limit})
+  return [dataclasses.replace(c, where=f"{c.where}; limit {tolerances.reference_floor_factor:g} x "
+                              f"the reference's rounding floor {floor:.3g}")
+          if c.name.startswith("max |weight diff| reference") and c.limit == limit
+          and limit > tolerances.weight_atol else c for c in checks]
+
+
+def reference_floor(config: Config, workers: int, weights: model_lib.Weights) -> float:
+  """How far the reference (`weights`) ends from itself compiled for any batch size.
+
+  Both compilations are right; they order float32 sums otherwise. After a few steps of
+  a model that normalizes small batches (BatchNorm at 2 workers), that rounding grows
+  past 1e-6, so neither backend, compiled otherwise again, can be held closer to the
+  reference than a few times this. Keras and the Estimator run the same kernels, so
+  they are still held to weight_atol.
+  """
+  _, other = reference.train_reference(config, workers, any_batch_size=True)
+  (check,) = harness.compare_weights({"reference": weights, "any batch size": other}, 0.0)
+  return check.measured
+
+
+def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],
+                      rtol: float) -> Check:
+  """Each progress record's loss is the mean of the per-step losses since the previous one."""
+  worst, where = 0.0, "no progress records"
+  previous = 0
+  for record in runs.read_progress(model_dir):
+    if record["event"] != "step":
+      continue
+    window = losses[previous:record["step"]]
+    previous = record["step"]
+    if not window:
+      return Check(f"progress.jsonl loss is the window mean, {backend}", False, float("nan"),
+                   rtol, f"no per-step losses up to step {record['step']}")
+    rel = abs(record["loss"] - float(np.mean(window))) / max(abs(float(np.mean(window))), 1e-12)
+    if rel >= worst:
+      worst, where = rel, f"window ending at step {record['step']} ({len(window)} steps)"
+  return Check(f"progress.jsonl loss is the window mean, {backend}",
+               where != "no progress records" and worst <= rtol, worst, rtol, where)
+
+
+def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Check:
+  """Each backend's evaluator (or, in one process, its own evaluation), checkpoint by
+  checkpoint: at every step both evaluated, accuracy equal and loss within `loss_atol`.
+
+  An evaluator takes the newest checkpoint each time it looks, so it may skip
+  some: `where` lists the steps each side evaluated. The final step must be
+  among the common ones.
+  """
+  results = {b: evaluation.read_results(os.path.join(d, layout.EVAL_SUBDIR))
+             for b, d in model_dirs.items()}
+  (a, ra), (b, rb) = results.items()
+  common_steps = sorted((set(ra) & set(rb)) - {0})  # Step 0: the Estimator's initial save.
+  evaluated = "; ".join(f"{backend} evaluated steps {sorted(r)}" for backend, r in results.items())
+  name = f"eval per checkpoint, {a} vs {b}"
+  final = max(max(ra, default=-1), max(rb, default=-1))
+  if not common_steps or common_steps[-1] != final:
+    return Check(name, False, float(len(common_steps)), 1.0,
+                 f"final step {final} not evaluated by both: {evaluated}")
+  gaps = {s: (abs(ra[s]["accuracy"] - rb[s]["accuracy"]), abs(ra[s]["loss"] - rb[s]["loss"]))
+          for s in common_steps}
+  worst = max(common_steps, key=lambda s: gaps[s][1])
+  passed = all(acc == 0.0 and loss <= loss_atol for acc, loss in gaps.values())
+  wrong_accuracy = [s for s in common_steps if gaps[s][0]]
+  return Check(name, passed, gaps[worst][1], loss_atol,
+               f"loss gap worst at step {worst}; accuracy differs at steps {wrong_accuracy}; "
+               f"{evaluated}" if wrong_accuracy else
+               f"loss gap worst at step {worst}; accuracy equal at all {len(common_steps)} "
+               f"common steps; {evaluated}")
+
+
+def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]:
+  """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's."""
+  step = summary["global_step"]
+  estimator_metrics = evaluation.read_result(
+      os.path.join(summary["model_dir"], layout.EVAL_SUBDIR), step)
+  if estimator_metrics is None:
+    return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
+  keras_metrics = keras_trainer.evaluate_weights(
+      config, harness.backend_weights("estimator", summary, config))
+  acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
+  loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])
+  where = f"checkpoint step {step}: accuracy {estimator_metrics['accuracy']:.4f}"
+  return [Check("eval accuracy, Estimator evaluator vs Keras evaluate", acc_gap == 0.0, acc_gap,
+                0.0, where),
+          Check("eval loss, Estimator evaluator vs Keras evaluate", loss_gap <= loss_atol,
+                loss_gap, loss_atol, where)]
+
+
+def format_table(report: Report) -> str:
+  on = f" (also on {report.engine})" if report.engine != "local" else ""
+  table = harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
+                                f"short run{on}, {report.long_steps}-step long run",
+                                report.checks)
+  if not report.measured:
+    return table
+  rows = ["", "Test accuracy by seed (measured, not checked: dropout on, which the "
+          "reference cannot follow)", "| run | test accuracy |", "| --- | --- |"]
+  rows += [f"| {run} | {accuracy:.4f} |" for run, accuracy in report.measured.items()]
+  for backend in BACKENDS:
+    values = [v for run, v in report.measured.items() if run.endswith(f", {backend}")]
+    rows.append(f"| mean, {backend} | {np.mean(values):.4f} |")
+  return table + "\n" + "\n".join(rows)
+
+
+def cell_name(config: Config) -> str:
+  """The directory of one (model, optimizer) of a matrix: `cnn-adam`."""
+  return re.sub(r"[^\w.-]", "_", f"{config.model}-{config.optimizer_label()}")
+
+
+def _keras_vs_estimator(report: Report) -> str:
+  check = next((c for c in report.checks
+                if c.name == "max |weight diff| keras vs estimator"), None)
+  return f"{check.measured:.2g}" if check else "-"
+
+
+def format_matrix(reports: Sequence[Report]) -> str:
+  """One row per (model, optimizer, workers): passed or the checks that failed."""
+  rows = ["| model | optimizer | workers | result | keras vs estimator, max weight diff "
+          "| reference floor | failed checks |", "| --- | --- | --- | --- | --- | --- | --- |"]
+  for r in reports:
+    failed = "; ".join(c.name for c in r.checks if not c.passed) or "none"
+    rows.append(f"| {r.model} | {r.optimizer} | {r.workers} | {'PASS' if r.passed else 'FAIL'} "
+                f"| {_keras_vs_estimator(r)} | {r.reference_floor:.2g} | {failed} |")
+  rows.append("\n" + harness.overall([r.passed for r in reports], "cells"))
+  return "\n".join(rows)
+
+
+def write_matrix(reports: Sequence[Report], out_dir: str) -> None:
+  """parity_matrix.md (format_matrix) and parity_matrix.json (every cell's checks)."""
+  cells = [{"model": r.model, "optimizer": r.optimizer, "workers": r.workers,
+            "passed": r.passed, "reference_floor": r.reference_floor,
+            "checks": [dataclasses.asdict(c) for c in r.checks]} for r in reports]
+  harness.write_files(out_dir, {
+      "parity_matrix.md": f"# Parity matrix\n\n{format_matrix(reports)}\n",
+      "parity_matrix.json": json.dumps({"passed": all(r.passed for r in reports),
+                                        "cells": cells}, indent=2)})
+
+
+def write_report(report: Report, out_dir: str) -> None:
+  """parity_report.md, parity_report.json and loss_curves.png in out_dir."""
+  harness.write_report(out_dir, "parity", report, format_table(report), _plot)
+
+
+def _plot(report: Report, fig) -> None:
+  """The per-step losses above, and every pair's |difference| below."""
+  top, bottom = fig.subplots(2, 1, sharex=True)
+  fig.set_size_inches(9, 8)
+  for run, values in report.losses.items():
+    top.plot(range(1, len(values) + 1), values, label=run,
+             linestyle="--" if "reference" in run else "-")
+  top.set(yscale="log", ylabel="training loss (global batch)", title="Per-step loss")
+  top.legend()
+  for phase in ("short", "long"):
+    phase_runs = [r for r in report.losses if r.startswith(phase + "/")]
+    for a, b in itertools.combinations(phase_runs, 2):
+      diff = np.abs(np.asarray(report.losses[a]) - np.asarray(report.losses[b]))
+      bottom.plot(range(1, len(diff) + 1), np.maximum(diff, 1e-12),
+                  label=f"|{a} - {b.split('/')[1]}|")
+  bottom.set(yscale="log", xlabel="step", ylabel="|loss difference| (floor 1e-12)")
+  bottom.legend()

@@ -1,0 +1,281 @@
+"""Proves that two SavedModels serve alike, as a model server's clients would see it.
+
+The contract is trainers/serving.py's: the signatures a canned Estimator's export has.
+For two exports of the same weights (the Estimator's and Keras's, or one written by
+another TensorFlow), `compare` checks
+
+- the definitions, signature by signature: method name, and each input and output
+  with its dtype and shape;
+- the answers to the requests a client sends, built with `tensorflow-serving-api`'s
+  request protos: Classify requests (tf.Examples in an example list) to `serving_default`
+  and `classification`, read back as TF Serving's Classify response holds them (each
+  example's labels and scores); Predict requests to `predict` (serialized tf.Examples)
+  and `image:predict` (the image tensor). Labels, classes and class ids must be equal,
+  scores, probabilities and logits within a tolerance;
+- bad requests: a tf.Example without the image feature, one holding it as integers, and
+  bytes that are no tf.Example must fail in both, with the same kind of error.
+
+A model server feeds a signature the request's examples and tensors as they are; this
+check feeds them to the loaded signatures the same way (no model server runs here).
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import classification_pb2
+from tensorflow_serving.apis import predict_pb2
+
+from data import mnist
+from launch.convert import source
+from launch.proofs.harness import Check
+from trainers import inputs
+from trainers import keras_trainer
+from trainers import model as model_lib
+from trainers import serving
+from trainers.config import Config
+
+Answers = Dict[str, np.ndarray]  # "<signature>/<output>" -> every test image's answer.
+# Outputs compared within a tolerance; every other output must be equal.
+_FLOAT_OUTPUTS = ("scores", "logits", "probabilities")
+# Bad requests, each with the phrase that TensorFlow's tf.Example parser puts in its error.
+BAD_REQUESTS = {
+    "missing feature": "is required but could not be found",
+    "wrong dtype": "Data types don't match",
+    "malformed proto": "Could not parse example input",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+  """What a client relies on in one signature: its method and typed, shaped keys."""
+
+  method: str
+  inputs: Tuple[Tuple[str, str, Tuple[int, ...]], ...]
+  outputs: Tuple[Tuple[str, str, Tuple[int, ...]], ...]
+
+  def __str__(self) -> str:
+    """`classify: inputs string [-1] -> classes string [-1, 10], scores float32 [-1, 10]`."""
+    def keys(entries):
+      return ", ".join(f"{key} {dtype} {list(shape)}" for key, dtype, shape in entries)
+    return f"{self.method.rsplit('/', 1)[-1]}: {keys(self.inputs)} -> {keys(self.outputs)}"
+
+
+def signatures(export_dir: str) -> Dict[str, Signature]:
+  """The serving signatures of the SavedModel in `export_dir`, read from saved_model.pb."""
+  saved = saved_model_pb2.SavedModel()
+  with tf.io.gfile.GFile(f"{export_dir}/{tf.saved_model.SAVED_MODEL_FILENAME_PB}", "rb") as f:
+    saved.ParseFromString(f.read())
+  [meta_graph] = [m for m in saved.meta_graphs
+                  if tf.saved_model.SERVING in m.meta_info_def.tags]
+
+  def keys(infos) -> Tuple[Tuple[str, str, Tuple[int, ...]], ...]:
+    return tuple(sorted((key, tf.dtypes.as_dtype(info.dtype).name,
+                         tuple(d.size for d in info.tensor_shape.dim))
+                        for key, info in infos.items()))
+
+  return {name: Signature(d.method_name, keys(d.inputs), keys(d.outputs))
+          for name, d in meta_graph.signature_def.items() if not name.startswith("__")}
+
+
+def test_images(config: Config) -> Iterator[np.ndarray]:
+  """The whole test split of `config.data_dir`, in batches of `config.eval_batch_size`."""
+  return (images.numpy() for images, _ in inputs.default_input_fn(config)(mnist.EVAL, None))
+
+
+def export_keras_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:
+  """Exports the model of the newest Keras checkpoint in `model_dir` (one `launch.convert`
+  wrote, say) as the Keras backend exports it, under `out_dir/export/`; returns its path."""
+  model = model_lib.build(config)
+  path, _ = source.newest(model_dir, "keras")
+  # The model only: the checkpoint's optimizer state is not needed to serve.
+  tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
+  return keras_trainer.export_model(config, model, out_dir)
+
+
+def examples(images: np.ndarray, feature: str) -> List[tf.train.Example]:
+  """Each image as the tf.Example an Estimator's client sends: `feature`, 784 floats."""
+  return [tf.train.Example(features=tf.train.Features(feature={
+      feature: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel()))}))
+      for image in images]
+
+
+def requests(images: np.ndarray, feature: str) -> List[object]:
+  """A client's requests for `images`: a Classify request to each Classify signature, and a
+  Predict request to `predict` (serialized tf.Examples) and to `image:predict`."""
+  batch = examples(images, feature)
+  made: List[object] = []
+  for name in serving.CLASSIFY_SIGNATURES:
+    request = classification_pb2.ClassificationRequest()
+    request.model_spec.signature_name = name
+    request.input.example_list.examples.extend(batch)
+    made.append(request)
+  for name, key, value in (
+      (serving.PREDICT, serving.PREDICT_INPUT, [e.SerializeToString() for e in batch]),
+      (serving.IMAGE_PREDICT, serving.IMAGE, images)):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.signature_name = name
+    request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+    made.append(request)
+  return made
+
+
+def respond(loaded: object, request: object) -> object:
+  """Answers `request` from a loaded SavedModel as TF Serving would: the request's examples
+  or tensors fed to the signature it names, and the response a client reads."""
+  signature = loaded.signatures[request.model_spec.signature_name]
+  if isinstance(request, classification_pb2.ClassificationRequest):
+    serialized = [e.SerializeToString() for e in request.input.example_list.examples]
+    out = signature(**{serving.CLASSIFY_INPUT: tf.constant(serialized)})
+    response = classification_pb2.ClassificationResponse()
+    for labels, scores in zip(out["classes"].numpy(), out["scores"].numpy()):
+      classification = response.result.classifications.add()
+      for label, score in zip(labels, scores):
+        classification.classes.add(label=label.decode(), score=score)
+    return response
+  out = signature(**{key: tf.constant(tf.make_ndarray(proto))
+                     for key, proto in request.inputs.items()})
+  response = predict_pb2.PredictResponse()
+  for key, value in out.items():
+    response.outputs[key].CopyFrom(tf.make_tensor_proto(value.numpy()))
+  return response
+
+
+def read_response(name: str, response: object) -> Answers:
+  """What a client reads from a response to signature `name`, by `<name>/<output>`."""
+  if isinstance(response, classification_pb2.ClassificationResponse):
+    classifications = response.result.classifications
+    return {f"{name}/labels": np.array([[c.label for c in r.classes] for r in classifications]),
+            f"{name}/scores": np.array([[c.score for c in r.classes] for r in classifications],
+                                       np.float32)}
+  read = {f"{name}/{key}": tf.make_ndarray(proto) for key, proto in response.outputs.items()}
+  # Strings as fixed-width bytes, not objects: they compare alike and save without pickle.
+  return {key: value.astype(np.bytes_) if value.dtype == object else value
+          for key, value in read.items()}
+
+
+def answers(loaded: Any, image_batches: Iterable[np.ndarray], feature: str) -> Answers:
+  """The answers of an export (`loaded`: tf.saved_model.load's) to a client's requests for
+  every image."""
+  parts: Dict[str, List[np.ndarray]] = {}
+  for images in image_batches:
+    for request in requests(np.asarray(images), feature):
+      name = request.model_spec.signature_name
+      if name not in loaded.signatures:  # compare_signatures reports it.
+        continue
+      for key, value in read_response(name, respond(loaded, request)).items():
+        parts.setdefault(key, []).append(value)
+  return {key: np.concatenate(values) for key, values in parts.items()}
+
+
+def bad_request_errors(loaded: Any, feature: str) -> Dict[str, str]:
+  """What each bad request (BAD_REQUESTS) to each tf.Example signature of an export
+  (`loaded`: tf.saved_model.load's) raises: `<error class>: <the parser's message>`, or
+  `answered` if it did not fail."""
+  bad = {
+      "missing feature": examples(np.zeros((1, 784)), f"not_{feature}")[0].SerializeToString(),
+      "wrong dtype": tf.train.Example(features=tf.train.Features(feature={
+          feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * 784))}))
+      .SerializeToString(),
+      # ASCII: the parser's error quotes the bytes, and TF 2.15's Python binding raises
+      # UnicodeDecodeError instead of the error when they are not UTF-8.
+      "malformed proto": b"this is not a tf.Example",
+  }
+  errors = {}
+  for case, serialized in bad.items():
+    for name in (serving.SERVING_DEFAULT, serving.PREDICT):
+      key = serving.CLASSIFY_INPUT if name in serving.CLASSIFY_SIGNATURES else serving.PREDICT_INPUT
+      if name not in loaded.signatures:
+        errors[f"{case} to {name}"] = "no such signature"
+        continue
+      try:
+        loaded.signatures[name](**{key: tf.constant([serialized])})
+        errors[f"{case} to {name}"] = "answered"
+      except tf.errors.OpError as e:
+        errors[f"{case} to {name}"] = f"{type(e).__name__}: {_kernel_message(e.message)}"
+  return errors
+
+
+def _kernel_message(message: str) -> str:
+  """The failing op's own message, from an error of a graph run: the line above the node's
+  name, after the graph's stack trace."""
+  lines = [line for line in message.splitlines() if line.strip()]
+  for above, line in zip(lines, lines[1:]):
+    if line.startswith("\t [[{{node"):
+      return above
+  return lines[-1] if lines else message
+
+
+def compare_signatures(first: Mapping[str, Signature], second: Mapping[str, Signature],
+                       names: Tuple[str, str], required: Sequence[str] = serving.SIGNATURES
+                       ) -> List[Check]:
+  """One check per signature of either export: present in both and defined alike; and
+  that both have the `required` ones (the contract's)."""
+  both = set(required) & set(first) & set(second)
+  checks = [Check(f"signatures required, in the {names[0]} and {names[1]} exports",
+                  both == set(required), float(len(both)), float(len(required)),
+                  f"{names[0]}: {sorted(first)}; {names[1]}: {sorted(second)}")]
+  for name in sorted(set(first) | set(second)):
+    a, b = first.get(name), second.get(name)
+    checks.append(Check(f"signature {name}: method, inputs and outputs, {names[0]} vs "
+                        f"{names[1]}", a == b, float(a != b), 0.0,
+                        f"{a}" if a == b else f"{names[0]}: {a}; {names[1]}: {b}"))
+  return checks
+
+
+def compare_answers(first: Answers, second: Answers, names: Tuple[str, str], atol: float,
+                    where: str) -> List[Check]:
+  """Per signature output: equal (labels, classes, ids), or within `atol` (the floats)."""
+  checks = []
+  for key in sorted(set(first) | set(second)):
+    label = f"answers {key}, {names[0]} vs {names[1]}"
+    if key not in first or key not in second or first[key].shape != second[key].shape:
+      shapes = [a[key].shape if key in a else "missing" for a in (first, second)]
+      checks.append(Check(label, False, float("nan"), 0.0, f"shapes {shapes[0]}, {shapes[1]}"))
+    elif key.rsplit("/", 1)[1] in _FLOAT_OUTPUTS:
+      diff = float(np.max(np.abs(first[key] - second[key]))) if first[key].size else 0.0
+      checks.append(Check(f"max |diff|, {label}", diff <= atol, diff, atol, where))
+    else:
+      differing = int(np.sum(np.any((first[key] != second[key]).reshape(len(first[key]), -1),
+                                    axis=1)))
+      checks.append(Check(f"images answered differently, {label}", differing == 0,
+                          float(differing), 0.0, where))
+  return checks
+
+
+def compare_errors(first: Mapping[str, str], second: Mapping[str, str],
+                   names: Tuple[str, str]) -> List[Check]:
+  """Each bad request fails in both exports, with the same error class and parser phrase."""
+  checks = []
+  for request in sorted(first):
+    phrase = BAD_REQUESTS[request.split(" to ")[0]]
+    kinds = [errors[request].split(":")[0] for errors in (first, second)]
+    passed = (kinds[0] == kinds[1] != "answered"
+              and all(phrase in errors[request] for errors in (first, second)))
+    checks.append(Check(f"bad request, {request}: same error, {names[0]} and {names[1]}",
+                        passed, float(not passed), 0.0,
+                        f"{names[0]}: {first[request]}; {names[1]}: {second[request]}"))
+  return checks
+
+
+def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterable[np.ndarray]],
+            feature: str, atol: float, names: Tuple[str, str] = ("estimator", "keras"),
+            required: Sequence[str] = serving.SIGNATURES) -> List[Check]:
+  """Every check of the module docstring, for the exports in `first_dir` and `second_dir`.
+
+  Args:
+    image_batches: returns the images to request answers for, in batches (each call a
+      fresh iterable: both exports answer them).
+    feature: the tf.Example feature holding the image (serving.feature_name).
+    atol: the limit on |difference| of scores, probabilities and logits.
+    names: how the report names the two exports.
+    required: the signatures both must have (by default the contract's).
+  """
+  loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
+  first, second = (answers(export, image_batches(), feature) for export in loaded)
+  count = len(next(iter(first.values()))) if first else 0
+  return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
+          + compare_answers(first, second, names, atol, f"{count} test images")
+          + compare_errors(*(bad_request_errors(export, feature) for export in loaded), names))

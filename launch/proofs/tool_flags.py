@@ -1,0 +1,113 @@
+"""The flags the tool binaries share: one spelling and one meaning each, in every tool.
+
+  --workers=1,2       the worker counts to run at (a list wherever a tool can run several)
+  --train_steps=N     the steps each run trains
+  --decay_steps=N     a learning-rate schedule's length, where a tool sets one apart
+  --timeout=S         seconds allowed for each trainer run a tool starts
+  --engine=ray        what runs a cluster's tasks, where a tool offers another than the local
+                      launcher
+  --data_dir, --mnist_idx_dir  where MNIST is, or is prepared from
+  --model, --model_options     the model every run trains (trainers.flags.define_config_flags)
+  --optimizer, its hyperparameters  the optimizer it trains with, where a tool offers one
+
+Binaries call the `define_*` functions at import time and read the holders in
+`main`; the functions here never read FLAGS. Old spellings (`--steps`) still
+work for now, say that they are deprecated, and name the new one.
+"""
+
+import sys
+from typing import List, Sequence, Tuple
+
+from absl import app
+from absl import flags
+
+from launch.ray import engine as ray_engine
+from launch.proofs import runs
+from trainers import flags as trainer_flags
+
+TIMEOUT_SECONDS = runs.TIMEOUT_SECONDS
+TrainSteps = Tuple[flags.FlagHolder, flags.FlagHolder]
+
+
+def define_workers(default: Sequence[int], help_text: str,
+                   flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+  """--workers: a comma-separated list of worker counts."""
+  return flags.DEFINE_list("workers", [str(n) for n in default], help_text,
+                           flag_values=flag_values)
+
+
+def worker_counts(holder: flags.FlagHolder, minimum: int = 1) -> List[int]:
+  """--workers as numbers; a usage error (exit 2) if one is not a count of at least `minimum`."""
+  values = holder.value
+  try:
+    counts = [int(v) for v in values]
+  except ValueError:
+    raise app.UsageError(f"--workers must be integers, got {','.join(values)}.",
+                         exitcode=2) from None
+  if not counts or min(counts) < minimum:
+    raise app.UsageError(f"--workers must be at least {minimum}, got {','.join(values)}.",
+                         exitcode=2)
+  return counts
+
+
+def define_train_steps(default: int, help_text: str,
+                       flag_values: flags.FlagValues = flags.FLAGS) -> TrainSteps:
+  """--train_steps, and its deprecated spelling --steps."""
+  return (flags.DEFINE_integer("train_steps", default, help_text, flag_values=flag_values),
+          flags.DEFINE_integer("steps", None, "Deprecated: the old spelling of --train_steps.",
+                               flag_values=flag_values))
+
+
+def train_steps(holders: TrainSteps) -> int:
+  """--train_steps, or the deprecated --steps (saying so); a usage error if below 1."""
+  new, old = holders
+  value = new.value
+  if old.present:
+    if new.present and new.value != old.value:
+      raise app.UsageError(f"--steps={old.value} and --train_steps={new.value} disagree: --steps "
+                           "is the deprecated spelling of --train_steps; give only that.",
+                           exitcode=2)
+    print("warning: --steps is deprecated; use --train_steps (it means the same).",
+          file=sys.stderr)
+    value = old.value
+  if value < 1:
+    raise app.UsageError(f"--train_steps must be at least 1, got {value}.", exitcode=2)
+  return value
+
+
+def define_timeout(flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+  """--timeout, the same rule in every tool."""
+  return flags.DEFINE_float("timeout", TIMEOUT_SECONDS,
+                            "Seconds allowed for each trainer run this tool starts; a run "
+                            "past it is stopped and named.", flag_values=flag_values)
+
+
+def timeout(holder: flags.FlagHolder) -> float:
+  """--timeout; a usage error if not positive."""
+  if holder.value <= 0:
+    raise app.UsageError(f"--timeout must be positive, got {holder.value}.", exitcode=2)
+  return holder.value
+
+
+def define_data_flags() -> Tuple[flags.FlagHolder, flags.FlagHolder]:
+  """--data_dir and --mnist_idx_dir, as the trainers spell them."""
+  return (flags.DEFINE_string("data_dir", None, "TFDS data directory holding mnist/."),
+          flags.DEFINE_string("mnist_idx_dir", None, trainer_flags.help_text("mnist_idx_dir")))
+
+
+
+def define_engine(help_text: str, flag_values: flags.FlagValues = flags.FLAGS
+                  ) -> flags.FlagHolder:
+  """--engine: the local launcher, or Ray Train (launch.ray)."""
+  return flags.DEFINE_enum("engine", "local", list(runs.ENGINES), help_text,
+                           flag_values=flag_values)
+
+
+def engine(holder: flags.FlagHolder) -> str:
+  """--engine; a usage error (exit 2) naming the extra if it is Ray and Ray is missing."""
+  if holder.value == "ray":
+    try:
+      ray_engine.check_installed()
+    except ray_engine.RayUnavailable as e:
+      raise app.UsageError(f"--engine=ray: {e}", exitcode=2) from e
+  return holder.value

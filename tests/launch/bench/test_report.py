@@ -1,0 +1,106 @@
+"""launch.bench.report: targets, tables, and the explanation of each missed target."""
+
+from launch.bench import measure as bench_measure
+from launch.bench import report as bench_report
+
+COSTS = {1: {"per_replica_batch": 96, "intra_op_threads": 2, "steps_per_execution": 10,
+             "input": {"ms": 0.4}, "compute": {"ms": 9.1}, "all_reduce": {"ms": 0.2},
+             "step": {"ms": 10.5}, "step_memory": {"ms": 10.2}, "step_k": {"ms": 9.8},
+             "step_k_memory": {"ms": 9.5}, "session_step": {"ms": 11.0},
+             "keras_train_function": {"ms": 10.1}, "keras_fit": {"ms": 10.4},
+             "keras_fit_callbacks": {"ms": 10.7}},
+         2: {"per_replica_batch": 48, "intra_op_threads": 1, "steps_per_execution": 10,
+             "input": {"ms": 0.5}, "compute": {"ms": 10.2}, "all_reduce": {"ms": 5.0},
+             "step": {"ms": 16.0}, "step_memory": {"ms": 15.8}, "step_k": {"ms": 15.5},
+             "step_k_memory": {"ms": 15.2}, "keras_train_function": {"ms": 15.9},
+             "keras_fit": {"ms": 16.5}, "keras_fit_callbacks": {"ms": 17.0}}}
+
+
+def _results():
+  return [bench_measure.Result("ceiling", 1, ms_per_step=9.9, examples_per_second=9697,
+                               launch_to_first_step=3.0),
+          bench_measure.Result("keras", 1, ms_per_step=11.0, examples_per_second=8727,
+                               launch_to_first_step=6.0),
+          bench_measure.Result("estimator", 1, ms_per_step=12.0, launch_to_first_step=4.0,
+                               time_to_accuracy=20.0),
+          bench_measure.Result("keras", 2, ms_per_step=18.0, examples_per_second=5333,
+                               launch_to_first_step=12.5, wall_seconds=40.0,
+                               peak_rss_mb={"launcher": 1, "chief-0": 1, "worker-0": 1,
+                                            "evaluator-0": 1},
+                               cpu_seconds={"evaluator-0": 8.0},
+                               breakdown={"launch_to_tasks_started": 2.5}),
+          bench_measure.Result("estimator", 2, ms_per_step=17.5, launch_to_first_step=7.0,
+                               graph_all_reduces=2)]
+
+
+def test_missed_targets_are_explained_from_the_step_costs():
+  results = _results()
+  bench_measure.set_ratios(results, COSTS)
+  targets = {t.name: t for t in bench_report.targets(results, COSTS)}
+  assert targets["keras x1 examples/s / ceiling"].measured == round(9.5 / 11.0, 3)
+  assert targets["keras x2 ms/step - bare K-step step"].measured == 2.5
+  assert targets["keras x1 launch to first step (s)"].limit == 5.0
+  assert targets["keras x2 launch to first step (s)"].limit == 8.0
+  assert "ceiling x1 examples/s / ceiling" not in targets  # The backends' targets only.
+  lines = bench_report.explain(results, COSTS)
+  # Two ratios, launch x1; Keras x2: K-step, scaling, launch; Estimator x2: K-step.
+  assert len(lines) == 7, lines
+  ratio = next(line for line in lines if line.startswith("keras x1 examples/s"))
+  assert "against the ceiling's 9.50 (step_k_memory)" in ratio
+  assert "the input pipeline costs +0.30 ms/step, a call per step +0.70" in ratio
+  assert "keras adds +1.20 to the K-step loop" in ratio
+  # Of which Keras's train function's, fit's own, the trainer's callbacks' (the probe's two
+  # fits), and the run's rest.
+  assert ratio.endswith(
+      "Keras's train function of the same step, timed in turn with the bare loops, takes 10.10 "
+      "(+0.30 to the K-step loop); fit of it takes 10.40 with none of the trainer's callbacks "
+      "(+0.30) and 10.70 with them (divergence check, checkpoints, backups, progress: +0.30); "
+      "the run adds +0.30 to the probe's fit with them.")
+  estimator = next(line for line in lines if line.startswith("estimator x1 examples/s"))
+  assert "plain Session, one run per step and no hooks, takes 11.00" in estimator
+  assert "hooks add +1.00" in estimator and "Session" not in ratio
+  k_step = next(line for line in lines if line.startswith("keras x2 ms/step - bare K-step"))
+  assert "+2.50 over a bare K-step" in k_step and "all-reduce alone takes 5.00 ms" in k_step
+  assert "The evaluator task took 8 CPU-s during the run's 40 s" in k_step
+  assert "takes 15.90 (+0.40 to the K-step loop); fit of it takes 16.50" in k_step
+  assert "progress: +0.50); the run adds +1.00" in k_step
+  assert "train function" not in estimator and "graph.pbtxt" not in k_step
+  # The Estimator in a cluster: its all-reduces per step, and its Session.run per step.
+  estimator_2 = next(line for line in lines if line.startswith("estimator x2 ms/step"))
+  assert "training graph (graph.pbtxt) has 2 all-reduces, each run every step" in estimator_2
+  assert "one step per call takes 16.00 (+0.50 over K steps per call), and the Estimator adds " \
+      "+1.50 to it." in estimator_2
+  assert any("12.5 s: 2.5 s before any task started" in line for line in lines)
+  assert any("the ceiling run, which imports TensorFlow" in line and "took 3.0 s" in line
+             for line in lines)
+  table = bench_report.format_step_costs(results, COSTS, ["keras"])
+  assert ("| 2 | 48 | 1 | 10 | 0.50 | 10.20 | 5.00 | 16.00 | 15.80 | 15.50 | 15.20 | - | 15.90 | "
+          "16.50 | 17.00 | - | 15.20 (step_k_memory) | 18.00 | +2.50 |") in table
+  assert "| 11.00 | 10.10 | 10.40 | 10.70 | 9.90 | 9.50 (step_k_memory) | 11.00 | +1.20 |" in table
+  assert table.splitlines()[1].count("|") == table.splitlines()[0].count("|")
+  assert bench_report.ceiling_bugs(results) == []
+
+
+def test_a_run_faster_than_the_ceiling_is_reported_as_a_bug_in_the_ceiling():
+  results = _results()
+  results[1].ms_per_step = 9.0
+  bench_measure.set_ratios(results, COSTS)
+  (bug,) = bench_report.ceiling_bugs(results)
+  assert bug.startswith("keras x1 ran at 1.056 of the ceiling") and "bug in the ceiling" in bug
+  assert "noise" not in bug  # One round: nothing says it was ever below.
+  assert not any("keras x1 examples/s" in line for line in bench_report.explain(results, COSTS))
+  results[1].ratio_range = [0.97, 1.06]
+  assert "ranged 0.97 to 1.06: at or below the ceiling in some" in bench_report.ceiling_bugs(
+      results)[0]
+
+
+def test_the_table_shows_ratios_of_medians_with_their_range():
+  rounds = [bench_measure.Result("keras", 1, ms_per_step=ms, ratio_to_ceiling=ratio,
+                                 examples_per_second=eps)
+            for ms, ratio, eps in [(10, 1.0, 9600), (12, 0.9, 8000), (11, 1.1, 8727.3)]]
+  combined = bench_measure.combine_rounds(rounds)
+  ceiling = bench_measure.Result("ceiling", 1, ms_per_step=10.0, examples_per_second=9600)
+  both = [bench_measure.combine_rounds([ceiling, ceiling]), combined]
+  bench_measure.set_ratios(both, {1: {}})
+  # The ratio of the medians, not the median of the ratios (1.0): both columns agree.
+  assert "| 11.00 | 0.91 (0.90-1.10) |" in bench_report.format_table(both, {1: {}})

@@ -1,0 +1,67 @@
+"""launch.bench: a short run of every entry writes a table and valid JSON (no speed limits)."""
+
+import json
+
+import pytest
+
+from launch.bench import measure as bench_measure
+from trainers import run_record
+from tests.conftest import run_module
+
+STEPS = 12
+
+
+@pytest.mark.slow
+def test_cli_writes_every_row(tiny_data_dir, tmp_path):
+  # Keras at 2 workers only, for CI's time: the bench runs every entry and worker
+  # count the same way; the Estimator binary's runs are tested on their own, the
+  # 1-worker probe in test_bare.py, the 1-worker targets in test_bench_report.py. Adam,
+  # not the default, to see the optimizer flags reach every run.
+  result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=2",
+                                       "--backends=keras", "--optimizer=adam", "--beta2=0.99",
+                                       "--log_every_steps=2", "--checkpoint_every_steps=6",
+                                       f"--data_dir={tiny_data_dir}", f"--out={tmp_path}",
+                                       "--timeout=240"], timeout=600)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+  with open(tmp_path / "bench.json") as f:
+    report = json.load(f)
+  assert (report["config"]["optimizer"], report["config"]["beta2"]) == ("adam", 0.99)
+  rows = {(r["name"], r["workers"]): r for r in report["results"]}
+  record = run_record.read(rows["keras", 2]["model_dir"])
+  assert (record["optimizer"], record["beta2"]) == ("adam", 0.99)
+  assert set(rows) == {("ceiling", 2), ("keras", 2)}
+  for key, row in rows.items():
+    assert row["error"] is None, key
+    assert row["steps"] == STEPS, key
+    assert row["examples_per_second"] > 0 and row["ms_per_step"] > 0, key
+    assert 0 < row["launch_to_first_step"] < row["wall_seconds"], key
+    assert 0.0 <= row["final_accuracy"] <= 1.0, key
+    assert row["ratio_to_ceiling"] > 0, key
+    # The launcher and every task of tasks.json.
+    expected = {"launcher", "chief-0", "worker-0"}
+    if key == ("keras", 2):  # Keras runs its evaluator task; the ceiling run has none.
+      expected.add("evaluator-0")
+    assert set(row["peak_rss_mb"]) == expected, key
+    if key == ("keras", 2):  # The chief's start-up, split at the milestones it records.
+      assert all(row["breakdown"][k] > 0 for k in ("chief_imports", "chief_strategy",
+                                                   "chief_to_first_step")), key
+    assert all(mb > 300 for name, mb in row["peak_rss_mb"].items() if name != "launcher"), key
+    # The launcher starts the tasks without importing TensorFlow (~400 MB).
+    assert row["peak_rss_mb"].get("launcher", 0) < 200, key
+  costs = report["step_costs"]["2"]
+  assert costs["workers"] == 2 and costs["per_replica_batch"] == 48, costs
+  assert costs["steps_per_execution"] == 2, costs
+  # The Estimator's graph in a plain Session is timed alone, at 1 worker only.
+  parts = [p for p in bench_measure.STEP_PARTS if p != "session_step"]
+  assert set(parts) <= set(costs) and all(costs[part]["ms"] > 0 for part in parts), costs
+  assert report["ceilings"]["2"]["ms_per_step"] == min(
+      [costs[loop]["ms"] for loop in parts if loop.startswith("step")]
+      + [rows["ceiling", 2]["ms_per_step"]])
+  assert isinstance(report["missed"], list) and isinstance(report["ceiling_bugs"], list)
+  assert {t["name"] for t in report["targets"]} >= {"keras x2 ms/step - bare K-step step",
+                                                    "keras x2 launch to first step (s)"}
+  table = (tmp_path / "bench.md").read_text()
+  assert table.startswith(f"# Benchmark: cnn with adam, {STEPS} steps")
+  assert "| keras | 2 |" in table and "| ceiling | 2 |" in table
+  assert "Where a step's time goes" in table and "keras - K-step" in table
+  assert "| ceiling | 2 |" in result.stdout

@@ -1,0 +1,107 @@
+"""launch.chaos: every fault ends as the fault table in docs/operations.md says; nothing hangs."""
+
+import json
+import os
+
+import pytest
+
+from launch.proofs import chaos
+from trainers.config import Config
+from tests.conftest import needs_ray
+from tests.conftest import run_module
+
+# CI runs one trial of each fault, on the two backends in turn (its time budget), and
+# `preempt` on both, since each backend stops at the agreed step its own way;
+# CHAOS_BACKENDS=both runs each fault on both, and `python -m launch.chaos --fault=all
+# --trials=N` runs more.
+TRIALS = int(os.environ.get("CHAOS_TRIALS", "1"))
+BACKENDS = ("keras", "estimator")
+CASES = [(backend, fault) for i, fault in enumerate(chaos.FAULTS)
+         for backend in (BACKENDS if os.environ.get("CHAOS_BACKENDS") == "both"
+                         or fault == "preempt" else (BACKENDS[i % 2],))]
+CONFIG = Config(train_steps=40, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
+                checkpoint_every_steps=10, backup_every_steps=10)
+# A kill costs at most the steps since the last backup, plus the steps logged
+# between the kill and the progress record that triggered it.
+MAX_REDONE = CONFIG.backup_every_steps + 2
+# The fault's step is the last progress record the tool saw before it struck, so it can
+# trail the step the fault landed at, which a backup may already hold: by a record or two
+# (the tool polls), and the count of steps redone is then that much below 0.
+MIN_REDONE = -2 * CONFIG.log_every_steps
+RESTARTED = {"kill_worker", "stop_chief"}  # The launcher restarts the training tasks.
+PREEMPTED = {"preempt", "drain"}  # It restarts them too, counting no restart.
+# On Ray Train (launch.ray), in CI: Ray restarts a killed worker; a preempted one saves.
+RAY_CASES = [("keras", "kill_worker"), ("estimator", "preempt")]
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("backend, fault", CASES)
+def test_each_fault_ends_as_documented(backend, fault, tiny_data_dir, tmp_path):
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  results = chaos.run_chaos(backend, config, 2, TRIALS, str(tmp_path), seed=7, timeout=300,
+                            faults=(fault,))
+  table = chaos.format_table(results)
+  print(table)
+  with open(tmp_path / chaos.TRIALS_FILE) as f:  # Written as each trial ends.
+    records = [json.loads(line) for line in f]
+  assert [(r["fault"], r["passed"]) for r in records] == [(fault, t.passed) for t in results]
+  for t in results:
+    if t.skipped:
+      pytest.skip(f"{fault}: {t.skipped}")
+    # Passing means, besides what is asserted here: no process left, nothing
+    # left in model_dir or the tasks' temporary directory, the output names the
+    # fault, and the newest checkpoint loads.
+    assert t.passed, table
+    assert t.checkpoint_valid
+    if fault == "nan_loss":
+      assert t.exit_code == 3 and t.restarts == 0 and t.final_step is None
+    elif fault == "disk_full":
+      assert t.exit_code == 4 and t.restarts == 0 and t.final_step == config.train_steps
+    else:
+      assert t.final_step == config.train_steps
+      assert (t.restarts >= 1) == (fault in RESTARTED)
+    if fault in RESTARTED or fault == "kill_launcher":
+      assert MIN_REDONE <= t.steps_redone <= MAX_REDONE, table
+    if fault in PREEMPTED:
+      assert t.steps_redone == 0 and t.exit_code == 0, table
+
+
+@pytest.mark.chaos
+@needs_ray
+@pytest.mark.parametrize("backend, fault", RAY_CASES)
+def test_on_ray_a_fault_ends_as_on_local_workers(backend, fault, tiny_data_dir, tmp_path):
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  (t,) = chaos.run_chaos(backend, config, 2, 1, str(tmp_path), seed=7, timeout=300,
+                         faults=(fault,), engine="ray")
+  table = chaos.format_table([t])
+  # Passing means, as above, and: no process of the run's Ray cluster is left.
+  assert t.passed and t.final_step == config.train_steps, table
+  if fault in PREEMPTED:
+    assert t.steps_redone == 0 and t.restarts == 0, table
+  else:
+    assert t.restarts == 1 and MIN_REDONE <= t.steps_redone <= MAX_REDONE, table
+
+
+def test_trial_failures_are_reported_not_hidden(tiny_data_dir, tmp_path):
+  # Too short a timeout: the run cannot finish, and the trial must say so.
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  (result,) = chaos.run_chaos("keras", config, 2, 1, str(tmp_path), timeout=3)
+  assert not result.passed and result.problems
+  assert "FAIL" in chaos.format_table([result]) and not chaos.overall_passed([result])
+
+
+def test_a_skipped_trial_says_why_and_never_passes_alone():
+  skipped = chaos.Trial(1, "keras", "disk_full", skipped="needs root")
+  passed = chaos.Trial(2, "keras", "kill_worker")
+  assert not skipped.passed and not chaos.overall_passed([skipped])
+  assert chaos.overall_passed([skipped, passed])
+  assert "SKIPPED: needs root" in chaos.format_table([skipped, passed])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend=keras", "--workers=1"], "at least 2"),
+    (["--backend=keras", "--fault=kill_worker,unplug"], "unknown unplug"),
+])
+def test_cli_rejects_bad_flags(args, message):
+  result = run_module("launch.chaos", args)
+  assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]

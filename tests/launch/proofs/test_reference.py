@@ -1,0 +1,84 @@
+"""launch.proofs.reference: the hand-written loop, checked by hand, and each written-out
+update rule against its tf.compat.v1.train optimizer."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from launch.proofs import reference
+from tests.trainers import test_optimizers
+from tests.conftest import memory_input_fn
+from trainers import optimizers
+from trainers import model as model_lib
+from trainers.config import Config
+
+CONFIG = Config(train_steps=2, global_batch_size=32, learning_rate=0.1, momentum=0.9)
+
+
+def _gradients(weights, images, labels):
+  model = model_lib.build(Config(seed=0), weights)
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=model(images, training=True)))
+  grads = tape.gradient(loss, model.trainable_variables)
+  return float(loss), {model_lib.weight_name(v): g.numpy()
+                       for v, g in zip(model.trainable_variables, grads)}
+
+
+@pytest.mark.parametrize("any_batch_size", [False, True])
+def test_two_workers_step_on_their_concatenated_batches_with_v1_momentum(any_batch_size):
+  input_fn = memory_input_fn(CONFIG.global_batch_size)
+  losses, got = reference.train_reference(CONFIG, 2, input_fn=input_fn,
+                                          any_batch_size=any_batch_size)
+  shards = [iter(input_fn("train", tf.distribute.InputContext(2, i, 2))) for i in range(2)]
+  weights = model_lib.get_weights(model_lib.build(CONFIG))
+  accum = {n: np.zeros_like(w) for n, w in weights.items()}
+  want_losses = []
+  for step in range(CONFIG.train_steps):
+    batches = [next(s) for s in shards]
+    loss, grads = _gradients(weights, tf.concat([b[0] for b in batches], 0),
+                             tf.concat([b[1] for b in batches], 0))
+    rate = 0.1 * 0.5 * (1 + math.cos(math.pi * step / CONFIG.train_steps))
+    for n in weights:
+      accum[n] = 0.9 * accum[n] + grads[n]
+      weights[n] = weights[n] - rate * accum[n]
+    want_losses.append(loss)
+  np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
+  for n in weights:
+    np.testing.assert_allclose(got[n], weights[n], atol=1e-6, err_msg=n)
+
+
+# Compiled, as the reference runs them, these rules step bit for bit as the v1 kernels; Ftrl's
+# powers and RMSProp's square root of a sum round otherwise than the fused kernels do.
+BIT_FOR_BIT = {"sgd", "momentum", "adagrad", "adam"}
+
+
+@pytest.mark.parametrize("name", sorted(reference.UPDATES))
+def test_each_written_out_rule_compiled_steps_as_its_v1_optimizer(name):
+  settings = test_optimizers.hyperparameters(name, test_optimizers.OTHER_SETTINGS[name])
+  pair = optimizers.OPTIMIZERS[name]
+  want = test_optimizers.v1_steps(lambda rate: pair.v1(rate, **settings))
+  update = reference.UPDATES[name]
+  variable = tf.Variable(test_optimizers.INITIAL)
+  slots = [tf.Variable(s) for s in update.slots(variable, settings)]
+  config = Config(train_steps=test_optimizers.STEPS, decay_steps=test_optimizers.DECAY_STEPS,
+                  learning_rate=test_optimizers.RATE)
+  apply = tf.function(lambda gradient, rate: update.apply(variable, gradient, slots, rate,
+                                                          settings))
+  for step, gradient in enumerate(test_optimizers.GRADIENTS):
+    apply(tf.constant(gradient), tf.constant(reference.v1_cosine_rate(config, step), tf.float32))
+  np.testing.assert_allclose(variable.numpy(), want, rtol=0,
+                             atol=0 if name in BIT_FOR_BIT else 1e-6)
+
+
+def test_the_written_out_schedule_is_v1s_to_the_bit_as_the_estimators_graph_runs_it():
+  config = Config(train_steps=300)
+  with tf.Graph().as_default():
+    step = tf.compat.v1.placeholder(tf.int64, [])
+    rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(), step, 300)
+    with tf.compat.v1.Session() as session:
+      want = [session.run(rate, {step: i}) for i in range(303)]
+  got = [np.float32(reference.v1_cosine_rate(config, i)) for i in range(303)]
+  assert got == want

@@ -1,0 +1,83 @@
+"""The serving check (launch/proofs/serving_check.py and its binary): both backends' exports
+answer the Estimator's tf.Example signatures alike, and the check fails when they do not."""
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from launch.proofs import harness
+from launch.proofs import serving_check
+from tests.conftest import ESTIMATOR_MISSING, memory_input_fn, run_module
+from tests.trainers.test_serving import CONFIG, CONTRACT, NAMES, _batches, _keras_export
+from trainers import loop
+from trainers import model as model_lib
+from trainers import serving
+from trainers.config import Config
+
+needs_estimator = pytest.mark.skipif(bool(ESTIMATOR_MISSING), reason=str(ESTIMATOR_MISSING))
+
+
+@needs_estimator
+@pytest.mark.parametrize("model", ["cnn", "dnn"])
+def test_both_backends_serve_the_same_contract_and_answers(model, tmp_path):
+  from trainers import estimator_trainer  # noqa: PLC0415 -- absent after TF 2.15.
+  # A canned model's feature named otherwise: the contract's feature is --feature_name.
+  config = dataclasses.replace(CONFIG, model=model,
+                               **({"feature_name": "pixels"} if model == "dnn" else {}))
+  config = harness.prepare(config, str(tmp_path))
+  summary = loop.train_and_evaluate(estimator_trainer.Backend, config, str(tmp_path / "est"),
+                                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                                    input_fn=memory_input_fn(config.global_batch_size))
+  weights = harness.backend_weights("estimator", summary, config)
+  keras_dir = _keras_export(config, weights, tmp_path / "keras")
+  assert serving_check.signatures(summary["export_dir"]) == CONTRACT
+  checks = serving_check.compare(summary["export_dir"], keras_dir, _batches,
+                                 serving.feature_name(config), atol=1e-5, names=NAMES)
+  assert all(c.passed for c in checks), harness.format_checks("serving", checks)
+  names = " ".join(c.name for c in checks)
+  for key in ("serving_default/labels", "predict/class_ids", "image:predict/logits",
+              "missing feature", "wrong dtype", "malformed proto"):
+    assert key in names
+
+  # The checks can fail: another weight, and an export without the Classify method.
+  moved = {k: v + (0.01 if k.endswith("bias") else 0.0) for k, v in weights.items()}
+  checks = serving_check.compare(summary["export_dir"], _keras_export(config, moved,
+                                                                     tmp_path / "moved"),
+                                 _batches, serving.feature_name(config), atol=1e-5)
+  failed = {c.name.split(",")[0] for c in checks if not c.passed}
+  assert "max |diff|" in failed and not any(c.name.startswith("signature ") for c in checks
+                                            if not c.passed)
+  unmarked = str(tmp_path / "unmarked")
+  shutil.copytree(keras_dir, unmarked)
+  model_ = model_lib.build(config, weights)
+  tf.saved_model.save(model_, unmarked, signatures=serving.keras_signatures(
+      model_, serving.feature_name(config)))
+  bad = serving_check.compare_signatures(serving_check.signatures(summary["export_dir"]),
+                                         serving_check.signatures(unmarked), NAMES)
+  assert {c.name.split(":")[0] for c in bad if not c.passed} == {
+      "signature serving_default", "signature classification"}
+
+
+def test_cli_passes_exports_of_one_model_and_fails_another(tiny_data_dir, tmp_path):
+  config = Config(seed=1)
+  weights = model_lib.get_weights(model_lib.build(config))
+  one, again = (_keras_export(config, weights, tmp_path / name) for name in ("one", "again"))
+  other = _keras_export(Config(seed=2), None, tmp_path / "other")
+  flags = [f"--data_dir={tiny_data_dir}", f"--out={tmp_path / 'report'}"]
+
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={again}", *flags])
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  report = json.loads((tmp_path / "report" / "serving_check_report.json").read_text())
+  assert report["passed"] and len(report["checks"]) == 27
+  assert "Overall: PASS (27/27 checks)" in result.stdout
+
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={other}", *flags])
+  assert result.returncode == 1 and "| max |diff|, answers predict/logits, first vs second " \
+      "| FAIL |" in result.stdout
+
+  result = run_module("launch.serving_check", [f"--first={tmp_path}", f"--second={one}", *flags])
+  assert result.returncode == 2 and "Traceback" not in result.stderr
+  assert f"--first={tmp_path} holds no SavedModel (saved_model.pb)" in result.stderr
