@@ -17,12 +17,13 @@ from absl import app
 from absl import flags
 
 from data import mnist
-from data import paths
+from data.mnist import ready
+from data.mnist import store
 
 # --idx_dir, named from the constant that this binary's error messages name.
 _IDX_DIR = flags.DEFINE_string(
-    paths.PREPARE_IDX_DIR_FLAG.lstrip("-"), None,
-    f"Directory holding the four gzip'd MNIST IDX files (default: ${paths.IDX_DIR_ENV}); "
+    store.PREPARE_IDX_DIR_FLAG.lstrip("-"), None,
+    f"Directory holding the four gzip'd MNIST IDX files (default: ${mnist.IDX_DIR_ENV}); "
     "without either, TFDS downloads MNIST.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory to write to.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Rebuild the dataset if it exists.")
@@ -31,11 +32,11 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Rebuild the dataset if it ex
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  path = paths.dataset_path(_DATA_DIR.value)
+  path = store.dataset_path(_DATA_DIR.value)
   try:
-    counts = mnist.ensure_prepared(_DATA_DIR.value, _IDX_DIR.value, overwrite=_OVERWRITE.value,
-                                   idx_dir_flag=paths.PREPARE_IDX_DIR_FLAG)
-  except paths.MissingDataError as e:
+    counts = ready.ensure_prepared(_DATA_DIR.value, _IDX_DIR.value, overwrite=_OVERWRITE.value,
+                                   idx_dir_flag=store.PREPARE_IDX_DIR_FLAG)
+  except ready.MissingDataError as e:
     sys.exit(f"error: {e}")
   if counts is None:  # Already there: nothing to do, and nothing was touched.
     print(f"MNIST is already prepared at {path}; pass --overwrite to rebuild it.")

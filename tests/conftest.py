@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from data import mnist
-from data import paths
+from data.mnist import build
+from data.mnist import store
 from launch import supervisor
 from trainers import runner
 
@@ -91,7 +92,7 @@ def tiny_idx_dir(tmp_path_factory) -> pathlib.Path:
 def tiny_data_dir(tiny_idx_dir, tmp_path_factory) -> str:
   """A TFDS data dir with a small synthetic `mnist` (600 train, 200 test)."""
   data_dir = str(tmp_path_factory.mktemp("tfds"))
-  mnist.prepare(str(tiny_idx_dir), data_dir)
+  build.prepare(str(tiny_idx_dir), data_dir)
   return data_dir
 
 
@@ -99,7 +100,7 @@ def tiny_data_dir(tiny_idx_dir, tmp_path_factory) -> str:
 def real_data_dir(tmp_path_factory) -> str:
   """A TFDS data dir with the real MNIST subset from ../shared (CI requires it)."""
   env_dir = os.environ.get("TFDS_DATA_DIR")
-  if env_dir and paths.is_prepared(env_dir):
+  if env_dir and store.is_prepared(env_dir):
     return env_dir
   if not (SHARED_IDX_DIR / "train-images-idx3-ubyte.gz").exists():
     message = f"real MNIST IDX files not found in {SHARED_IDX_DIR} (set MNIST_IDX_DIR)"
@@ -107,7 +108,7 @@ def real_data_dir(tmp_path_factory) -> str:
       pytest.fail(message)
     pytest.skip(message)
   data_dir = str(tmp_path_factory.mktemp("real_tfds"))
-  mnist.prepare(str(SHARED_IDX_DIR), data_dir)
+  build.prepare(str(SHARED_IDX_DIR), data_dir)
   return data_dir
 
 

@@ -12,6 +12,7 @@ from typing import Dict
 import tensorflow as tf
 
 from data import mnist
+from data.mnist import pipeline
 from trainers import serving
 from trainers.config import Config
 
@@ -58,9 +59,9 @@ def train_and_export(config: Config, model_dir: str) -> str:
   estimator = tf.estimator.Estimator(
       make_legacy_model_fn(config), model_dir=model_dir,
       config=tf.estimator.RunConfig(tf_random_seed=config.seed))
-  estimator.train(lambda: mnist.input_fn(mnist.TRAIN, None,
-                                         global_batch_size=config.global_batch_size,
-                                         data_dir=config.data_dir, seed=config.seed),
+  estimator.train(lambda: pipeline.input_fn(mnist.TRAIN, None,
+                                            global_batch_size=config.global_batch_size,
+                                            data_dir=config.data_dir, seed=config.seed),
                   max_steps=config.train_steps)
   receiver = serving.estimator_receiver_fn(serving.IMAGE, as_dict=False)
   return estimator.export_saved_model(os.path.join(model_dir, "export"), receiver).decode()

@@ -26,7 +26,8 @@ LAYERS = (
 )
 # The launcher core starts tasks at once: it must not import TensorFlow (2 to 3 s);
 # nor must launch.tfjob, which only writes YAML.
-TF_FREE = ("launch/exit_codes.py", "data/paths.py", "launch/cluster.py", "launch/supervisor.py",
+TF_FREE = ("launch/exit_codes.py", "data/mnist/__init__.py", "data/mnist/store.py",
+           "data/mnist/ready.py", "data/mnist/idx.py", "launch/cluster.py", "launch/supervisor.py",
            "launch/console.py", "launch/netns.py", "launch/local.py", "launch/restarts.py",
            "launch/kube/tfjob.py", "launch/ray/record.py",
            "trainers/run_lock.py", "trainers/run_record.py", "launch/rendezvous.py",

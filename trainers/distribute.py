@@ -120,7 +120,7 @@ def no_autotune_on_device_datasets() -> None:
   there to tune). In TF 2.15, deleting an iterator this way (at the end of
   `fit`, or of an Estimator session) waits out its autotuning thread's sleep
   instead of waking it (docs/MIGRATION.md, item 12).
-  `mnist.input_fn` turns autotuning off in the pipeline itself; both are needed.
+  `data.mnist.pipeline.input_fn` turns autotuning off in the pipeline itself; both are needed.
   """
   create = multi_device_iterator_ops._create_device_dataset
   if getattr(create, "_no_autotune", False):

@@ -6,6 +6,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from data import mnist
+from data.mnist import pipeline
 from trainers.config import Config
 
 InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
@@ -16,9 +17,9 @@ def default_input_fn(config: Config) -> InputFn:
 
   def input_fn(mode: str, input_context: Optional[tf.distribute.InputContext] = None):
     batch = config.global_batch_size if mode == mnist.TRAIN else config.eval_batch_size
-    return mnist.input_fn(mode, input_context, global_batch_size=batch,
-                          data_dir=config.data_dir, seed=config.seed,
-                          record_dir=config.record_dir)
+    return pipeline.input_fn(mode, input_context, global_batch_size=batch,
+                             data_dir=config.data_dir, seed=config.seed,
+                             record_dir=config.record_dir)
 
   return input_fn
 

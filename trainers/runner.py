@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence, Tuple
 
 from absl import logging
 
-from data import paths
+from data.mnist import ready
 from launch import cluster
 from launch import console
 from launch import exit_codes
@@ -28,6 +28,7 @@ from trainers.config import Config
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 BINARIES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
+IDX_DIR_FLAG = "--mnist_idx_dir"  # RunOptions.mnist_idx_dir's flag, which messages name.
 
 
 class ModelDirError(ValueError):
@@ -50,7 +51,7 @@ class RunOptions:
     verbosity: absl's --verbosity; below 1 the terminal shows the run's own
       lines, warnings and errors, not TensorFlow's INFO logs (launch.console).
     mnist_idx_dir: IDX files to prepare missing data from; None means
-      $MNIST_IDX_DIR, else a TFDS download (data.mnist.ensure_prepared).
+      $MNIST_IDX_DIR, else a TFDS download (data.mnist.ready.ensure_prepared).
     evaluator: a local cluster also runs an "evaluator" task; False (Keras
       only) makes the chief evaluate.
     allow_config_change: resume a model_dir whose run had other settings
@@ -203,17 +204,6 @@ def _repair(path: str) -> None:
     raise ModelDirError(str(e)) from e
 
 
-def _ensure_data(data_dir: Optional[str], idx_dir: Optional[str]) -> None:
-  """Prepares missing MNIST (importing TensorFlow only then).
-
-  Raises:
-    paths.MissingDataError: if it cannot, saying what was tried and the fixes.
-  """
-  if not paths.is_prepared(data_dir):
-    from data import mnist  # noqa: PLC0415 -- imports TensorFlow: only for missing data.
-    mnist.ensure_prepared(data_dir, idx_dir)
-
-
 def _check_run(backend: str, config: Config, options: RunOptions
                ) -> Tuple[Optional[cluster.Task], int]:
   """Checks everything a run is given before any task starts: this task and its workers.
@@ -335,13 +325,13 @@ def _run(backend: str, config: Config, options: RunOptions,
       model_lib.check(config)  # A user's spec: its errors exit 2 before peers wait.
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
-    _ensure_data(config.data_dir, options.mnist_idx_dir)
+    ready.ensure_prepared(config.data_dir, options.mnist_idx_dir, idx_dir_flag=IDX_DIR_FLAG)
     if options.model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir; the
       # lock is held until this process exits.
       lock = _prepare_model_dir(backend, config, options, writer=task is None or task.is_chief,
                                 workers=num_workers)
-  except paths.MissingDataError as e:
+  except ready.MissingDataError as e:
     return _error(str(e), 1)
   except ValueError as e:  # TFConfigError, ModelDirError, ConfigChangeError, SpecError.
     return _error(str(e), exit_codes.USAGE)

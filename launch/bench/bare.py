@@ -31,7 +31,8 @@ import tf_keras
 from absl import logging
 
 from data import mnist
-from data import paths
+from data.mnist import pipeline
+from data.mnist import ready
 from launch import cluster
 from launch.proofs import reference
 from trainers import distribute
@@ -40,6 +41,7 @@ from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import runner
 from trainers.config import Config
 
 CEILING = "ceiling"
@@ -67,7 +69,7 @@ PARTS = ("input", "compute", "all_reduce", *CEILING_LOOPS, KERAS_TRAIN_FUNCTION,
 
 def steps_per_epoch(config: Config) -> int:
   """Steps until every pipeline has read its shard once (and its cache serves the rest)."""
-  return -(-mnist.num_examples("train", config.data_dir) // config.global_batch_size)
+  return -(-pipeline.num_examples("train", config.data_dir) // config.global_batch_size)
 
 
 class _Step:
@@ -476,8 +478,8 @@ def run_bare(config: Config, model_dir: Optional[str], probe_out: Optional[str],
   Missing data is prepared first (from `idx_dir`, $MNIST_IDX_DIR, or a download).
   """
   try:
-    mnist.ensure_prepared(config.data_dir, idx_dir)
-  except paths.MissingDataError as e:
+    ready.ensure_prepared(config.data_dir, idx_dir, idx_dir_flag=runner.IDX_DIR_FLAG)
+  except ready.MissingDataError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   try:

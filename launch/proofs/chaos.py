@@ -141,7 +141,8 @@ def poison_training_batch(step: int) -> None:
   trainers leads here.
   """
   from data import mnist  # noqa: PLC0415 -- only in the process the hook poisons.
-  original = mnist.input_fn
+  from data.mnist import pipeline  # noqa: PLC0415 -- the same.
+  original = pipeline.input_fn
 
   def input_fn(mode, input_context=None, **kwargs):
     ds = original(mode, input_context, **kwargs)
@@ -158,7 +159,7 @@ def poison_training_batch(step: int) -> None:
 
     return ds.enumerate().map(poison)
 
-  mnist.input_fn = input_fn
+  pipeline.input_fn = input_fn
 
 
 def nan_hook_env(hook_dir: str, step: int) -> Dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from data import mnist
+from data.mnist import pipeline
 from launch.proofs import harness
 from launch.proofs import reference
 from launch.proofs import runs
@@ -76,7 +76,7 @@ def _shards(record_dir: str, workers: int) -> List[set]:
 def compare_shards(record_dirs: Dict[str, str], workers: int, data_dir: Optional[str]
                    ) -> List[Check]:
   """Worker i reads the same examples in every backend; shards are disjoint and cover."""
-  whole = mnist.shard_fingerprints("train", data_dir)
+  whole = pipeline.shard_fingerprints("train", data_dir)
   shards = {run: _shards(d, workers) for run, d in record_dirs.items()}
   checks = []
   first_run, first = next(iter(shards.items()))
@@ -128,7 +128,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   """
   backend_flags = backend_flags or {}
   config = harness.prepare(deterministic(config), out_dir)
-  epoch = mnist.num_examples("train", config.data_dir) // config.global_batch_size
+  epoch = pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
   trainer_runs = harness.Runs(config, out_dir, timeout)
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from absl import app
 
-from data import paths
+from data.mnist import ready
 from launch import console
 from launch import restarts
 from launch import supervisor
@@ -127,7 +127,7 @@ def check_or_exit(config: Config, workers: int, idx_dir: Optional[str],
   run (the Estimator on TF >= 2.16); prepare missing data, or exit 1.
 
   The data is prepared here, once, before any run starts (see
-  data.mnist.ensure_prepared; `idx_dir` None means $MNIST_IDX_DIR or a download).
+  data.mnist.ready.ensure_prepared; `idx_dir` None means $MNIST_IDX_DIR or a download).
   """
   if "estimator" in backends and runner.estimator_unavailable():
     raise app.UsageError(runner.estimator_unavailable(), exitcode=2)
@@ -135,10 +135,7 @@ def check_or_exit(config: Config, workers: int, idx_dir: Optional[str],
     config.validate(workers)
   except ValueError as e:
     raise app.UsageError(str(e), exitcode=2) from e
-  if paths.is_prepared(config.data_dir):
-    return
-  from data import mnist  # noqa: PLC0415 -- imports TensorFlow: only for missing data.
   try:
-    mnist.ensure_prepared(config.data_dir, idx_dir)
-  except paths.MissingDataError as e:
+    ready.ensure_prepared(config.data_dir, idx_dir, idx_dir_flag=runner.IDX_DIR_FLAG)
+  except ready.MissingDataError as e:
     sys.exit(f"error: {e}")

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from data import paths
+from data.mnist import store
 from launch import cluster
 from launch import exit_codes
 from trainers import checkpoints
@@ -632,7 +632,7 @@ def test_real_mnist_two_workers_reach_98_percent(backend, real_data_dir, tmp_pat
   print(json.dumps(summary))
   assert summary["global_step"] == Config().train_steps
   assert summary["test_accuracy"] >= 0.98
-  assert paths.is_prepared(str(data_dir))
+  assert store.is_prepared(str(data_dir))
   if backend == "keras":  # Prepared once, by the launcher: no task logs a preparation.
     assert result.stderr.count("Preparing MNIST") == 1, result.stderr[-5000:]
     for log in (model_dir / "logs").glob("*.log"):

@@ -7,7 +7,8 @@ import pytest
 from absl import app
 from absl import flags as absl_flags
 
-from data import paths
+from data import mnist
+from data.mnist import store
 from launch.proofs import runs
 from trainers import flags as trainer_flags
 from trainers.config import Config
@@ -40,7 +41,7 @@ def test_records_are_read_whole(tmp_path):
 
 def test_tools_prepare_missing_data_before_any_run_or_exit_naming_the_fixes(
     tiny_idx_dir, tmp_path, monkeypatch):
-  monkeypatch.delenv(paths.IDX_DIR_ENV, raising=False)
+  monkeypatch.delenv(mnist.IDX_DIR_ENV, raising=False)
   for name in ("HTTPS_PROXY", "https_proxy"):  # Offline: the download's proxy refuses.
     monkeypatch.setenv(name, "http://127.0.0.1:9")
   monkeypatch.delenv("NO_PROXY", raising=False)
@@ -54,7 +55,7 @@ def test_tools_prepare_missing_data_before_any_run_or_exit_naming_the_fixes(
                        backends=["keras"])
   config = Config(data_dir=str(tmp_path / "tfds"))
   runs.check_or_exit(config, 2, str(tiny_idx_dir), backends=["keras"])
-  assert paths.is_prepared(config.data_dir)
+  assert store.is_prepared(config.data_dir)
   # The Estimator, where this install has none, is refused before any of that.
   monkeypatch.setattr(runs.runner, "estimator_unavailable", lambda: "no tf.estimator here")
   with pytest.raises(app.UsageError, match="no tf.estimator here"):
