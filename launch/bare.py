@@ -32,7 +32,7 @@ _PROBE_OUT = flags.DEFINE_string("probe_out", None, "Time the parts of a step in
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
-  if flags.FLAGS.workers != 1:
+  if flags.FLAGS.workers not in (None, 1):
     raise app.UsageError("--workers must be 1: a cluster comes from TF_CONFIG (python -m "
                          "launch.local --workers=N -- python -m launch.bare ...).",
                          exitcode=2)

@@ -20,6 +20,7 @@ from absl import flags
 from absl import logging
 
 from launch import console
+from launch import restarts
 from launch import supervisor
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Training tasks: one chief and N-1 workers.")
@@ -28,8 +29,8 @@ _TIMEOUT = flags.DEFINE_float("timeout", None, "Seconds before every task is sto
 _STALL_TIMEOUT = flags.DEFINE_float("stall_timeout", None, "Seconds without output from any "
                                    "training task (not the evaluator) before the run is "
                                    "stopped as hung.")
-_MAX_RESTARTS = flags.DEFINE_integer("max_restarts", 3, "Times every task is started again "
-                                     "after one fails.")
+_MAX_RESTARTS = flags.DEFINE_integer("max_restarts", restarts.DEFAULT_MAX_RESTARTS,
+                                     "Times every task is started again after one fails.")
 _LOG_DIR = flags.DEFINE_string("task_log_dir", None, "Where task logs go (default: a new "
                                "temporary directory).")
 

@@ -47,7 +47,8 @@ _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _MODELS = flags.DEFINE_list("model", [Config.model], "Models to prove, comma-separated: built-in "
                             "names or package.module:NAME; all: every built-in.")
 _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to prove each model "
-                                "with, comma-separated; all: " + ", ".join(config_lib.OPTIMIZERS)
+                                "with, comma-separated; all: "
+                                + ", ".join(config_lib.OPTIMIZER_DEFAULTS)
                                 + ". A canned model (dnn, linear, wide_deep) trains once, "
                                 "with its own (--dnn_optimizer, --linear_optimizer).")
 _CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS,
@@ -77,7 +78,8 @@ def _matrix() -> List[Tuple[str, str]]:
   the default optimizer, which it does not read); a usage error (exit 2) for an empty
   list, or --model_options with several models."""
   models = list(model_registry.BUILT_IN) if _MODELS.value == ["all"] else _MODELS.value
-  optimizers = list(config_lib.OPTIMIZERS) if _OPTIMIZERS.value == ["all"] else _OPTIMIZERS.value
+  optimizers = (list(config_lib.OPTIMIZER_DEFAULTS) if _OPTIMIZERS.value == ["all"]
+                else _OPTIMIZERS.value)
   if not models or not optimizers:
     raise app.UsageError("--model and --optimizer each need at least one name.", exitcode=2)
   if len(models) > 1 and _CONFIG["model_options"].value:

@@ -23,6 +23,9 @@ from absl import logging
 from launch import exit_codes
 
 TASKS_FILE = "tasks.json"
+# The launchers' --max_restarts when none is given: a preemption or a lost peer is retried
+# without one.
+DEFAULT_MAX_RESTARTS = 3
 
 
 def new_counts() -> Dict[str, int]:

@@ -313,7 +313,7 @@ def run_local_cluster(
     evaluator: bool = False,
     timeout: Optional[float] = None,
     stall_timeout: Optional[float] = None,
-    max_restarts: int = 0,
+    max_restarts: int,
     env: Optional[Mapping[str, str]] = None,
     grace: float = GRACE_SECONDS,
     verbose: bool = True,

@@ -11,7 +11,7 @@ AUTO_STEPS_PER_EXECUTION_MAX = 10
 # Each optimizer's hyperparameters (the Config fields it reads) and their defaults: the
 # tf.compat.v1.train optimizer's own, and, where v1 has none (the learning rate, the
 # momentum), the value that trains `cnn` (docs/training.md, "Optimizers").
-OPTIMIZERS = {
+OPTIMIZER_DEFAULTS = {
     "sgd": {"learning_rate": 0.3},
     "momentum": {"learning_rate": 0.1, "momentum": 0.9},
     "adagrad": {"learning_rate": 0.1, "initial_accumulator_value": 0.1},
@@ -86,7 +86,7 @@ class Config:
   global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
                                   "divisible by the workers (96 divides 1 to 4).")
   optimizer: str = _field("momentum", "The tf.compat.v1.train optimizer the Estimator trains "
-                          "with, and its Keras twin: " + ", ".join(OPTIMIZERS) + " "
+                          "with, and its Keras twin: " + ", ".join(OPTIMIZER_DEFAULTS) + " "
                           "(docs/MIGRATION.md, item 2).")
   learning_rate: Optional[float] = _field(None, "Initial learning rate, cosine-decayed to 0 "
                                           "over --decay_steps (default: --train_steps). "
@@ -161,16 +161,17 @@ class Config:
                                     "that fits, up to 10 (1 with --record_dir).")
 
   def hyperparameters(self) -> Dict[str, float]:
-    """The optimizer's hyperparameters, each as given or its default (`OPTIMIZERS`)."""
+    """The optimizer's hyperparameters, each as given or its default (`OPTIMIZER_DEFAULTS`)."""
     return {name: default if getattr(self, name) is None else getattr(self, name)
-            for name, default in OPTIMIZERS[self.optimizer].items()}
+            for name, default in OPTIMIZER_DEFAULTS[self.optimizer].items()}
 
   def validate_optimizer(self) -> None:
     """Raises ValueError naming the fix for an unknown --optimizer, a hyperparameter it
     does not read, or one out of its range."""
-    if self.optimizer not in OPTIMIZERS:
-      raise ValueError(f"--optimizer={self.optimizer} is not one of {', '.join(OPTIMIZERS)}.")
-    takes = OPTIMIZERS[self.optimizer]
+    if self.optimizer not in OPTIMIZER_DEFAULTS:
+      raise ValueError(f"--optimizer={self.optimizer} is not one of "
+                       f"{', '.join(OPTIMIZER_DEFAULTS)}.")
+    takes = OPTIMIZER_DEFAULTS[self.optimizer]
     for name in HYPERPARAMETERS:
       if getattr(self, name) is not None and name not in takes:
         raise ValueError(f"--{name} is not a setting of --optimizer={self.optimizer}, which "

@@ -117,7 +117,7 @@ def _keras_ftrl(lr: Any, l1: float, l2: float, **kw: float) -> tf_keras.optimize
                                   l2_regularization_strength=l2, **kw)
 
 
-OPTIMIZERS: Dict[str, Pair] = {
+PAIRS: Dict[str, Pair] = {
     "sgd": Pair(tf.compat.v1.train.GradientDescentOptimizer, tf_keras.optimizers.SGD,
                 tf_keras.optimizers.SGD),
     "momentum": Pair(tf.compat.v1.train.MomentumOptimizer, V1MomentumSGD,
@@ -152,13 +152,13 @@ def _others(config: Config) -> Dict[str, float]:
 def v1_optimizer(config: Config, learning_rate: Any) -> tf.compat.v1.train.Optimizer:
   """`config.optimizer` as tf.compat.v1.train makes it (the Estimator's), at `learning_rate`
   (a tensor: the schedule's rate at the global step)."""
-  return OPTIMIZERS[config.optimizer].v1(learning_rate, **_others(config))
+  return PAIRS[config.optimizer].v1(learning_rate, **_others(config))
 
 
 def keras_optimizer(config: Config, learning_rate: Any) -> tf_keras.optimizers.Optimizer:
   """The tf_keras optimizer that updates as `v1_optimizer(config, ...)` does, at
   `learning_rate` (a schedule, read at its `iterations`)."""
-  return OPTIMIZERS[config.optimizer].keras(learning_rate, **_others(config))
+  return PAIRS[config.optimizer].keras(learning_rate, **_others(config))
 
 
 class Slot(NamedTuple):

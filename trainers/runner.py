@@ -1,12 +1,11 @@
 """Runs one backend as a single process, as one TF_CONFIG task, or as a local cluster."""
 
-import dataclasses
 import importlib
 import importlib.metadata
 import os
 import sys
 import tempfile
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Tuple
 
 from absl import logging
 
@@ -18,8 +17,10 @@ from launch import rendezvous
 from launch import supervisor
 from trainers import preemption
 from trainers import run_lock
+from trainers import run_options
 from trainers import run_record
 from trainers.config import Config
+from trainers.run_options import RunOptions
 
 # TensorFlow is imported only where needed (trainers.checkpoints, trainers.distribute
 # and the trainers import it): a launcher checks its flags, the data and a new
@@ -28,54 +29,11 @@ from trainers.config import Config
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 BINARIES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
-IDX_DIR_FLAG = "--mnist_idx_dir"  # RunOptions.mnist_idx_dir's flag, which messages name.
+IDX_DIR_FLAG = run_options.flag("mnist_idx_dir")  # Named in the data's messages.
 
 
 class ModelDirError(ValueError):
   """model_dir cannot be used: missing parent, unwritable, or another run's checkpoint."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunOptions:
-  """How to run, as opposed to what to train (that is the Config).
-
-  Attributes:
-    workers: training workers; None when not given (then TF_CONFIG decides, or 1).
-    model_dir: output directory; None makes a new temporary one.
-    relaunch: the command line that runs this binary again, for each task.
-    log_dir: task logs of a local cluster; None means <model_dir>/logs.
-    timeout: seconds before a local cluster is stopped; None waits.
-    stall_timeout: seconds without output from any task of a local cluster
-      before it is stopped as hung; None never.
-    max_restarts: times a local cluster is started again after a task fails.
-    verbosity: absl's --verbosity; below 1 the terminal shows the run's own
-      lines, warnings and errors, not TensorFlow's INFO logs (launch.console).
-    mnist_idx_dir: IDX files to prepare missing data from; None means
-      $MNIST_IDX_DIR, else a TFDS download (data.mnist.ready.ensure_prepared).
-    evaluator: a local cluster also runs an "evaluator" task; False (Keras
-      only) makes the chief evaluate.
-    allow_config_change: resume a model_dir whose run had other settings
-      (trainers.run_record), recording the change.
-    startup_timeout: seconds a training task waits for its peers to start
-      (launch.rendezvous).
-    grace_seconds: how long after SIGTERM a task may take to save the step its cluster
-      stops at and exit (trainers.preemption); a local cluster's launcher gives its
-      tasks this long, and a little more, before SIGKILL.
-  """
-
-  workers: Optional[int]
-  model_dir: Optional[str]
-  relaunch: Sequence[str]
-  log_dir: Optional[str] = None
-  timeout: Optional[float] = None
-  stall_timeout: Optional[float] = None
-  max_restarts: int = 0
-  verbosity: int = 0
-  mnist_idx_dir: Optional[str] = None
-  evaluator: bool = True
-  allow_config_change: bool = False
-  startup_timeout: float = 600.0
-  grace_seconds: float = preemption.DEFAULT_GRACE_SECONDS
 
 
 def estimator_unavailable() -> Optional[str]:
@@ -259,7 +217,7 @@ def _check_files(config: Config, options: RunOptions) -> None:
     except (OSError, ValueError) as e:
       raise ValueError(f"--init_weights={config.init_weights} is not a .npz of weights "
                        f"({e}); give one that numpy.savez wrote, as launch.parity does.") from e
-  log_dir = options.log_dir
+  log_dir = options.task_log_dir
   if log_dir and not os.path.isdir(log_dir) and not os.path.isdir(
       os.path.dirname(os.path.abspath(log_dir))):
     raise ValueError(f"--task_log_dir={log_dir}: neither it nor its parent directory exists. "
@@ -340,7 +298,7 @@ def _run(backend: str, config: Config, options: RunOptions,
   # The tasks write under this process's lock (a new temporary model_dir needs none).
   task_env[run_lock.HELD_FOR_ENV] = os.path.abspath(model_dir)
   if launcher:
-    log_dir = options.log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
+    log_dir = options.task_log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
     logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
                  model_dir, log_dir)
     return start_cluster(

@@ -108,7 +108,7 @@ def _settings(source: str, keras_source: bool) -> Dict[str, Any]:
           "with: give --optimizer (and its hyperparameter flags) as it was trained.")
   if recorded and not any(_CONFIG[n].present for n in trainer_flags.OPTIMIZER_FIELDS):
     settings.update(optimizer=optimizer, **{n: recorded[n] for n in
-                                            config_lib.OPTIMIZERS.get(optimizer, {})
+                                            config_lib.OPTIMIZER_DEFAULTS.get(optimizer, {})
                                             if n in recorded})
   return settings
 

@@ -114,7 +114,8 @@ def carry_record(src_model_dir: str, staging: str, backend: str,
   record = {**record, "backend": backend}
   if optimizer is not None:
     trained = run_record.optimizer_of(record)
-    record = {k: v for k, v in record.items() if k not in config_lib.OPTIMIZERS.get(trained, {})}
+    kept = config_lib.OPTIMIZER_DEFAULTS.get(trained, {})
+    record = {k: v for k, v in record.items() if k not in kept}
     record.update(optimizer=optimizer.optimizer, **optimizer.hyperparameters())
   run_record.write(staging, record)
 

@@ -181,7 +181,7 @@ def rules(config: Config) -> Callable[[str], Rule]:
     if f"{part}_optimizer" in settings:
       name = settings[f"{part}_optimizer"]
       # A v1 canned class's optimizer is tf.compat.v1.train's, at its defaults.
-      update, hyperparameters = ((UPDATES[name], config_lib.OPTIMIZERS[name]) if v1
+      update, hyperparameters = ((UPDATES[name], config_lib.OPTIMIZER_DEFAULTS[name]) if v1
                                  else CANNED_UPDATES[name])
       by_part[part] = Rule(update, hyperparameters, settings[f"{part}_learning_rate"])
   return lambda name: by_part["linear" if name.startswith("linear/") else "dnn"]

@@ -52,8 +52,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   if _BACKEND.value is None:
     raise app.UsageError("Give --backend=keras or --backend=estimator.", exitcode=2)
-  if flags.FLAGS.workers < 2:
-    raise app.UsageError(f"--workers must be at least 2 on Ray, got {flags.FLAGS.workers}; "
+  if (flags.FLAGS.workers or 1) < 2:
+    raise app.UsageError(f"--workers must be at least 2 on Ray, got {flags.FLAGS.workers or 1}; "
                          "one worker trains with the trainer binary itself.", exitcode=2)
   try:
     ray_engine.check_installed()

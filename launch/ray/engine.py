@@ -361,7 +361,7 @@ class _Watch:
 
 def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
                     evaluator: bool = True, timeout: Optional[float] = None,
-                    stall_timeout: Optional[float] = None, max_restarts: int = 0,
+                    stall_timeout: Optional[float] = None, max_restarts: int,
                     env: Optional[Mapping[str, str]] = None, verbose: bool = True,
                     grace: float = supervisor.GRACE_SECONDS,
                     address: Optional[str] = None) -> int:

@@ -212,7 +212,7 @@ def _launcher(task_script, tmp_path, **env):
           logging.use_absl_handler()
           sys.exit(supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2,
                                                 {str(tmp_path / 'logs')!r}, evaluator=True,
-                                                grace=20))""")],
+                                                max_restarts=0, grace=20))""")],
       cwd=REPO, stderr=subprocess.PIPE, text=True,
       env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO), **env,
                **{f"BEHAVIOUR_{n}": "save_on_signal" for n in ("chief_0", "worker_0",
@@ -418,7 +418,8 @@ def test_tasks_die_with_a_killed_launcher(task_script, tmp_path):
           import sys
           from launch import supervisor
           supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2,
-                                       {str(tmp_path / 'logs')!r}, evaluator=True)""")],
+                                       {str(tmp_path / 'logs')!r}, evaluator=True,
+                                       max_restarts=0)""")],
       cwd=REPO, env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO),
                          BEHAVIOUR_chief_0="hang", BEHAVIOUR_worker_0="hang",
                          BEHAVIOUR_evaluator_0="hang"))

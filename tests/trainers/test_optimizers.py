@@ -32,7 +32,7 @@ OTHER_SETTINGS = {"sgd": {}, "momentum": {"momentum": 0.5},
 
 def hyperparameters(name, changes=None):
   """The optimizer's hyperparameters but the learning rate: its defaults, then `changes`."""
-  defaults = {k: v for k, v in config_lib.OPTIMIZERS[name].items() if k != "learning_rate"}
+  defaults = {k: v for k, v in config_lib.OPTIMIZER_DEFAULTS[name].items() if k != "learning_rate"}
   return {**defaults, **(changes or {})}
 
 
@@ -59,12 +59,12 @@ def _keras(make) -> np.ndarray:
 
 
 def test_every_optimizer_has_its_three_ways_and_its_defaults():
-  assert sorted(optimizers.OPTIMIZERS) == sorted(config_lib.OPTIMIZERS)
+  assert sorted(optimizers.PAIRS) == sorted(config_lib.OPTIMIZER_DEFAULTS)
 
 
-@pytest.mark.parametrize("name", sorted(optimizers.OPTIMIZERS))
+@pytest.mark.parametrize("name", sorted(optimizers.PAIRS))
 def test_the_matched_keras_optimizer_steps_as_v1_and_the_stock_one_where_it_must_not(name):
-  pair, settings = optimizers.OPTIMIZERS[name], hyperparameters(name)
+  pair, settings = optimizers.PAIRS[name], hyperparameters(name)
   want = v1_steps(lambda rate: pair.v1(rate, **settings))
   assert np.max(np.abs(want - INITIAL)) > 0.05  # It trained.
   matched = np.max(np.abs(_keras(lambda rate: pair.keras(rate, **settings)) - want))
@@ -78,7 +78,7 @@ def test_the_matched_keras_optimizer_steps_as_v1_and_the_stock_one_where_it_must
 
 @pytest.mark.parametrize("name", sorted(n for n in OTHER_SETTINGS if OTHER_SETTINGS[n]))
 def test_the_matched_optimizer_follows_every_hyperparameter(name):
-  pair, settings = optimizers.OPTIMIZERS[name], hyperparameters(name, OTHER_SETTINGS[name])
+  pair, settings = optimizers.PAIRS[name], hyperparameters(name, OTHER_SETTINGS[name])
   want = v1_steps(lambda rate: pair.v1(rate, **settings))
   defaults = v1_steps(lambda rate: pair.v1(rate, **hyperparameters(name)))
   assert np.max(np.abs(want - defaults)) > 1e-4  # The settings change the steps.
@@ -115,7 +115,7 @@ def test_v1_rmsprop_resumes_its_mean_square_from_a_checkpoint(tmp_path):
   np.testing.assert_array_equal(fresh._velocities[0].numpy(), [1.0, 1.0])
 
 
-@pytest.mark.parametrize("name", list(config_lib.OPTIMIZERS))
+@pytest.mark.parametrize("name", list(config_lib.OPTIMIZER_DEFAULTS))
 def test_each_v1_slot_has_its_place_in_the_keras_twin(name, tmp_path):
   # What a v1 optimizer's checkpoint holds besides the weight and the step: <var>/<slot>.
   with tf.Graph().as_default():

@@ -558,10 +558,11 @@ def test_the_launcher_starts_the_tasks_without_tensorflow(backend, tiny_data_dir
     import sys
     from trainers import runner
     from trainers.config import Config
+    from trainers.run_options import RunOptions
     def start(*args, **kwargs):
       print("tensorflow imported:", "tensorflow" in sys.modules)
       return 0
-    sys.exit(runner.run({backend!r}, Config(data_dir={str(tiny_data_dir)!r}), runner.RunOptions(
+    sys.exit(runner.run({backend!r}, Config(data_dir={str(tiny_data_dir)!r}), RunOptions(
         workers=2, model_dir={str(tmp_path / "model")!r}, relaunch=["true"]),
         start_cluster=start))"""
   result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

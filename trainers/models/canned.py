@@ -184,13 +184,13 @@ def _canned_optimizer(name: str, learning_rate: float):
 def _v1_hyperparameters(name: str) -> Dict[str, float]:
   """A v1 optimizer's defaults but the rate: what a v1 canned class builds from its name
   (tf.compat.v1.train's defaults, which Config's are)."""
-  return {k: v for k, v in config_lib.OPTIMIZERS[name].items() if k != "learning_rate"}
+  return {k: v for k, v in config_lib.OPTIMIZER_DEFAULTS[name].items() if k != "learning_rate"}
 
 
 def _v1_canned_optimizer(name: str, learning_rate: float):
   """What a `tf.compat.v1.estimator` canned class takes as its optimizer: a callable
   making the tf.compat.v1.train optimizer it makes from `name`, at `learning_rate`."""
-  return functools.partial(optimizers.OPTIMIZERS[name].v1, learning_rate,
+  return functools.partial(optimizers.PAIRS[name].v1, learning_rate,
                            **_v1_hyperparameters(name))
 
 
@@ -200,7 +200,7 @@ def _v1_twin_optimizer(part: str):
   def make(config: Config) -> tf_keras.optimizers.Optimizer:
     settings = config.canned_settings()
     name = settings[f"{part}_optimizer"]
-    return optimizers.OPTIMIZERS[name].keras(settings[f"{part}_learning_rate"],
+    return optimizers.PAIRS[name].keras(settings[f"{part}_learning_rate"],
                                              **_v1_hyperparameters(name))
   return make
 

@@ -58,7 +58,7 @@ BIT_FOR_BIT = {"sgd", "momentum", "adagrad", "adam"}
 @pytest.mark.parametrize("name", sorted(reference.UPDATES))
 def test_each_written_out_rule_compiled_steps_as_its_v1_optimizer(name):
   settings = test_optimizers.hyperparameters(name, test_optimizers.OTHER_SETTINGS[name])
-  pair = optimizers.OPTIMIZERS[name]
+  pair = optimizers.PAIRS[name]
   want = test_optimizers.v1_steps(lambda rate: pair.v1(rate, **settings))
   update = reference.UPDATES[name]
   variable = tf.Variable(test_optimizers.INITIAL)
