@@ -5,7 +5,6 @@ raises ImportError with the fix, and the Keras backend still works.
 """
 
 import json
-import math
 import os
 import re
 import shutil
@@ -26,9 +25,8 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
-from trainers import preemption
-from trainers import progress as progress_lib
 from trainers import serving
+from trainers import step_duties
 from trainers.config import Config
 
 if not hasattr(tf, "estimator"):
@@ -144,17 +142,17 @@ def warm_start_from(weights: model_lib.Weights, directory: str
       path, vars_to_warm_start=[f"^{re.escape(name)}(:0)?$" for name in sorted(weights)])
 
 
-class _Progress(tf.estimator.SessionRunHook):
-  """Progress every `every` steps (progress.Progress), as Keras reports it.
+class _Steps(tf.estimator.SessionRunHook):
+  """The run's step duties (step_duties.StepDuties) after each step, as Keras's
+  StepsCallback feeds them.
 
-  Synchronous training: every run of the train op is one global step. The
-  loss is the one the Estimator reports (its `loss` summary): the
-  global-batch loss, all-reduced over the workers, which the Estimator's own
-  session run fetches every step anyway; the logged loss is its mean over the
-  window, as in Keras. A NaN or Inf loss, or weights found NaN or Inf (checked
-  every K steps, as Keras does), raise DivergedError on every worker, as Keras
-  stops: before the checkpoint hook's turn, so nothing diverged is saved (the
-  Estimator's own NanTensorHook catches a NaN loss only).
+  Synchronous training: every run of the train op is one global step. The loss is the one
+  the Estimator reports (its `loss` summary): the global-batch loss, all-reduced over the
+  workers, which the Estimator's own session run fetches every step anyway; the weights
+  are checked every K steps, as Keras does. It runs before the checkpoint hook's turn, so
+  nothing diverged is saved (the Estimator's own NanTensorHook catches a NaN loss only);
+  at the agreed preemption step it ends the session as at its last step: every task's
+  checkpoint hook saves that step as the session ends (the chief's in model_dir).
 
   A TF2 canned Estimator reports the sum of the replicas' batch means (it reduces its loss
   by MEAN only after a tf.compat.v1.train optimizer, which the TF2 canned ones do not use):
@@ -162,13 +160,10 @@ class _Progress(tf.estimator.SessionRunHook):
   the sum of the replicas' batch sums, the global batch's: as Keras reports a summed loss.
   """
 
-  def __init__(self, every: int, total: int, model_dir: Optional[str], scale: float = 1.0):
-    self._every, self._total, self._scale = every, total, scale
-    self.report = progress_lib.Progress(total, model_dir)
+  def __init__(self, duties: step_duties.StepDuties, scale: float = 1.0):
+    self.duties, self._scale = duties, scale
     self._loss: Optional[tf.Tensor] = None
     self._weights_finite: List[tf.Tensor] = []
-    self._window: List[float] = []
-    self.step_losses: List[float] = []
 
   def begin(self):
     # The Estimator adds its reported (reduced) loss to LOSSES after the
@@ -177,44 +172,19 @@ class _Progress(tf.estimator.SessionRunHook):
     self._weights_finite = tf.compat.v1.get_collection(_WEIGHTS_FINITE)
 
   def after_create_session(self, session, coord):
-    self.report.start(int(session.run(tf.compat.v1.train.get_global_step())))
+    self.duties.start(int(session.run(tf.compat.v1.train.get_global_step())))
 
   def before_run(self, run_context):
     return tf.estimator.SessionRunArgs((self._loss, self._weights_finite))
 
-  @property
-  def step(self) -> int:
-    """The last step this hook saw."""
-    return self.report.last_step + len(self._window)
-
   def after_run(self, run_context, run_values):
-    self.report.first_step_done()
     loss, weights_finite = run_values.results
-    self._window.append(float(loss) * self._scale)
-    self.step_losses.append(self._window[-1])
-    step = self.step
-    if not (math.isfinite(self._window[-1]) and all(weights_finite)):
-      raise failures.diverged(step)
-    if step % self._every and step != self._total:
-      return
-    self.report.log(step, sum(self._window) / len(self._window))
-    self._window = []
+    self.duties.stepped(self.duties.step + 1, float(loss) * self._scale, all(weights_finite))
+    if self.duties.should_stop():
+      run_context.request_stop()
 
   def end(self, session):
-    self.report.end()
-
-
-class _StopOnPreemption(tf.estimator.SessionRunHook):
-  """Ends the training session at the step the cluster agreed to stop at
-  (trainers.preemption), as at its last step: every task's checkpoint hook saves that
-  step as the session ends (the chief's in model_dir), so the run resumes there."""
-
-  def __init__(self, agreement: preemption.Agreement, progress: _Progress):
-    self._agreement, self._progress = agreement, progress
-
-  def after_run(self, run_context, run_values):
-    if self._agreement.pending and self._agreement.reached(self._progress.step):
-      run_context.request_stop()
+    self.duties.end()
 
 
 class _OneSessionPerRun(tf.estimator.SessionRunHook):
@@ -326,21 +296,20 @@ class Backend(loop.Backend):
     run, config = self.run, self.run.config
     scale = (1 / run.strategy.num_replicas_in_sync
              if self._canned and not self._canned.v1 else 1.0)
-    progress = _Progress(config.log_every_steps, config.train_steps,
-                         run.model_dir if run.chief else None, scale)
+    duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
+                                    run.model_dir if run.chief else None, run.preemption)
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:
-        # _OneSessionPerRun first: a session created again ends the task before _Progress
-        # records a start for it. _StopOnPreemption after _Progress, whose step it reads.
+        # _OneSessionPerRun first: a session created again ends the task before _Steps
+        # records a start for it.
         self._result = self._train_and_evaluate(
             [*([_OneSessionPerRun()] if distribute.num_workers(run.strategy) > 1 else []),
-             progress, *([_StopOnPreemption(run.preemption, progress)] if run.preemption
-                         else [])])
+             _Steps(duties, scale)])
       except tf.compat.v1.train.NanLossDuringTrainingError as e:
-        # The Estimator's default NanTensorHook (NaN only); _Progress raises
+        # The Estimator's default NanTensorHook (NaN only); _Steps raises
         # DivergedError itself, for NaN and Inf.
-        raise failures.diverged(progress.step) from e
+        raise failures.diverged(duties.step) from e
       finally:
         if self._warm_start_dir:
           shutil.rmtree(self._warm_start_dir, ignore_errors=True)
@@ -356,10 +325,10 @@ class Backend(loop.Backend):
       distribute.barrier(run.strategy, "estimator_training_done")
     # Read from the chief's newest checkpoint; only the chief's is used.
     step = (self._estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
-            if run.chief else progress.step)
+            if run.chief else duties.step)
     # A canned model_fn records nothing: its losses are the ones the Estimator reports.
-    losses = progress.step_losses if self._canned and config.record_dir else self._losses
-    return loop.Trained(int(step), progress.report, losses)
+    losses = duties.step_losses if self._canned and config.record_dir else self._losses
+    return loop.Trained(int(step), duties.report, losses)
 
   def evaluate(self, step: int) -> Dict[str, float]:
     if self._result is not None and self._result[0] is not None:

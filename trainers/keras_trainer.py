@@ -1,6 +1,5 @@
 """Keras backend: Model.fit under MultiWorkerMirroredStrategy, and its evaluator task."""
 
-import math
 import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional
@@ -19,9 +18,8 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
-from trainers import preemption as preemption_lib
-from trainers import progress as progress_lib
 from trainers import serving
+from trainers import step_duties
 from trainers.config import Config
 
 
@@ -147,83 +145,53 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
   return model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
 
 
-class ProgressCallback(tf_keras.callbacks.Callback):
-  """Progress every `every` steps (progress.Progress), and the loss under Estimator's tag.
+class StepsCallback(tf_keras.callbacks.Callback):
+  """The run's step duties (step_duties.StepDuties) after each execution, and the loss under
+  the Estimator's summary tag.
 
-  Keras reports the mean loss since this `fit` began; the difference of two
-  running sums gives the mean over the last window, or over one execution.
-  Steps are global: a run resumed from a backup goes on from the backup's step.
+  Keras reports the mean loss since this `fit` began; the difference of two running sums
+  gives the losses of the steps since the last execution. First in the callback list, so
+  nothing of a diverged execution is saved, and a stop at the agreed preemption step ends
+  `fit` as at its last step (_Checkpoints saves it in model_dir; the backup goes). Steps
+  are global: a run resumed from a backup goes on from the backup's step.
   """
 
-  def __init__(self, every: int, total: int, model_dir: Optional[str]):
+  def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str]):
     super().__init__()
-    self._every, self._total = every, total
-    self.report = progress_lib.Progress(total, model_dir)
-    self._writer = tf.summary.create_file_writer(model_dir) if model_dir else None
+    self.duties = duties
+    self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
     self._first_batch: Optional[int] = None
-    self._last_sum = self._previous_sum = 0.0
-    self.step_losses: List[float] = []
-
-  def on_train_begin(self, logs=None):
-    # Runs after BackupAndRestore's on_train_begin, so a restored step shows here.
-    self.report.start(int(self.model.optimizer.iterations.numpy()))
-
-  def on_train_batch_begin(self, batch, logs=None):
-    if self._first_batch is None:  # A resumed fit starts mid-epoch.
-      self._first_batch = batch
-
-  def on_train_batch_end(self, batch, logs=None):
-    self.report.first_step_done()
-    seen = batch - self._first_batch + 1
-    step = self.report.first_step + seen
-    loss_sum = logs["loss"] * seen
-    self.step_losses.append(loss_sum - self._previous_sum)
-    self._previous_sum = loss_sum
-    if step % self._every and step != self._total:
-      return
-    window_loss = (loss_sum - self._last_sum) / (step - self.report.last_step)
-    steps_per_sec = self.report.log(step, window_loss)
-    self._last_sum = loss_sum
-    if self._writer:
-      with self._writer.as_default(step=step):
-        tf.summary.scalar("loss", window_loss)
-        tf.summary.scalar("global_step/sec", steps_per_sec)
-
-  def on_train_end(self, logs=None):
-    self.report.end()
-    if self._writer:
-      self._writer.close()
-
-
-class _StopOnDivergence(tf_keras.callbacks.Callback):
-  """Raises DivergedError once the loss or the weights are NaN or Inf, as the Estimator
-  stops (its NanTensorHook, and our progress hook). Keras's own TerminateOnNaN ends `fit`
-  normally instead: the run would exit 0 and save the diverged weights. First in the
-  callback list, so no checkpoint or backup of this execution is written. Every worker
-  sees the same global loss and holds the same weights, so all stop together."""
+    self._previous_sum = 0.0
 
   def on_train_begin(self, logs=None):
     variables = self.model.trainable_variables
     self._weights_finite = tf.function(lambda: failures.weights_finite(variables))
 
-  def on_train_batch_end(self, batch, logs=None):
-    if not (math.isfinite(float(logs["loss"])) and self._weights_finite()):
-      raise failures.diverged(int(self.model.optimizer.iterations.numpy()))
-
-
-class _StopOnPreemption(tf_keras.callbacks.Callback):
-  """Ends `fit` at the step the cluster agreed to stop at (trainers.preemption), as at its
-  last step: _Checkpoints saves that step in model_dir, and the backup goes, so the run
-  resumes there. Between signals, one attribute read per execution."""
-
-  def __init__(self, agreement: preemption_lib.Agreement):
-    super().__init__()
-    self._agreement = agreement
+  def on_train_batch_begin(self, batch, logs=None):
+    if self._first_batch is None:
+      # A resumed fit starts mid-epoch; BackupAndRestore, whose on_train_begin runs after
+      # this callback's, has restored the step by now.
+      self._first_batch = batch
+      self.duties.start(int(self.model.optimizer.iterations.numpy()))
 
   def on_train_batch_end(self, batch, logs=None):
-    if self._agreement.pending and self._agreement.reached(
-        int(self.model.optimizer.iterations.numpy())):
+    seen = batch - self._first_batch + 1
+    loss_sum = logs["loss"] * seen
+    step = self.duties.report.first_step + seen
+    reported = self.duties.stepped(step, loss_sum - self._previous_sum,
+                                   bool(self._weights_finite()))
+    self._previous_sum = loss_sum
+    if reported and self._writer:
+      with self._writer.as_default(step=step):
+        tf.summary.scalar("loss", reported.loss)
+        tf.summary.scalar("global_step/sec", reported.steps_per_sec)
+    if self.duties.should_stop():
       self.model.stop_training = True
+
+  def on_train_end(self, logs=None):
+    self.duties.end()
+    if self._writer:
+      self._writer.close()
 
 
 class _Backup(tf_keras.callbacks.BackupAndRestore):
@@ -310,9 +278,7 @@ class _Checkpoints(tf_keras.callbacks.Callback):
 
 
 def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chief: bool,
-                       progress: ProgressCallback,
-                       preemption: Optional[preemption_lib.Agreement] = None
-                       ) -> List[tf_keras.callbacks.Callback]:
+                       steps: StepsCallback) -> List[tf_keras.callbacks.Callback]:
   """The callbacks of every training `fit`, in their order (the benchmark times them too).
 
   Args:
@@ -322,15 +288,11 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
     checkpoint_dir: this task's `ckpt-<step>`: model_dir on the chief, a
       scratch directory on other workers.
     chief: whether this task is the chief.
-    progress: the run's progress reporter.
-    preemption: where a preemption stops `fit`; None: nowhere.
+    steps: the run's step duties (progress, divergence, where a preemption stops).
   """
-  # The divergence check runs first, so nothing diverged is saved.
-  return [_StopOnDivergence(),
-          *([_StopOnPreemption(preemption)] if preemption else []),
-          _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
-          _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution()),
-          progress]
+  # The step duties run first, so nothing diverged is saved.
+  return [steps, _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
+          _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution())]
 
 
 class _EvalSummaries(tf_keras.callbacks.Callback):
@@ -452,11 +414,12 @@ class Backend(loop.Backend):
     # records the batch within that fit, not the step.
     origin = backup_origin(backup_dir)
     fit_start = self._step() if origin is None else origin
-    # Only the chief writes: other workers log, but keep no events.
-    progress = ProgressCallback(config.log_every_steps, config.train_steps,
-                                run.model_dir if run.chief else None)
+    # Only the chief writes: other workers log, but keep no records or events.
+    duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
+                                    run.model_dir if run.chief else None, run.preemption)
     if fit_start < config.train_steps:
-      self._fit(dataset, config.train_steps - fit_start, backup_dir, progress)
+      self._fit(dataset, config.train_steps - fit_start, backup_dir,
+                StepsCallback(duties, run.model_dir if run.chief else None))
     else:
       logging.info("%s holds a finished run at step %d: nothing to train.", final, self._step())
       # The optimizer's slots, which only a step would create, are not needed.
@@ -467,18 +430,17 @@ class Backend(loop.Backend):
       shutil.rmtree(backup_dir, ignore_errors=True)
     # Read on every worker, as _PeriodicEval reads them; the chief evaluates and exports these.
     self._weights = model_lib.get_weights(self._model)
-    return loop.Trained(self._step(), progress.report, progress.step_losses)
+    return loop.Trained(self._step(), duties.report, duties.step_losses)
 
   def _fit(self, dataset: tf.distribute.DistributedDataset, steps: int, backup_dir: str,
-           progress: ProgressCallback) -> None:
+           steps_callback: StepsCallback) -> None:
     run, config = self.run, self.run.config
     # Non-chief workers back up into backup_dir/workertemp_<i> and delete it
     # after each save (BackupAndRestore's own rule); all restore the chief's.
     # A non-chief worker's checkpoints go to its scratch directory, removed on
     # every way out of fit; one killed before that is cleared by its restart.
     scratch = run.model_dir if run.chief else layout.worker_scratch_dir(run.model_dir, run.task)
-    callbacks = training_callbacks(config, backup_dir, scratch, run.chief, progress,
-                                   run.preemption)
+    callbacks = training_callbacks(config, backup_dir, scratch, run.chief, steps_callback)
     if run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       callbacks.append(_PeriodicEval(
           config, model_lib.build(config) if run.chief else None,  # Outside the strategy.

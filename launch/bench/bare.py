@@ -42,6 +42,7 @@ from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
 from trainers import runner
+from trainers import step_duties
 from trainers.config import Config
 
 CEILING = "ceiling"
@@ -368,10 +369,12 @@ def _keras_fit_ms(config: Config, strategy: tf.distribute.Strategy, input_fn: in
   try:
     if trainer_callbacks:
       chief = distribute.is_chief(strategy)
-      progress = keras_trainer.ProgressCallback(every, total, model_dir if chief else None)
+      steps = keras_trainer.StepsCallback(
+          step_duties.StepDuties(every, total, model_dir if chief else None),
+          model_dir if chief else None)
       callbacks = keras_trainer.training_callbacks(
           dataclasses.replace(config, train_steps=total),
-          os.path.join(model_dir, layout.BACKUP_SUBDIR), model_dir, chief, progress) + callbacks
+          os.path.join(model_dir, layout.BACKUP_SUBDIR), model_dir, chief, steps) + callbacks
     model.fit(dataset, epochs=1, steps_per_epoch=total, callbacks=callbacks, verbose=0)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)

@@ -49,7 +49,7 @@ def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tm
                                 strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
   # One fit ran the trainer's callbacks, saving into a directory of its own, now gone.
   [(backup_dir, names)] = made
-  assert names[-1] == "ProgressCallback" and "_Backup" in names
+  assert names[0] == "StepsCallback" and "_Backup" in names
   assert not os.path.exists(backup_dir) and not os.path.exists(os.path.dirname(backup_dir))
   assert json.loads(out.read_text()) == costs
   assert costs["workers"] == 1 and costs["per_replica_batch"] == 32

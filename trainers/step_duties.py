@@ -1,0 +1,75 @@
+"""What both backends do as training steps end, written once; a Keras callback and an
+Estimator hook each feed it and act on what it says (keras_trainer.StepsCallback,
+estimator_trainer._Steps).
+
+After each step (after each execution of K steps, in Keras) `StepDuties.stepped`:
+
+- records the steps' global-batch loss (`step_losses`: parity reads them);
+- raises failures.DivergedError on a NaN or Inf loss or weights, before anything of that
+  step is saved (each backend calls it ahead of its checkpoints and backups); every worker
+  sees the same all-reduced loss and holds the same weights, so all stop together;
+- every `every` steps and at the last, reports the window's mean loss (progress.Progress);
+
+and `should_stop` says when the cluster's agreed preemption step is reached
+(trainers.preemption), where the backend ends training as at its last step.
+"""
+
+import math
+from typing import List, NamedTuple, Optional
+
+from trainers import failures
+from trainers import preemption
+from trainers import progress
+
+
+class Reported(NamedTuple):
+  """A progress report: the window's mean loss and its steps per second."""
+  loss: float
+  steps_per_sec: float
+
+
+class StepDuties:
+  """The duties of one training run in this process (see the module's docstring)."""
+
+  def __init__(self, every: int, total: int, model_dir: Optional[str],
+               agreement: Optional[preemption.Agreement] = None):
+    """model_dir: where the chief records progress; None on other workers."""
+    self._every, self._total, self._agreement = every, total, agreement
+    self.report = progress.Progress(total, model_dir)
+    self.step = 0  # The last step that ended.
+    self._window = 0.0  # The losses summed since the last report.
+    self.step_losses: List[float] = []
+
+  def start(self, step: int) -> None:
+    """Training starts (or resumes) at `step`."""
+    self.step = step
+    self.report.start(step)
+
+  def stepped(self, step: int, loss_sum: float, weights_finite: bool = True
+              ) -> Optional[Reported]:
+    """The steps up to `step` ended (one, or one Keras execution), their global-batch losses
+    summing to `loss_sum`. Returns what it reported, or None if it did not report.
+
+    Raises:
+      failures.DivergedError: the loss or (`weights_finite` False) the weights are NaN or Inf.
+    """
+    self.report.first_step_done()
+    self.step = step
+    self.step_losses.append(loss_sum)
+    self._window += loss_sum
+    if not (math.isfinite(loss_sum) and weights_finite):
+      raise failures.diverged(step)
+    if step % self._every and step != self._total:
+      return None
+    loss = self._window / (step - self.report.last_step)
+    self._window = 0.0
+    return Reported(loss, self.report.log(step, loss))
+
+  def should_stop(self) -> bool:
+    """Whether the cluster agreed to stop at the step that just ended; between signals, one
+    attribute read."""
+    return bool(self._agreement and self._agreement.pending
+                and self._agreement.reached(self.step))
+
+  def end(self) -> None:
+    self.report.end()
