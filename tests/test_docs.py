@@ -21,3 +21,25 @@ def test_every_test_a_page_cites_exists(page):
              if not (REPO / m.group(1)).exists()
              or m.group(2) and not _defines(REPO / m.group(1), m.group(2))]
   assert not missing, f"{page.name} cites tests that do not exist: {missing}"
+
+
+def _top_level_names(path) -> set:
+  tree = ast.parse(path.read_text())
+  names = set()
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      names |= {t.id for t in targets if isinstance(t, ast.Name)}
+  return names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_code_name_a_page_cites_by_path_exists(page):
+  """`trainers/keras_trainer.py:StepsCallback`: the module exists and defines the name."""
+  cited = re.finditer(r"((?:trainers|launch|data)/[\w/]+\.py):([A-Za-z_]\w*)", page.read_text())
+  missing = [m.group(0) for m in cited
+             if not (REPO / m.group(1)).exists()
+             or m.group(2) not in _top_level_names(REPO / m.group(1))]
+  assert not missing, f"{page.name} cites code that does not exist: {missing}"

@@ -155,8 +155,37 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   names = assign.inverse_map(assignment_map, config)
   path, skipped = source.newest(src_model_dir, checkpoints.KERAS, from_backup)
   model = keras_trainer.compile_model(config)
-  state, derived = keras_state.state(model, config)  # The optimizer built, its slots made.
   reader = source.read_checkpoint(path)
+  state, derived, saved = _keras_source(path, reader, model, config, reset_slots)
+  values, mapped, part_steps = _estimator_values(state, reader, path, config, names)
+  step = int(values[checkpoints.ESTIMATOR_STEP_KEY])
+  source.check_part_steps(part_steps, step, path)
+  reset, written_zero = _v1_state_to_write(values, state, names, config, step, path,
+                                           reset_slots)
+
+  def write_checkpoint(staging: str) -> str:
+    saved = write.write_name_based(values, staging, step)
+    write.read_back(saved, values)
+    return saved
+
+  # Renamed weights are not this model's names, by design: no resume check then.
+  output = write.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config,
+                              write_checkpoint, config if reset_slots else None,
+                              check_resume=not names)
+  logging.info("Wrote %s (step %d) from %s", output, step, path)
+  ignored = [Ignored(k, why) for k, why in {**keras_state.KERAS_DERIVED, **derived}.items()
+             if k in saved] + written_zero
+  ignored += [Ignored(k, "the linear part's own count of steps, the step's") for k in part_steps]
+  return Conversion(path, output, step, mapped, ignored, reset, skipped)
+
+
+def _keras_source(path: str, reader: Any, model: tf_keras.Model, config: Config,
+                  reset_slots: bool
+                  ) -> Tuple[List[keras_state.KerasState], Dict[str, str], Dict[str, str]]:
+  """What is carried of the Keras checkpoint at `path` into the compiled model, what it holds
+  that is not (key -> why), and its keys' saved names. Refuses another optimizer's state
+  (unless `reset_slots`) and any entry it does not know."""
+  state, derived = keras_state.state(model, config)  # The optimizer built, its slots made.
   saved = checkpoints.saved_names(reader)
   if not reset_slots and not keras_state.holds_state_of(saved, model, config):
     raise assign.optimizer_differs(path, keras_state.trained_with(saved, config), config)
@@ -169,32 +198,7 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
   if unknown:
     raise ConversionError(f"{path} holds {', '.join(unknown)}, which this converter does not "
                           "know how to carry.")
-  values, mapped, part_steps = _estimator_values(state, reader, path, config, names)
-  step = int(values[checkpoints.ESTIMATOR_STEP_KEY])
-  source.check_part_steps(part_steps, step, path)
-  trained = {}  # Each part's trainable weights, by the name written, and their variables.
-  for s in state:
-    if s.kind == Kind.WEIGHT and s.variable.trainable:
-      trained.setdefault(parts.part_of(parts.parts(config), s.weight), {})[
-          names.get(s.weight, s.weight)] = s.variable
-  reset, written_zero = _v1_state_to_write(values, trained, config, step, path, reset_slots)
-
-  def write_checkpoint(staging: str) -> str:
-    saved = write.write_name_based(values, staging, step)
-    write.read_back(saved, values)
-    return saved
-
-  # Renamed weights are not this model's names, by design: no resume check then.
-  output = write.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config,
-                              write_checkpoint, config if reset_slots else None,
-                              check_resume=not names)
-  logging.info("Wrote %s (step %d) from %s", output, step, path)
-  return Conversion(path, output, step, mapped,
-                    [Ignored(k, why) for k, why in {**keras_state.KERAS_DERIVED,
-                                                    **derived}.items() if k in saved]
-                    + written_zero
-                    + [Ignored(k, "the linear part's own count of steps, the step's")
-                       for k in part_steps], reset, skipped)
+  return state, derived, saved
 
 
 def _estimator_values(state: List[keras_state.KerasState], reader: Any, path: str,
@@ -224,15 +228,20 @@ def _estimator_values(state: List[keras_state.KerasState], reader: Any, path: st
   return values, mapped, part_steps
 
 
-def _v1_state_to_write(values: Dict[str, np.ndarray], trained: Mapping[str, Mapping[str, Any]],
-                       config: Config, step: int, path: str, reset_slots: bool
-                       ) -> Tuple[List[Ignored], List[Ignored]]:
+def _v1_state_to_write(values: Dict[str, np.ndarray], state: List[keras_state.KerasState],
+                       names: Mapping[str, str], config: Config, step: int, path: str,
+                       reset_slots: bool) -> Tuple[List[Ignored], List[Ignored]]:
   """Adds to `values` (the Estimator checkpoint's, by name) the v1 optimizers' state the Keras
-  checkpoint did not give: with `reset_slots`, each part's as its v1 optimizer starts (for
-  `trained`, each part's trainable weights by name); else zeros for the slots v1 keeps and
-  the twin does not (never read: the Estimator restores every slot it makes), after checking
-  Adam's counters against `step`. Returns (reset, written as zeros)."""
+  checkpoint did not give, for the trainable weights of `state` (written under `names`):
+  with `reset_slots`, each part's as its v1 optimizer starts; else zeros for the slots v1
+  keeps and the twin does not (never read: the Estimator restores every slot it makes),
+  after checking Adam's counters against `step`. Returns (reset, written as zeros)."""
   model_parts = parts.parts(config)
+  trained: Dict[str, Dict[str, Any]] = {}  # Each part's trainable weights, by name written.
+  for s in state:
+    if s.kind == Kind.WEIGHT and s.variable.trainable:
+      trained.setdefault(parts.part_of(model_parts, s.weight), {})[
+          names.get(s.weight, s.weight)] = s.variable
   if reset_slots:
     initial = {}
     for part_name, part in model_parts.items():

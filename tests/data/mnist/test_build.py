@@ -14,6 +14,7 @@ from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
 from data import mnist
 from data.mnist import build
+from data.mnist import pipeline
 from data.mnist import store
 from tests.conftest import REPO, synthetic_split
 
@@ -142,3 +143,16 @@ def test_a_prepare_waits_for_the_one_in_progress_and_finds_it_done(tiny_idx_dir,
   assert os.stat(os.path.join(store.dataset_path(data_dir),
                               "dataset_info.json")).st_mtime_ns == built  # Not rebuilt.
   assert _leftovers(tmp_path) == ["mnist"]  # Both let go of the lock and deleted its file.
+
+
+def test_two_prepares_at_once_build_one_dataset(tiny_idx_dir, tmp_path):
+  data_dir = str(tmp_path)
+  procs = [_prepare_process(tiny_idx_dir, data_dir) for _ in range(2)]
+  outs = [p.communicate(timeout=180) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+  said = sorted("Prepared MNIST" in out for out, _ in outs)
+  assert said == [False, True], outs  # One built it, the other found it built.
+  assert _leftovers(tmp_path) == ["mnist"]
+  assert pipeline.num_examples("train", data_dir) == 600
+  assert sum(len(labels) for _, labels in pipeline.input_fn(
+      mnist.EVAL, global_batch_size=50, data_dir=data_dir)) == 200

@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums as tfds_checksums
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
@@ -192,32 +191,6 @@ def test_prepare_cli_refuses_to_clobber_and_rejects_corrupt_files(tiny_idx_dir, 
   assert sorted(os.listdir(store.dataset_path(tiny_data_dir))) == before
   assert not os.path.exists(os.path.join(tiny_data_dir, build.LOCK_NAME))  # Failed: none left.
   assert pipeline.num_examples("train", tiny_data_dir) == 600
-
-
-def _prepare_process(idx_dir, data_dir):
-  env = {k: v for k, v in os.environ.items() if k != mnist.IDX_DIR_ENV}
-  env["PYTHONPATH"] = str(REPO)
-  return subprocess.Popen([sys.executable, "-m", "data.prepare", f"--idx_dir={idx_dir}",
-                           f"--data_dir={data_dir}"], cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def test_two_prepares_at_once_build_one_dataset(tiny_idx_dir, tmp_path):
-  data_dir = str(tmp_path)
-  procs = [_prepare_process(tiny_idx_dir, data_dir) for _ in range(2)]
-  outs = [p.communicate(timeout=180) for p in procs]
-  assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
-  said = sorted("Prepared MNIST" in out for out, _ in outs)
-  assert said == [False, True], outs  # One built it, the other found it built.
-  assert _leftovers(tmp_path) == ["mnist"]
-  assert pipeline.num_examples("train", data_dir) == 600
-  assert len(_labels_and_sums(pipeline.input_fn(mnist.EVAL, global_batch_size=50,
-                                             data_dir=data_dir))) == 200
-
-
-def _labels_and_sums(ds):
-  return [(int(label), float(tf.reduce_sum(im))) for images, labels in ds
-          for im, label in zip(images, labels)]
 
 
 def test_prepared_data_is_checked_without_importing_tensorflow(tiny_data_dir):
