@@ -42,8 +42,9 @@ _WORKERS = tool_flags.define_workers([2], "Worker counts to run at, e.g. 1,2.")
 _SPLIT_AT = flags.DEFINE_integer("split_at", 500, "The step at which each run is handed over.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", None, "The step every resumed run trains to "
                                     "(default: --split_at + 10).")
-_DECAY_STEPS = flags.DEFINE_integer("decay_steps", 1000, "The learning-rate schedule's length "
-                                    "(every run decays over it).")
+_DECAY_STEPS = flags.DEFINE_integer("decay_steps", 1000, "The learning-rate schedule's "
+                                    "--decay_steps (every run's: cosine's and polynomial's "
+                                    "length, exponential's and inverse_time's period).")
 _RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --train_steps "
                                      "(--split_at + this) instead.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
@@ -90,9 +91,14 @@ def _steps() -> Sequence[int]:
           f"--decay_steps={train_steps} instead.", file=sys.stderr)
   if train_steps is None:
     train_steps = split_at + 10
-  if not 0 < split_at < train_steps <= _DECAY_STEPS.value:
-    raise app.UsageError(f"Need 0 < --split_at ({split_at}) < --train_steps ({train_steps}) <= "
-                         f"--decay_steps ({_DECAY_STEPS.value}).", exitcode=2)
+  # A schedule that ends at --decay_steps (cosine; polynomial, unless it cycles) must not end
+  # before the runs do; the others decay by periods of it, or not at all.
+  ends = _CONFIG["learning_rate_schedule"].value in ("cosine", "polynomial") and not (
+      _CONFIG["cycle"].value)
+  if not 0 < split_at < train_steps or ends and train_steps > _DECAY_STEPS.value:
+    raise app.UsageError(f"Need 0 < --split_at ({split_at}) < --train_steps ({train_steps})"
+                         + (f" <= --decay_steps ({_DECAY_STEPS.value})" if ends else "") + ".",
+                         exitcode=2)
   return split_at, train_steps, _DECAY_STEPS.value
 
 

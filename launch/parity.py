@@ -52,7 +52,8 @@ _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to 
                                 + ". A canned model (dnn, linear, wide_deep) trains once, "
                                 "with its own (--dnn_optimizer, --linear_optimizer).")
 _CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS,
-                                             *config_lib.CANNED_SETTINGS))
+                                             *config_lib.CANNED_SETTINGS,
+                                             *trainer_flags.STEP_FIELDS))
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _ENGINE = tool_flags.define_engine(

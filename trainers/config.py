@@ -2,7 +2,7 @@
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from trainers import model_registry
 
@@ -56,10 +56,29 @@ CANNED_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rmsprop", "sgd")
 # activation (its twin's) compute the same.
 CANNED_ACTIVATIONS = ("relu", "elu", "selu", "tanh", "sigmoid", "softplus")
 
+# The learning-rate schedules (trainers/schedules.py): each tf.compat.v1.train function of
+# that name, and the settings each takes besides --learning_rate and --decay_steps, with
+# v1's defaults (None: no default, the flag is needed).
+SCHEDULES = {
+    "cosine": {},
+    "constant": {},
+    "exponential": {"decay_rate": None, "staircase": False},
+    "inverse_time": {"decay_rate": None, "staircase": False},
+    "polynomial": {"end_learning_rate": 0.0001, "power": 1.0, "cycle": False},
+    "piecewise": {"boundaries": None, "values": None},
+}
+SCHEDULE_SETTINGS = ("decay_rate", "staircase", "end_learning_rate", "power", "cycle",
+                     "boundaries", "values")
+
 
 def widths(hidden_units: str) -> List[int]:
   """A --hidden_units value ("128,64") as the layers' widths."""
   return [int(u) for u in hidden_units.split(",")]
+
+
+def _given(value: Any) -> bool:
+  """Whether a schedule setting was given: not None, nor a boolean flag left off (0.0 is)."""
+  return value is not None and value is not False
 
 
 def _field(default, help_text: str):
@@ -88,10 +107,11 @@ class Config:
   optimizer: str = _field("momentum", "The tf.compat.v1.train optimizer the Estimator trains "
                           "with, and its Keras twin: " + ", ".join(OPTIMIZER_DEFAULTS) + " "
                           "(docs/MIGRATION.md, item 2).")
-  learning_rate: Optional[float] = _field(None, "Initial learning rate, cosine-decayed to 0 "
-                                          "over --decay_steps (default: --train_steps). "
-                                          "Default: 0.3 for sgd; 0.1 for momentum, adagrad and "
-                                          "ftrl; 0.001 for adam and rmsprop.")
+  learning_rate: Optional[float] = _field(None, "The rate the --learning_rate_schedule starts "
+                                          "from (by default cosine-decayed to 0 over "
+                                          "--decay_steps). Default: 0.3 for sgd; 0.1 for "
+                                          "momentum, adagrad and ftrl; 0.001 for adam and "
+                                          "rmsprop.")
   momentum: Optional[float] = _field(None, "momentum (default 0.9) and rmsprop (default 0): "
                                      "the momentum.")
   initial_accumulator_value: Optional[float] = _field(None, "adagrad and ftrl: the starting "
@@ -152,9 +172,36 @@ class Config:
   deterministic: bool = _field(False, "Turn on TensorFlow op determinism.")
   record_dir: Optional[str] = _field(None, "Record per-step losses (chief) and each shard's "
                                      "example fingerprints here, for launch.parity.")
-  decay_steps: int = _field(0, "Steps over which the learning rate decays to 0; 0: "
-                            "--train_steps. To stop a run early and go on later on the same "
-                            "schedule, give both runs the same --decay_steps.")
+  decay_steps: int = _field(0, "The schedule's decay_steps: cosine and polynomial decay over "
+                            "them, exponential and inverse_time by --decay_rate every that "
+                            "many; 0: --train_steps. To stop a run early and go on later on "
+                            "the same schedule, give both runs the same --decay_steps.")
+  learning_rate_schedule: str = _field(
+      "cosine", "How the learning rate changes with the step, as the tf.compat.v1.train "
+      "function of that name computes it from global_step: " + ", ".join(SCHEDULES) + ".")
+  warmup_steps: int = _field(
+      0, "BERT's linear warm-up: the rate rises from 0 to the schedule's starting rate over "
+      "these steps (step / warmup_steps of it), then follows the schedule at the unshifted "
+      "step, as BERT's optimization.py does; 0: none.")
+  decay_rate: Optional[float] = _field(None, "exponential, inverse_time: the decay rate "
+                                       "(v1's decay_rate; no default).")
+  staircase: bool = _field(False, "exponential, inverse_time: decay in whole periods of "
+                           "--decay_steps (v1's staircase).")
+  end_learning_rate: Optional[float] = _field(None, "polynomial: the rate at --decay_steps "
+                                              "(default 0.0001, v1's).")
+  power: Optional[float] = _field(None, "polynomial: the decay's power (default 1.0: linear).")
+  cycle: bool = _field(False, "polynomial: decay again over each multiple of --decay_steps "
+                       "(v1's cycle).")
+  boundaries: Optional[str] = _field(None, "piecewise: the steps where the rate changes, "
+                                     "increasing, comma-separated (100,200).")
+  values: Optional[str] = _field(None, "piecewise: the rates, one more than --boundaries, "
+                                 "comma-separated (0.1,0.01,0.001); the first is the starting "
+                                 "rate, so --learning_rate is not taken.")
+  clip_global_norm: Optional[float] = _field(
+      None, "Clip each replica's gradients by their global norm before they are all-reduced, "
+      "as a v1 model_fn's tf.clip_by_global_norm before apply_gradients does (Keras's own "
+      "clipnorm and global_clipnorm clip after, another update at 2 workers and more); "
+      "default: none.")
   steps_per_execution: int = _field(0, "Keras only: training steps per call of the compiled "
                                     "train function; --train_steps and the log, checkpoint and "
                                     "backup intervals must be multiples of it. 0: the largest "
@@ -242,9 +289,76 @@ class Config:
       raise ValueError(f"--feature_name={settings['feature_name']!r}: give a name of letters, "
                        "digits and underscores (image).")
 
+  def validate_schedule(self) -> None:
+    """Raises ValueError naming the fix for an unknown schedule, a setting it does not take
+    or lacks, a value out of range, or a schedule given to a canned model."""
+    name = self.learning_rate_schedule
+    if name not in SCHEDULES:
+      raise ValueError(f"--learning_rate_schedule={name} is not one of {', '.join(SCHEDULES)}.")
+    given = [n for n in SCHEDULE_SETTINGS if _given(getattr(self, n))]
+    if self.canned_settings() and (name != Config.learning_rate_schedule or given
+                                   or self.warmup_steps):
+      raise ValueError(f"--model={self.model} trains at the canned Estimator's constant rates "
+                       "(--dnn_learning_rate, --linear_learning_rate): leave out "
+                       "--learning_rate_schedule, --warmup_steps and the schedule's settings.")
+    for setting in given:
+      if setting not in SCHEDULES[name]:
+        takes = [s for s, settings in SCHEDULES.items() if setting in settings]
+        raise ValueError(f"--{setting} is not a setting of --learning_rate_schedule={name}; "
+                         f"it is one of {', '.join(takes)}.")
+    for setting, default in SCHEDULES[name].items():
+      if default is None and getattr(self, setting) is None:
+        raise ValueError(f"--learning_rate_schedule={name} needs --{setting}.")
+    if self.warmup_steps < 0:
+      raise ValueError(f"--warmup_steps must be >= 0, got {self.warmup_steps}.")
+    settings = self.schedule_settings()
+    for setting, low in (("decay_rate", 0.0), ("power", 0.0)):
+      if setting in settings and not settings[setting] > low:
+        raise ValueError(f"--{setting} must be positive, got {settings[setting]}.")
+    if "end_learning_rate" in settings and not settings["end_learning_rate"] >= 0:
+      raise ValueError(f"--end_learning_rate must be >= 0, got {settings['end_learning_rate']}.")
+    if name == "piecewise":
+      self._validate_piecewise()
+    if self.clip_global_norm is not None:
+      if self.canned_settings():
+        raise ValueError(f"--model={self.model} trains as its canned Estimator does, which "
+                         "clips no gradient: leave out --clip_global_norm.")
+      if not 0 < self.clip_global_norm < math.inf:
+        raise ValueError(f"--clip_global_norm must be positive, got {self.clip_global_norm}.")
+
+  def _validate_piecewise(self) -> None:
+    if self.learning_rate is not None:
+      raise ValueError("--learning_rate_schedule=piecewise takes its rates from --values: "
+                       "leave out --learning_rate.")
+    try:
+      boundaries, values = self.piecewise()
+    except ValueError:
+      raise ValueError(f"--boundaries={self.boundaries} --values={self.values}: give whole "
+                       "steps and rates, comma-separated (100,200 and 0.1,0.01,0.001).") from None
+    if any(b <= a for a, b in zip(boundaries, boundaries[1:])) or boundaries[0] < 0:
+      raise ValueError(f"--boundaries={self.boundaries} must be steps >= 0, increasing.")
+    if len(values) != len(boundaries) + 1:
+      raise ValueError(f"--values={self.values} must hold one rate more than --boundaries="
+                       f"{self.boundaries}: {len(boundaries) + 1}, got {len(values)}.")
+    if not all(v >= 0 for v in values) or not values[0] > 0:
+      raise ValueError(f"--values={self.values}: rates must be >= 0, the first positive.")
+
   def initial_learning_rate(self) -> float:
-    """The rate the cosine schedule starts from: --learning_rate or the optimizer's."""
+    """The rate the schedule starts from: --learning_rate or the optimizer's; piecewise's
+    first --values."""
+    if self.learning_rate_schedule == "piecewise":
+      return self.piecewise()[1][0]
     return self.hyperparameters()["learning_rate"]
+
+  def schedule_settings(self) -> Dict[str, Any]:
+    """The schedule's own settings (`SCHEDULES`), each as given or its default."""
+    return {name: getattr(self, name) if _given(getattr(self, name)) else default
+            for name, default in SCHEDULES.get(self.learning_rate_schedule, {}).items()}
+
+  def piecewise(self) -> Tuple[List[int], List[float]]:
+    """piecewise's --boundaries and --values, as numbers."""
+    return ([int(b) for b in self.boundaries.split(",")],
+            [float(v) for v in self.values.split(",")])
 
   def schedule_steps(self) -> int:
     """The learning-rate schedule's length: decay_steps, or train_steps when 0."""
@@ -274,6 +388,7 @@ class Config:
     self.validate_canned()
     if self.decay_steps < 0:
       raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
+    self.validate_schedule()
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")

@@ -25,6 +25,7 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import schedules
 from trainers import serving
 from trainers import step_duties
 from trainers.config import Config
@@ -39,21 +40,24 @@ if not hasattr(tf, "estimator"):
 
 _ModeKeys = tf.estimator.ModeKeys
 EVALUATOR_POLL_SECONDS = 1  # How often the evaluator task looks for a new checkpoint.
-# The graph collection of the "weights are finite after this step" check, for _Progress.
+# The graph collection of the "weights are finite after this step" check, for _Steps.
 _WEIGHTS_FINITE = "weights_finite_after_step"
 
 
 class _LossRecorder(tf.estimator.SessionRunHook):
-  """Records the global-batch loss of every step (chief only)."""
+  """Records the global-batch loss of every step and the rate it trained with (chief only)."""
 
-  def __init__(self, loss: tf.Tensor, losses: List[float]):
-    self._loss, self._losses = loss, losses
+  def __init__(self, loss: tf.Tensor, rate: tf.Tensor, losses: List[float],
+               rates: List[float]):
+    self._loss, self._rate, self._losses, self._rates = loss, rate, losses, rates
 
   def before_run(self, run_context):
-    return tf.estimator.SessionRunArgs(self._loss)
+    return tf.estimator.SessionRunArgs((self._loss, self._rate))
 
   def after_run(self, run_context, run_values):
-    self._losses.append(float(run_values.results))
+    loss, rate = run_values.results
+    self._losses.append(float(loss))
+    self._rates.append(float(rate))
 
 
 def update_ops(model: tf_keras.Model, features: tf.Tensor) -> List[tf.Operation]:
@@ -69,16 +73,19 @@ def update_ops(model: tf_keras.Model, features: tf.Tensor) -> List[tf.Operation]
   return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
 
 
-def make_model_fn(config: Config, losses: Optional[List[float]] = None):
+def make_model_fn(config: Config, losses: Optional[List[float]] = None,
+                  rates: Optional[List[float]] = None):
   """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics.
 
   Args:
     config: hyperparameters.
     losses: with config.record_dir, the chief appends every step's global-batch
-      loss here.
+      loss here,
+    rates: and the learning rate it trained with here.
   """
   initial_weights = model_lib.initial_weights(config.init_weights)
   losses = [] if losses is None else losses
+  rates = [] if rates is None else rates
 
   def model_fn(features, labels, mode):
     model = model_lib.build(config, initial_weights)
@@ -93,14 +100,13 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
       return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
     loss = model_lib.v1_loss(config, labels, logits)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    learning_rate = tf.compat.v1.train.cosine_decay(
-        config.initial_learning_rate(), global_step, config.schedule_steps())
+    learning_rate = schedules.v1_rate(config, global_step)
     optimizer = optimizers.v1_optimizer(config, learning_rate)
     # The graph's, which are the model's: a Keras model built in a graph does not track
     # what tf.compat.v1.layers create in it (for Keras layers the lists are equal).
     trainable = tf.compat.v1.trainable_variables()
     with tf.control_dependencies(update_ops(model, features)):
-      train_op = optimizer.minimize(loss, global_step=global_step, var_list=trainable)
+      train_op = _minimize(optimizer, loss, global_step, trainable, config.clip_global_norm)
     chief_hooks = []
     if config.record_dir:
       # The global-batch loss (as Keras reports it) needs an all-reduce that
@@ -109,8 +115,8 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
           tf.distribute.ReduceOp.SUM if model_lib.spec(config).loss_reduction == model_lib.SUM
           else tf.distribute.ReduceOp.MEAN, loss)
       train_op = tf.group(train_op, global_loss)
-      chief_hooks.append(_LossRecorder(global_loss, losses))
-    # Read after the update, in the same run: _Progress stops on NaN or Inf weights
+      chief_hooks.append(_LossRecorder(global_loss, learning_rate, losses, rates))
+    # Read after the update, in the same run: _Steps stops on NaN or Inf weights
     # before the checkpoint hook saves them (see failures.weights_finite). Checked
     # where Keras checks them, every K steps (its steps per execution), on which
     # every save falls: a check between two saves would protect no checkpoint.
@@ -124,6 +130,18 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None):
                                       training_chief_hooks=chief_hooks)
 
   return model_fn
+
+
+def _minimize(optimizer: tf.compat.v1.train.Optimizer, loss: tf.Tensor, global_step: tf.Variable,
+              variables: List[tf.Variable], clip_norm: Optional[float]) -> tf.Operation:
+  """`optimizer.minimize`, with each replica's gradients (already scaled for the replicas)
+  clipped by their global norm first, as a v1 model_fn's tf.clip_by_global_norm between
+  compute_gradients and apply_gradients, which all-reduces them."""
+  if clip_norm is None:
+    return optimizer.minimize(loss, global_step=global_step, var_list=variables)
+  gradients, variables = zip(*optimizer.compute_gradients(loss, var_list=variables))
+  clipped, _ = tf.clip_by_global_norm(gradients, clip_norm)
+  return optimizer.apply_gradients(zip(clipped, variables), global_step=global_step)
 
 
 def warm_start_from(weights: model_lib.Weights, directory: str
@@ -222,6 +240,7 @@ class Backend(loop.Backend):
   def __init__(self, run: loop.Run):
     super().__init__(run)
     self._losses: List[float] = []
+    self._rates: List[float] = []
     self._canned = model_lib.spec(run.config).canned
     self._warm_start_dir: Optional[str] = None
     self._estimator = self._make_estimator()
@@ -249,7 +268,7 @@ class Backend(loop.Backend):
       self._warm_start_dir = tempfile.mkdtemp(prefix="warm-start-")
       warm_start = warm_start_from(model_lib.initial_weights(config.init_weights),
                                    self._warm_start_dir)
-    return _estimator(config, run_config, self._losses, warm_start)
+    return _estimator(config, run_config, (self._losses, self._rates), warm_start)
 
   def _input_fn(self, mode: str, input_context=None) -> tf.data.Dataset:
     """The shared input; a canned Estimator takes its features as a dict."""
@@ -328,7 +347,7 @@ class Backend(loop.Backend):
             if run.chief else duties.step)
     # A canned model_fn records nothing: its losses are the ones the Estimator reports.
     losses = duties.step_losses if self._canned and config.record_dir else self._losses
-    return loop.Trained(int(step), duties.report, losses)
+    return loop.Trained(int(step), duties.report, losses, self._rates)
 
   def evaluate(self, step: int) -> Dict[str, float]:
     if self._result is not None and self._result[0] is not None:
@@ -344,15 +363,16 @@ class Backend(loop.Backend):
 
 
 def _estimator(config: Config, run_config: tf.estimator.RunConfig,
-               losses: Optional[List[float]] = None,
+               records: Optional[Tuple[List[float], List[float]]] = None,
                warm_start: Optional[tf.estimator.WarmStartSettings] = None
                ) -> tf.estimator.Estimator:
   """The model's Estimator: its canned class's (`warm_start` from the initial weights), or
-  one of `make_model_fn` (which records each step's loss in `losses`)."""
+  one of `make_model_fn` (which records each step's loss and rate in `records`)."""
   canned = model_lib.spec(config).canned
   if canned:
     return canned.estimator(config, run_config, warm_start)
-  return tf.estimator.Estimator(make_model_fn(config, losses), config=run_config)
+  return tf.estimator.Estimator(make_model_fn(config, *(records or ([], []))),
+                                config=run_config)
 
 
 def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> str:

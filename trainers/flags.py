@@ -25,7 +25,11 @@ ConfigFlags = Dict[str, flags.FlagHolder]
 # optimizer with its hyperparameters.
 MODEL_FIELDS = ("model", "model_options", *config_lib.CANNED_SETTINGS)
 OPTIMIZER_FIELDS = ("optimizer", *config_lib.HYPERPARAMETERS)
-TRAINING_FIELDS = MODEL_FIELDS + OPTIMIZER_FIELDS
+# How the optimizer steps: the schedule (its length, --decay_steps, is a tool's own where it
+# sets one apart) and clipping.
+STEP_FIELDS = ("learning_rate_schedule", "warmup_steps", *config_lib.SCHEDULE_SETTINGS,
+               "clip_global_norm")
+TRAINING_FIELDS = MODEL_FIELDS + OPTIMIZER_FIELDS + STEP_FIELDS
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 
@@ -108,6 +112,8 @@ def config_settings(holders: ConfigFlags, **values: Any) -> Dict[str, Any]:
       config.validate_canned()
     if "optimizer" in settings:
       config.validate_optimizer()
+    if "learning_rate_schedule" in settings:
+      config.validate_schedule()
   except ValueError as e:  # SpecError too.
     raise app.UsageError(str(e), exitcode=2) from None
   return settings

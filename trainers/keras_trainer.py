@@ -18,24 +18,19 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import schedules
 from trainers import serving
 from trainers import step_duties
 from trainers.config import Config
 
 
-def learning_rate_schedule(config: Config) -> tf_keras.optimizers.schedules.LearningRateSchedule:
-  """The twin of the Estimator's v1 cosine_decay: the rate at `optimizer.iterations`."""
-  return tf_keras.optimizers.schedules.CosineDecay(config.initial_learning_rate(),
-                                                   config.schedule_steps())
-
-
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
-  """The Keras twin of the Estimator's v1 optimizer with cosine_decay; for a canned model,
-  the optimizer its canned Estimator builds."""
+  """The Keras twin of the Estimator's v1 optimizer at the run's schedule; for a canned
+  model, the optimizer its canned Estimator builds."""
   canned = model_lib.spec(config).canned
   if canned:
     return canned.keras_optimizer(config)
-  return optimizers.keras_optimizer(config, learning_rate_schedule(config))
+  return optimizers.keras_optimizer(config, schedules.keras_schedule(config))
 
 
 class SpecLoss(tf_keras.losses.Loss):
@@ -89,8 +84,11 @@ class _OneCollectiveModel(tf_keras.Model):
   It updates no `metrics` given to `compile`: reading them would cost those collectives.
   """
 
-  def __init__(self, model: tf_keras.Model):
+  def __init__(self, model: tf_keras.Model, clip_norm: Optional[float] = None):
+    """clip_norm: clip each replica's gradients by their global norm before the all-reduce,
+    as a v1 model_fn does (--clip_global_norm)."""
     super().__init__(model.inputs, model.outputs, name=model.name)
+    self._clip_norm = clip_norm
     # Set past Keras's attribute tracking: a tracked metric would be saved in
     # checkpoints and listed among the model's weights.
     object.__setattr__(self, "_loss_mean", tf_keras.metrics.Mean("loss"))
@@ -104,9 +102,12 @@ class _OneCollectiveModel(tf_keras.Model):
     with tf.GradientTape() as tape:
       loss = self.compute_loss(images, labels, self(images, training=True))
     variables = self.trainable_variables
+    gradients = tape.gradient(loss, variables)
+    if self._clip_norm is not None:  # This replica's, before the all-reduce: v1's meaning.
+      gradients, _ = tf.clip_by_global_norm(gradients, self._clip_norm)
     # The loss goes last, so the gradients are packed as Keras's own all-reduce packs them.
     *gradients, loss = tf.distribute.get_replica_context().all_reduce(
-        tf.distribute.ReduceOp.SUM, [*tape.gradient(loss, variables), loss])
+        tf.distribute.ReduceOp.SUM, [*gradients, loss])
     if isinstance(self.optimizer, tf_keras.optimizers.legacy.Optimizer):  # A canned twin's.
       self.optimizer.apply_gradients(zip(gradients, variables),
                                      experimental_aggregate_gradients=False)
@@ -122,7 +123,7 @@ class _OneCollectiveModel(tf_keras.Model):
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
   weights = model_lib.initial_weights(config.init_weights)
-  model = _OneCollectiveModel(model_lib.build(config, weights))
+  model = _OneCollectiveModel(model_lib.build(config, weights), config.clip_global_norm)
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
   # training either), and _OneCollectiveModel's step would not update it.
@@ -156,9 +157,12 @@ class StepsCallback(tf_keras.callbacks.Callback):
   are global: a run resumed from a backup goes on from the backup's step.
   """
 
-  def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str]):
+  def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str],
+               rates: Optional[List[float]] = None):
+    """rates: where to record the rate each step trained with (one step per execution), if
+    anywhere."""
     super().__init__()
-    self.duties = duties
+    self.duties, self.rates = duties, rates
     self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
     self._first_batch: Optional[int] = None
     self._previous_sum = 0.0
@@ -181,6 +185,8 @@ class StepsCallback(tf_keras.callbacks.Callback):
     reported = self.duties.stepped(step, loss_sum - self._previous_sum,
                                    bool(self._weights_finite()))
     self._previous_sum = loss_sum
+    if self.rates is not None:  # The rate the step trained with, set by apply_gradients.
+      self.rates.append(float(self.model.optimizer.learning_rate.numpy()))
     if reported and self._writer:
       with self._writer.as_default(step=step):
         tf.summary.scalar("loss", reported.loss)
@@ -417,9 +423,10 @@ class Backend(loop.Backend):
     # Only the chief writes: other workers log, but keep no records or events.
     duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
                                     run.model_dir if run.chief else None, run.preemption)
+    rates = [] if config.record_dir and not model_lib.spec(config).canned else None
     if fit_start < config.train_steps:
       self._fit(dataset, config.train_steps - fit_start, backup_dir,
-                StepsCallback(duties, run.model_dir if run.chief else None))
+                StepsCallback(duties, run.model_dir if run.chief else None, rates))
     else:
       logging.info("%s holds a finished run at step %d: nothing to train.", final, self._step())
       # The optimizer's slots, which only a step would create, are not needed.
@@ -430,7 +437,7 @@ class Backend(loop.Backend):
       shutil.rmtree(backup_dir, ignore_errors=True)
     # Read on every worker, as _PeriodicEval reads them; the chief evaluates and exports these.
     self._weights = model_lib.get_weights(self._model)
-    return loop.Trained(self._step(), duties.report, duties.step_losses)
+    return loop.Trained(self._step(), duties.report, duties.step_losses, rates or [])
 
   def _fit(self, dataset: tf.distribute.DistributedDataset, steps: int, backup_dir: str,
            steps_callback: StepsCallback) -> None:

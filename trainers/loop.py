@@ -67,11 +67,13 @@ class Trained:
     global_step: the step the model is at now.
     report: the run's progress (times, steps trained in this process).
     losses: every step's global-batch training loss, when config.record_dir asks.
+    learning_rates: the rate each of those steps trained with (not a canned model's).
   """
 
   global_step: int
   report: progress.Progress
   losses: List[float]
+  learning_rates: List[float] = dataclasses.field(default_factory=list)
 
 
 class Backend(abc.ABC):
@@ -163,7 +165,8 @@ def train_and_evaluate(
   if not run.chief:
     return None
   if config.record_dir:
-    layout.record_losses(config.record_dir, backend.name, trained.losses)
+    layout.record_losses(config.record_dir, backend.name, trained.losses,
+                         trained.learning_rates)
 
   step = trained.global_step
   metrics = (trainer.evaluate(step) if run.chief_evaluates else

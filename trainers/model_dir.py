@@ -61,11 +61,14 @@ def record_progress(model_dir: str, event: str, **fields: Any) -> None:
     f.write(line)
 
 
-def record_losses(record_dir: str, backend: str, losses: Sequence[float]) -> None:
-  """Writes the per-step training losses to `record_dir/losses.json` (chief only)."""
+def record_losses(record_dir: str, backend: str, losses: Sequence[float],
+                  learning_rates: Sequence[float] = ()) -> None:
+  """Writes the per-step training losses, and the learning rates each step trained with
+  (none for a canned model's constant rates), to `record_dir/losses.json` (chief only)."""
   tf.io.gfile.makedirs(record_dir)
   with tf.io.gfile.GFile(os.path.join(record_dir, LOSSES_FILE), "w") as f:
-    json.dump({"backend": backend, "losses": [float(x) for x in losses]}, f)
+    json.dump({"backend": backend, "losses": [float(x) for x in losses],
+               "learning_rates": [float(x) for x in learning_rates]}, f)
 
 
 def read_summary(model_dir: str) -> Optional[Dict[str, Any]]:

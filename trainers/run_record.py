@@ -36,7 +36,10 @@ _FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--mode
           "global_batch_size": "--global_batch_size",
           **{name: f"--{name}" for name in config_lib.HYPERPARAMETERS},
           **{name: f"--{name}" for name in config_lib.CANNED_SETTINGS},
-          "seed": "--seed", "schedule": "--decay_steps"}
+          "seed": "--seed", "schedule": "--decay_steps",
+          **{name: f"--{name}" for name in ("learning_rate_schedule", "warmup_steps",
+                                            *config_lib.SCHEDULE_SETTINGS,
+                                            "clip_global_norm")}}
 
 
 # What a canned model's record names as its optimizer: its parts' are its own settings.
@@ -59,10 +62,14 @@ def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   canned = config.canned_settings()
   optimizer = ({"optimizer": CANNED_OPTIMIZER, **canned} if canned else
                {"optimizer": config.optimizer, **config.hyperparameters()})
+  schedule = {} if canned else {"learning_rate_schedule": config.learning_rate_schedule,
+                                "warmup_steps": config.warmup_steps,
+                                **config.schedule_settings(),
+                                "clip_global_norm": config.clip_global_norm}
   return {"backend": backend, "workers": workers, "model": config.model,
           "model_options": config.model_options, "global_batch_size": config.global_batch_size,
-          **optimizer, "seed": config.seed,
-          "schedule": config.schedule_steps(), "train_steps": config.train_steps}
+          **optimizer, "seed": config.seed, "schedule": config.schedule_steps(), **schedule,
+          "train_steps": config.train_steps}
 
 
 def read(model_dir: str) -> Optional[Dict[str, Any]]:

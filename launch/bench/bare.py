@@ -17,7 +17,6 @@ so their numbers compare with the trainers' ms/step.
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 import statistics
@@ -42,6 +41,7 @@ from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
 from trainers import runner
+from trainers import schedules
 from trainers import step_duties
 from trainers.config import Config
 
@@ -92,6 +92,7 @@ class _Step:
     self._slots = [[tf.Variable(s, trainable=False) for s in r.update.slots(v, r.hyperparameters)]
                    for v, r in zip(self.variables, self._rules)]
     self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self._schedule = schedules.keras_schedule(config)  # The run's rate, as Keras has it.
 
   def gradients(self, images: tf.Tensor, labels: tf.Tensor):
     with tf.GradientTape() as tape:
@@ -99,14 +100,16 @@ class _Step:
       loss = tf.reduce_sum(self._spec.loss(labels, logits))
       if self._spec.loss_reduction == model_lib.MEAN:
         loss /= self._config.global_batch_size
-    return loss, tape.gradient(loss, self.variables)
+    gradients = tape.gradient(loss, self.variables)
+    if self._config.clip_global_norm:  # This replica's, before the all-reduce, as v1 clips.
+      gradients, _ = tf.clip_by_global_norm(gradients, self._config.clip_global_norm)
+    return loss, gradients
 
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
-    done = tf.minimum(tf.cast(self._step, tf.float32) / self._config.schedule_steps(), 1.0)
-    cosine = self._config.initial_learning_rate() * 0.5 * (1.0 + tf.cos(math.pi * done))
+    scheduled = self._schedule(self._step) if callable(self._schedule) else self._schedule
     for variable, rule, slots, gradient in zip(self.variables, self._rules, self._slots,
                                                gradients):
-      rate = cosine if rule.constant_rate is None else rule.constant_rate
+      rate = scheduled if rule.constant_rate is None else rule.constant_rate
       rule.update.apply(variable, gradient, slots, rate, rule.hyperparameters)
     self._step.assign_add(1)
 
@@ -298,8 +301,7 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     loss = model_lib.v1_loss(config, labels, model(images, training=True))
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(), global_step,
-                                           config.schedule_steps())
+    rate = schedules.v1_rate(config, global_step)
     canned = model_lib.spec(config).canned
     # As the Estimator's model_fn: the graph's trainable variables, and the layers'
     # updates (BatchNorm's moving statistics) run with the train op.

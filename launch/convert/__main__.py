@@ -106,6 +106,8 @@ def _settings(source: str, keras_source: bool) -> Dict[str, Any]:
     # not tell plain SGD from momentum.
     _fail(f"{source} has no {run_record.RECORD_FILE} naming the optimizer it was trained "
           "with: give --optimizer (and its hyperparameter flags) as it was trained.")
+  if recorded and not any(_CONFIG[n].present for n in trainer_flags.STEP_FIELDS):
+    settings.update({n: recorded[n] for n in trainer_flags.STEP_FIELDS if n in recorded})
   if recorded and not any(_CONFIG[n].present for n in trainer_flags.OPTIMIZER_FIELDS):
     settings.update(optimizer=optimizer, **{n: recorded[n] for n in
                                             config_lib.OPTIMIZER_DEFAULTS.get(optimizer, {})

@@ -32,6 +32,7 @@ from launch.proofs import serving_check
 from trainers import checkpoints
 from trainers import keras_trainer
 from trainers import model_dir as layout
+from trainers import schedules
 from trainers import serving
 from trainers.config import Config
 
@@ -99,26 +100,25 @@ def _resumed_from(summary: Dict) -> int:
 
 def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, float]:
   """The step a converted checkpoint holds, and the rate `backend` would train its next step
-  with: that backend's own schedule (Keras's CosineDecay, the Estimator's v1 cosine_decay),
-  fed with the restored step."""
+  with: that backend's own schedule (Keras's LearningRateSchedule, the Estimator's v1
+  function), fed with the restored step."""
   path = tf.train.latest_checkpoint(model_dir)
   if backend == "keras":
     model = keras_trainer.compile_model(config)
     tf.train.Checkpoint(model=model).restore(path).expect_partial()
     step = model.optimizer.iterations
-    return int(step.numpy()), float(keras_trainer.learning_rate_schedule(config)(step))
+    schedule = schedules.keras_schedule(config)
+    return int(step.numpy()), float(schedule(step) if callable(schedule) else schedule)
   step = int(tf.train.load_checkpoint(path).get_tensor("global_step"))
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-    rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(),
-                                           tf.constant(step, tf.int64), config.schedule_steps())
-    return step, float(session.run(rate))
+    return step, float(session.run(schedules.v1_rate(config, tf.constant(step, tf.int64))))
 
 
 def rate_check(name: str, backend: str, model_dir: str, config: Config, split_at: int,
                 atol: float) -> Check:
   """The resumed run's first rate: the schedule's at the split (written out), not at 0."""
   step, got = carried_rate(backend, model_dir, config)
-  want = reference.v1_cosine_rate(config, split_at)
+  want = reference.rate(config, split_at)
   return Check(f"{name}: learning rate at step {split_at + 1}", abs(got - want) <= atol,
                abs(got - want), atol, f"carried step {step}: rate {got:.6g}, schedule at the "
                f"split {want:.6g}")

@@ -99,8 +99,15 @@ class Runs:
 
   def losses(self, name: str) -> List[float]:
     """Every step's global-batch training loss of run `name`."""
+    return self._recorded(name)["losses"]
+
+  def learning_rates(self, name: str) -> List[float]:
+    """The learning rate each step of run `name` trained with ([] for a canned model)."""
+    return self._recorded(name).get("learning_rates", [])
+
+  def _recorded(self, name: str) -> Dict[str, Any]:
     with open(os.path.join(self.run_dir(name), layout.LOSSES_FILE)) as f:
-      return json.load(f)["losses"]
+      return json.load(f)
 
 
 def backend_weights(backend: str, summary: Mapping[str, Any], config: Config

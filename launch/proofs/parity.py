@@ -148,7 +148,9 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                                          **short_run) for label, name in engine_runs.items()}
   short = dataclasses.replace(config, train_steps=steps)
   losses: Dict[str, List[float]] = {}
-  losses["short/reference"], ref_weights = reference.train_reference(short, workers)
+  clipped: List[int] = []
+  losses["short/reference"], ref_weights = reference.train_reference(short, workers,
+                                                                     clipped=clipped)
   weights = {"reference": ref_weights}
   for backend in BACKENDS:
     weights[backend] = harness.backend_weights(backend, summaries[backend], config)
@@ -171,6 +173,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                                tolerances.loss_rtol) for b in BACKENDS]
   checks += compare_shards({r: trainer_runs.run_dir(n) for r, n in short_runs.items()},
                            workers, config.data_dir)
+  checks += rate_checks(config, "short", steps, trainer_runs)
+  checks += clipping_checks(short, workers, clipped, weights, tolerances.weight_atol)
   short = summaries
 
   if long_steps:
@@ -185,6 +189,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
                                      tolerances.curve_rtol, "loss curve rel diff, long run",
                                      start=CURVE_START_STEP)
+    checks += rate_checks(config, "long", long_steps, trainer_runs)
 
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
@@ -246,6 +251,43 @@ def deterministic(config: Config) -> Config:
   options = {**model_spec.deterministic_options, **given}
   return dataclasses.replace(config, model_options=",".join(f"{k}={v}"
                                                             for k, v in options.items()))
+
+
+def rate_checks(config: Config, phase: str, steps: int, trainer_runs: harness.Runs
+                ) -> List[Check]:
+  """Each step's learning rate in both backends against the reference's, to the bit (over
+  the whole run of `phase`, `steps` long); none for a canned model's constant rates."""
+  if config.canned_settings():
+    return []
+  run = dataclasses.replace(config, train_steps=steps)
+  rates = {"reference": [reference.rate(run, i) for i in range(steps)],
+           **{b: trainer_runs.learning_rates(f"{phase}/{b}") for b in BACKENDS}}
+  return harness.compare_losses(rates, 0.0, f"per-step learning rate rel diff, {phase} run")
+
+
+def clipping_checks(config: Config, workers: int, clipped: List[int],
+                    weights: Dict[str, model_lib.Weights], atol: float) -> List[Check]:
+  """With --clip_global_norm: how many steps the reference clipped a replica's gradients
+  (said, not judged), and, at 2 workers and more, the negative control: the reference
+  clipping the summed gradients instead (as Keras's own clipnorm does) must end apart from
+  both backends, or this run could not tell the two meanings apart."""
+  if not config.clip_global_norm:
+    return []
+  steps = sum(1 for n in clipped if n)
+  checks = [Check("steps whose replica gradients the reference clipped", True, float(steps),
+                  float(len(clipped)), f"{steps} of {len(clipped)} steps, "
+                  f"{sum(clipped)} replica-steps above --clip_global_norm="
+                  f"{config.clip_global_norm:g}")]
+  if workers < 2 or not steps:
+    return checks
+  _, after = reference.train_reference(config, workers, clip_after_all_reduce=True)
+  for backend in BACKENDS:
+    [apart] = harness.compare_weights({"clipped after the all-reduce": after,
+                                       backend: weights[backend]}, atol)
+    checks.append(Check(f"negative control: reference clipping after the all-reduce vs "
+                        f"{backend} (must differ)", not apart.passed, apart.measured, atol,
+                        apart.where))
+  return checks
 
 
 def compare_short_runs(weights: Dict[str, model_lib.Weights], losses: Dict[str, List[float]],

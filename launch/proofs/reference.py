@@ -1,8 +1,8 @@
 """The independent reference: a plain GradientTape loop in one process, no strategy.
 
 It takes one step per global batch, made of the N workers' per-replica batches in
-worker order, with the update of the run's tf.compat.v1.train optimizer and cosine
-decay written out by hand, from their documented formulas (`UPDATES`), not from
+worker order, with the update of the run's tf.compat.v1.train optimizer and learning-rate
+schedule written out by hand, from their documented formulas (`UPDATES`), not from
 either backend's code. Each worker's batch goes through the model on its own,
 as each replica's does under the strategy: BatchNorm normalizes it with its own
 statistics and updates that replica's own moving statistics, and the weights returned
@@ -11,7 +11,7 @@ hold their mean over the replicas (what both backends save: a read averages them
 
 import functools
 import math
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -22,28 +22,62 @@ from trainers import model as model_lib
 from trainers.config import Config
 
 
-def v1_cosine_rate(config: Config, step: int) -> float:
-  """tf.compat.v1.train.cosine_decay's rate at `step` (0-based), written out.
+def rate(config: Config, step: int) -> float:
+  """The run's learning rate at `step` (0-based): its --learning_rate_schedule's, after any
+  --warmup_steps, written out from the tf.compat.v1.train functions' documented formulas.
 
   In float32, in a graph whose constants are the schedule's, as both backends evaluate
   it (the Estimator's graph, Keras's train step): Grappler rewrites such a graph, and
-  its float32 rounding follows. Computed in double, the rate is an ulp off at 869 of
-  1500 steps (7 of 10); op by op (eagerly), cos lands an ulp apart on AVX-512 CPUs,
+  its float32 rounding follows. Computed in double, the cosine rate is an ulp off at 869
+  of 1500 steps (7 of 10); op by op (eagerly), cos lands an ulp apart on AVX-512 CPUs,
   which 1 + cos near -1 magnifies to 2.5e-6 of the rate; and Adagrad at rate 0.1 grows
   an ulp of the rate to 3.4e-6 in the weights within 10 steps.
   """
-  schedule = _cosine_schedule(config.initial_learning_rate(), config.schedule_steps())
+  settings = tuple(sorted(config.schedule_settings().items()))
+  schedule = _schedule(config.learning_rate_schedule, settings, config.initial_learning_rate(),
+                       config.schedule_steps(), config.warmup_steps,
+                       tuple(config.piecewise()[0]) if config.boundaries else ())
   return float(schedule(tf.constant(step, tf.int64)))
 
 
 @functools.lru_cache(maxsize=None)
-def _cosine_schedule(initial: float, decay_steps: int) -> Callable[[tf.Tensor], tf.Tensor]:
+def _schedule(name: str, settings: Tuple[Tuple[str, Any], ...], initial: float,
+              decay_steps: int, warmup_steps: int, boundaries: Tuple[int, ...]
+              ) -> Callable[[tf.Tensor], tf.Tensor]:
+  s = dict(settings)
+
   @tf.function
-  def rate(step: tf.Tensor) -> tf.Tensor:
-    decay = tf.constant(decay_steps, tf.float32)
-    done = tf.minimum(tf.cast(step, tf.float32), decay) / decay
-    return initial * (0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float32) * done)))
-  return rate
+  def rate_at(step: tf.Tensor) -> tf.Tensor:
+    x, decay = tf.cast(step, tf.float32), tf.constant(decay_steps, tf.float32)
+    if name == "constant":
+      rate = tf.constant(initial, tf.float32)
+    elif name == "cosine":  # initial * (1 + cos(pi * min(x, decay) / decay)) / 2
+      done = tf.minimum(x, decay) / decay
+      rate = initial * (0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float32) * done)))
+    elif name in ("exponential", "inverse_time"):
+      periods = x / decay  # initial * rate^p, or initial / (1 + rate * p); p whole if staircase
+      periods = tf.floor(periods) if s["staircase"] else periods
+      rate = (initial * tf.pow(tf.constant(s["decay_rate"], tf.float32), periods)
+              if name == "exponential"
+              else initial / (1.0 + tf.constant(s["decay_rate"], tf.float32) * periods))
+    elif name == "polynomial":  # (initial - end) * (1 - x / decay)^power + end
+      if s["cycle"]:  # Over the multiple of decay_steps above x (the first at x = 0).
+        decay = decay * tf.where(tf.equal(x, 0.0), 1.0, tf.math.ceil(x / decay_steps))
+      else:
+        x = tf.minimum(x, decay)
+      end = tf.constant(s["end_learning_rate"], tf.float32)
+      rate = (initial - end) * tf.pow(1 - x / decay, tf.constant(s["power"], tf.float32)) + end
+    else:  # piecewise: values[i] for boundaries[i - 1] < step <= boundaries[i].
+      values = [float(v) for v in s["values"].split(",")]
+      index = tf.reduce_sum(tf.cast(step > tf.constant(boundaries, tf.int64), tf.int32))
+      rate = tf.gather(tf.constant(values, tf.float32), index)
+    if not warmup_steps:
+      return rate
+    # BERT's warm-up: step / warmup_steps of the starting rate, before warmup_steps.
+    warming = tf.cast(tf.cast(step, tf.int32) < warmup_steps, tf.float32)
+    fraction = tf.cast(tf.cast(step, tf.int32), tf.float32) / float(warmup_steps)
+    return (1.0 - warming) * rate + warming * (initial * fraction)
+  return rate_at
 
 
 class Update(NamedTuple):
@@ -187,8 +221,18 @@ def rules(config: Config) -> Callable[[str], Rule]:
   return lambda name: by_part["linear" if name.startswith("linear/") else "dnn"]
 
 
+def clip_by_global_norm(gradients: List[tf.Tensor], clip_norm: float
+                        ) -> Tuple[List[tf.Tensor], tf.Tensor]:
+  """tf.clip_by_global_norm written out from its documented formula: each gradient times
+  clip_norm / max(global_norm, clip_norm), global_norm the square root of the sum of every
+  element's square; and whether that clipped them."""
+  norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in gradients]))
+  return [g * (clip_norm / tf.maximum(norm, clip_norm)) for g in gradients], norm > clip_norm
+
+
 def train_reference(config: Config, num_workers: int,
-                    input_fn: Optional[inputs.InputFn] = None, *, any_batch_size: bool = False
+                    input_fn: Optional[inputs.InputFn] = None, *, any_batch_size: bool = False,
+                    clipped: Optional[List[int]] = None, clip_after_all_reduce: bool = False
                     ) -> Tuple[List[float], model_lib.Weights]:
   """Trains `config.train_steps` steps as N workers' data would.
 
@@ -199,6 +243,10 @@ def train_reference(config: Config, num_workers: int,
     any_batch_size: compile the step for batches of any size rather than the one it
       is given: the same arithmetic, which Grappler and the kernels order otherwise.
       How far the two end apart is the reference's rounding floor (launch.parity).
+    clipped: with --clip_global_norm, how many replicas' gradients each step clipped is
+      appended here.
+    clip_after_all_reduce: clip the summed gradients instead, as Keras's own clipnorm
+      does: not what either backend does (a negative control).
 
   Returns:
     Each step's global-batch loss (before its update) and the final weights.
@@ -224,7 +272,7 @@ def train_reference(config: Config, num_workers: int,
     # As each replica does under the strategy: the gradient of its own batch's mean
     # loss over the replicas (or of its sum), then the sum of the replicas' gradients,
     # in worker order.
-    replica_losses, replica_gradients = [], []
+    replica_losses, replica_gradients, clips = [], [], [tf.constant(False)]
     for (images, labels), own in zip(batches, replica_statistics):
       for statistic, value in zip(statistics, own):
         statistic.assign(value)
@@ -235,17 +283,25 @@ def train_reference(config: Config, num_workers: int,
         else:
           loss = tf.reduce_mean(model_spec.loss(labels, logits))
           scaled = loss / len(batches)
-      replica_gradients.append(tape.gradient(scaled, variables))
+      gradients = tape.gradient(scaled, variables)
+      if config.clip_global_norm and not clip_after_all_reduce:  # Each replica's, as v1 does.
+        gradients, clip = clip_by_global_norm(gradients, config.clip_global_norm)
+        clips.append(clip)
+      replica_gradients.append(gradients)
       replica_losses.append(loss)
       for statistic, value in zip(statistics, own):
         value.assign(statistic)
-    for variable, rule, own, *gradients in zip(variables, variable_rules, slots,
-                                               *replica_gradients):
-      rule.update.apply(variable, tf.add_n(gradients), own,
+    summed_gradients = [tf.add_n(g) for g in zip(*replica_gradients)]
+    if config.clip_global_norm and clip_after_all_reduce:
+      summed_gradients, clip = clip_by_global_norm(summed_gradients, config.clip_global_norm)
+      clips.append(clip)
+    for variable, rule, own, gradient in zip(variables, variable_rules, slots, summed_gradients):
+      rule.update.apply(variable, gradient, own,
                         rate if rule.constant_rate is None else rule.constant_rate,
                         rule.hyperparameters)
     # Equal per-replica batches: the mean of their means is the global batch's mean.
-    return tf.add_n(replica_losses) / (1 if summed else len(replica_losses))
+    return (tf.add_n(replica_losses) / (1 if summed else len(replica_losses)),
+            tf.add_n([tf.cast(c, tf.int32) for c in clips]))
 
   signature = None
   if any_batch_size:
@@ -256,7 +312,10 @@ def train_reference(config: Config, num_workers: int,
   losses = []
   for i in range(config.train_steps):
     batches = [next(p) for p in pipelines]
-    losses.append(float(step(batches, tf.constant(v1_cosine_rate(config, i), tf.float32))))
+    loss, clips = step(batches, tf.constant(rate(config, i), tf.float32))
+    losses.append(float(loss))
+    if clipped is not None:
+      clipped.append(int(clips))
   for statistic, *values in zip(statistics, *replica_statistics):
     statistic.assign(tf.add_n(values) / len(values))
   return losses, model_lib.get_weights(model)

@@ -43,6 +43,39 @@ from trainers.config import Config
     ({"model": "linear", "linear_learning_rate": 0.0}, "--linear_learning_rate must be "
      "positive, got 0.0"),
     ({"model": "linear", "feature_name": "my image"}, "--feature_name='my image': give a name"),
+    # The learning-rate schedule's settings: each schedule's own, in range.
+    ({"learning_rate_schedule": "linear"}, "--learning_rate_schedule=linear is not one of "
+     "cosine, constant, exponential"),
+    ({"learning_rate_schedule": "exponential"}, "--learning_rate_schedule=exponential needs "
+     "--decay_rate."),
+    ({"learning_rate_schedule": "exponential", "decay_rate": -0.5}, "--decay_rate must be "
+     "positive, got -0.5"),
+    ({"staircase": True}, "--staircase is not a setting of --learning_rate_schedule=cosine; "
+     "it is one of exponential, inverse_time."),
+    ({"cycle": True, "learning_rate_schedule": "exponential", "decay_rate": 0.5},
+     "--cycle is not a setting of --learning_rate_schedule=exponential; it is one of "
+     "polynomial."),
+    ({"learning_rate_schedule": "polynomial", "power": 0.0}, "--power must be positive"),
+    ({"learning_rate_schedule": "polynomial", "end_learning_rate": -1.0},
+     "--end_learning_rate must be >= 0"),
+    ({"learning_rate_schedule": "piecewise", "values": "0.1"}, "needs --boundaries."),
+    ({"learning_rate_schedule": "piecewise", "boundaries": "200,100", "values": "0.1,0.01,0.001"},
+     "--boundaries=200,100 must be steps >= 0, increasing."),
+    ({"learning_rate_schedule": "piecewise", "boundaries": "100,200", "values": "0.1,0.01"},
+     "--values=0.1,0.01 must hold one rate more than --boundaries=100,200: 3, got 2."),
+    ({"learning_rate_schedule": "piecewise", "boundaries": "100", "values": "0.1,-0.01"},
+     "--values=0.1,-0.01: rates must be >= 0, the first positive."),
+    ({"learning_rate_schedule": "piecewise", "boundaries": "1x", "values": "0.1,0.01"},
+     "give whole steps and rates"),
+    ({"learning_rate_schedule": "piecewise", "boundaries": "100", "values": "0.1,0.01",
+      "learning_rate": 0.2}, "takes its rates from --values: leave out --learning_rate."),
+    ({"warmup_steps": -1}, "--warmup_steps must be >= 0, got -1."),
+    ({"clip_global_norm": 0.0}, "--clip_global_norm must be positive, got 0.0."),
+    ({"clip_global_norm": float("inf")}, "--clip_global_norm must be positive, got inf."),
+    ({"model": "linear", "clip_global_norm": 1.0}, "--model=linear trains as its canned "
+     "Estimator does, which clips no gradient"),
+    ({"model": "dnn", "warmup_steps": 10}, "--model=dnn trains at the canned Estimator's "
+     "constant rates"),
 ])
 def test_bad_settings_are_named(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):

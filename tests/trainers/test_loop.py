@@ -38,7 +38,7 @@ class _Recording(loop.Backend):
     report.start(0)
     report.log(6, 0.25)
     report.end()
-    return loop.Trained(6, report, [1.0, 0.5])
+    return loop.Trained(6, report, [1.0, 0.5], [0.1, 0.05])
 
   def evaluate(self, step: int) -> Dict[str, float]:
     self.calls.append(f"evaluate {step}")
@@ -85,7 +85,8 @@ def test_a_lone_process_trains_evaluates_exports_and_writes_the_summary(tmp_path
   assert (summary["backend"], summary["global_step"], summary["test_accuracy"],
           summary["export_dir"]) == ("recording", 6, 0.75, "/exported")
   with open(tmp_path / "record" / layout.LOSSES_FILE) as f:
-    assert json.load(f) == {"backend": "recording", "losses": [1.0, 0.5]}
+    assert json.load(f) == {"backend": "recording", "losses": [1.0, 0.5],
+                            "learning_rates": [0.1, 0.05]}
 
 
 def test_the_chief_of_a_cluster_with_an_evaluator_takes_its_result(tmp_path, backend,

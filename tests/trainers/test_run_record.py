@@ -39,6 +39,9 @@ def test_the_first_start_records_the_settings_and_the_same_settings_resume(tmp_p
     ({"momentum": 0.5}, "--momentum: 0.9 in the run, 0.5 now"),
     ({"decay_steps": 300}, "--decay_steps: 100 in the run, 300 now"),
     ({"model_options": "dropout=0"}, "--model_options:  in the run, dropout=0 now"),
+    ({"learning_rate_schedule": "constant"}, "--learning_rate_schedule: cosine in the run, "
+     "constant now"),
+    ({"warmup_steps": 10}, "--warmup_steps: 0 in the run, 10 now"),
 ])
 def test_a_resume_with_other_settings_is_refused_and_nothing_is_written(change, line, tmp_path):
   _start(tmp_path, has_checkpoint=False)

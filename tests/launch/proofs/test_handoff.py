@@ -119,7 +119,11 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
     # tf.compat.v1's DNNLinearCombinedClassifier: a v1 optimizer per part (Adagrad's 6
     # slots, Ftrl's 4), one step for the twin's two counts.
     pytest.param(["--model=wide_deep_v1"], 19, marks=pytest.mark.extended),
-], ids=["canned-dnn", "momentum", "rmsprop", "canned-wide_deep_v1"])
+    # A schedule whose staircase steps down, and whose warm-up ends, at the split: the
+    # carried step must drive the converted schedule (momentum's slots, 13 variables).
+    (["--learning_rate_schedule=exponential", "--decay_rate=0.5", "--staircase",
+      f"--decay_steps={SPLIT}", f"--warmup_steps={SPLIT}"], 13),
+], ids=["canned-dnn", "momentum", "rmsprop", "canned-wide_deep_v1", "staircase-warmup"])
 def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_dir, tmp_path):
   out = tmp_path / "handoff"
   result = run_module("launch.handoff", ["--workers=1", *flags, f"--split_at={SPLIT}",

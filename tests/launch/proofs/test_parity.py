@@ -23,10 +23,12 @@ VARIABLES = {"conv/kernel", "conv/bias", "hidden/kernel", "hidden/bias", "logits
 
 @pytest.mark.real_data
 def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
-  # Adam: state of its own, the powers of beta, that must stay the same in every replica.
+  # Adam: state of its own, the powers of beta, that must stay the same in every replica;
+  # each replica's gradients clipped before the all-reduce, at a norm that clips.
   # Where Ray runs, the short runs are trained on it too (one run of the tool, not two).
   engine = "ray" if RUN_RAY else "local"
   result = run_module("launch.parity", ["--workers=2", "--optimizer=adam", "--train_steps=10",
+                                        "--clip_global_norm=0.1",
                                         "--long_steps=20", f"--engine={engine}",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
                       timeout=1200)
@@ -50,8 +52,20 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
                    "images answered differently, answers serving_default/labels, estimator "
                    "vs keras",
                    "max |diff|, answers predict/logits, estimator vs keras",
-                   "bad request, malformed proto to predict: same error, estimator and keras"):
+                   "bad request, malformed proto to predict: same error, estimator and keras",
+                   # Every step's rate, to the bit, in the short run and the long one.
+                   "per-step learning rate rel diff, short run reference vs keras",
+                   "per-step learning rate rel diff, short run reference vs estimator",
+                   "per-step learning rate rel diff, long run keras vs estimator",
+                   # Clipping means v1's: clipping the sum instead ends elsewhere.
+                   "negative control: reference clipping after the all-reduce vs keras "
+                   "(must differ)",
+                   "negative control: reference clipping after the all-reduce vs estimator "
+                   "(must differ)"):
     assert expected in names
+  clipping = next(c for c in report["checks"]
+                  if c["name"] == "steps whose replica gradients the reference clipped")
+  assert clipping["measured"] >= 5, clipping  # Of 10: the norm clips.
   assert {len(v) for k, v in report["losses"].items() if k.startswith("short/")} == {10}
   assert (tmp_path / "parity_report.md").read_text().count("| PASS |") == len(names)
   assert os.path.getsize(tmp_path / "loss_curves.png") > 10_000
@@ -180,6 +194,40 @@ def test_the_progress_loss_must_be_the_window_mean_not_the_running_mean(logged, 
   check = parity.window_mean_check("keras", str(tmp_path), [1.0, 2.0, 3.0, 4.0], 1e-5)
   assert check.passed == passed, check
   assert passed or check.where == "window ending at step 4 (2 steps)"
+
+
+@pytest.mark.real_data
+def test_cli_proves_a_schedule_with_warm_up_rate_for_rate(real_data_dir, tmp_path):
+  # piecewise: two boundaries inside the run, after a warm-up of 3 steps. From momentum's
+  # default rate: starting at 0.2, the rates agree to the bit but the Estimator's weights
+  # end 2.1e-6 from Keras's and the reference's (issue 66's rounding, at a larger rate).
+  result = run_module("launch.parity", ["--workers=1", "--train_steps=12", "--long_steps=0",
+                                        "--learning_rate_schedule=piecewise",
+                                        "--boundaries=5,8", "--values=0.1,0.05,0.025",
+                                        "--warmup_steps=3", f"--data_dir={real_data_dir}",
+                                        f"--out={tmp_path}"], timeout=900)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads((tmp_path / "parity_report.json").read_text())
+  checks = {c["name"]: c for c in report["checks"]}
+  for pair in ("reference vs keras", "reference vs estimator", "keras vs estimator"):
+    check = checks[f"per-step learning rate rel diff, short run {pair}"]
+    assert check["passed"] and check["measured"] == 0.0, check
+  rates = json.loads((tmp_path / "short" / "keras" / "losses.json").read_text())
+  assert rates["learning_rates"] == pytest.approx(
+      [0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025], rel=1e-6)
+
+
+def test_a_backend_on_another_schedule_is_reported_at_the_step(tiny_data_dir, tmp_path):
+  # Constant and cosine agree at step 1 (both the starting rate) and part from step 2;
+  # most at step 3, cosine's 0.025 against 0.1.
+  report = parity.run_parity(Config(data_dir=tiny_data_dir), 1, str(tmp_path), steps=3,
+                             long_steps=0,
+                             backend_flags={"keras": ["--learning_rate_schedule=constant"]})
+  checks = {c.name: c for c in report.checks}
+  rate = checks["per-step learning rate rel diff, short run reference vs keras"]
+  assert not rate.passed and not report.passed
+  assert (rate.where, rate.measured) == ("step 3", pytest.approx(0.75))
+  assert checks["per-step learning rate rel diff, short run reference vs estimator"].passed
 
 
 def test_a_halved_estimator_gradient_is_reported_at_a_variable(tiny_data_dir, tmp_path):

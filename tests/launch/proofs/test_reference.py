@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from launch.proofs import reference
 from tests.trainers import test_optimizers
+from tests.trainers import test_schedules
 from tests.conftest import memory_input_fn
 from trainers import optimizers
 from trainers import model as model_lib
@@ -68,17 +69,15 @@ def test_each_written_out_rule_compiled_steps_as_its_v1_optimizer(name):
   apply = tf.function(lambda gradient, rate: update.apply(variable, gradient, slots, rate,
                                                           settings))
   for step, gradient in enumerate(test_optimizers.GRADIENTS):
-    apply(tf.constant(gradient), tf.constant(reference.v1_cosine_rate(config, step), tf.float32))
+    apply(tf.constant(gradient), tf.constant(reference.rate(config, step), tf.float32))
   np.testing.assert_allclose(variable.numpy(), want, rtol=0,
                              atol=0 if name in BIT_FOR_BIT else 1e-6)
 
 
-def test_the_written_out_schedule_is_v1s_to_the_bit_as_the_estimators_graph_runs_it():
-  config = Config(train_steps=300)
-  with tf.Graph().as_default():
-    step = tf.compat.v1.placeholder(tf.int64, [])
-    rate = tf.compat.v1.train.cosine_decay(config.initial_learning_rate(), step, 300)
-    with tf.compat.v1.Session() as session:
-      want = [session.run(rate, {step: i}) for i in range(303)]
-  got = [np.float32(reference.v1_cosine_rate(config, i)) for i in range(303)]
-  assert got == want
+@pytest.mark.parametrize("case", test_schedules.CASES)
+def test_each_written_out_schedule_is_v1s_to_the_bit_as_the_estimators_graph_runs_it(case):
+  # The v1 functions' own values, in the Estimator's graph; written out, the reference's.
+  config = test_schedules.config_of(case)
+  want = test_schedules.v1_rates(config)
+  got = np.array([reference.rate(config, i) for i in range(test_schedules.STEPS)], np.float32)
+  np.testing.assert_array_equal(got, want)
