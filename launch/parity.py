@@ -3,6 +3,8 @@ r"""Proves, number by number, that the Keras and Estimator backends train the sa
   python -m launch.parity --workers=2 [--train_steps=10] [--long_steps=N] [--out=DIR]
   python -m launch.parity --model=cnn_bn --model_options=dropout=0 --measure_seeds=3
   python -m launch.parity --workers=2 --engine=ray --long_steps=0
+  python -m launch.parity --workers=2 --learning_rate_schedule=exponential --decay_rate=0.5 \
+      --decay_steps=4 --staircase --warmup_steps=3 [--clip_global_norm=N]
 
 Trains Keras (Model.fit, N local workers), the Estimator (train_and_evaluate,
 N local workers) and a single-process GradientTape reference from one
@@ -16,6 +18,10 @@ With --engine=ray the short run of each backend is also trained on Ray Train
 The reference cannot draw a backend's dropout masks, so parity needs the rate at
 0; --measure_seeds=N then also trains both backends N times with dropout on and
 reports each test accuracy, measured and not checked.
+Every run takes the trainers' schedule and clipping flags (--learning_rate_schedule and
+its settings, --decay_steps, --warmup_steps, --clip_global_norm): each step's rate is held
+to the reference's to the bit, and with clipping at 2 workers and more the reference
+clipping the summed gradients instead must end apart from both backends.
 """
 
 import dataclasses
@@ -53,7 +59,7 @@ _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to 
                                 "with its own (--dnn_optimizer, --linear_optimizer).")
 _CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS,
                                              *config_lib.CANNED_SETTINGS,
-                                             *trainer_flags.STEP_FIELDS))
+                                             *trainer_flags.STEP_FIELDS, "decay_steps"))
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _ENGINE = tool_flags.define_engine(
