@@ -198,6 +198,7 @@ class _Steps(tf.estimator.SessionRunHook):
   def after_run(self, run_context, run_values):
     loss, weights_finite = run_values.results
     self.duties.stepped(self.duties.step + 1, float(loss) * self._scale, all(weights_finite))
+    self.duties.report_due()
     if self.duties.should_stop():
       run_context.request_stop()
 

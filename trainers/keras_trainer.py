@@ -147,14 +147,15 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
 
 
 class StepsCallback(tf_keras.callbacks.Callback):
-  """The run's step duties (step_duties.StepDuties) after each execution, and the loss under
-  the Estimator's summary tag.
+  """The run's step duties (step_duties.StepDuties) after each execution; its `reporter`
+  reports progress, and the loss under the Estimator's summary tag.
 
   Keras reports the mean loss since this `fit` began; the difference of two running sums
   gives the losses of the steps since the last execution. First in the callback list, so
   nothing of a diverged execution is saved, and a stop at the agreed preemption step ends
-  `fit` as at its last step (_Checkpoints saves it in model_dir; the backup goes). Steps
-  are global: a run resumed from a backup goes on from the backup's step.
+  `fit` as at its last step (_Checkpoints saves it in model_dir; the backup goes); the
+  reporter goes last, after the saves. Steps are global: a run resumed from a backup goes
+  on from the backup's step.
   """
 
   def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str],
@@ -163,7 +164,7 @@ class StepsCallback(tf_keras.callbacks.Callback):
     anywhere."""
     super().__init__()
     self.duties, self.rates = duties, rates
-    self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+    self.reporter = _Reporter(duties, summary_dir)
     self._first_batch: Optional[int] = None
     self._previous_sum = 0.0
 
@@ -181,21 +182,33 @@ class StepsCallback(tf_keras.callbacks.Callback):
   def on_train_batch_end(self, batch, logs=None):
     seen = batch - self._first_batch + 1
     loss_sum = logs["loss"] * seen
-    step = self.duties.report.first_step + seen
-    reported = self.duties.stepped(step, loss_sum - self._previous_sum,
-                                   bool(self._weights_finite()))
+    self.duties.stepped(self.duties.report.first_step + seen, loss_sum - self._previous_sum,
+                        bool(self._weights_finite()))
     self._previous_sum = loss_sum
     if self.rates is not None:  # The rate the step trained with, set by apply_gradients.
       self.rates.append(float(self.model.optimizer.learning_rate.numpy()))
-    if reported and self._writer:
-      with self._writer.as_default(step=step):
-        tf.summary.scalar("loss", reported.loss)
-        tf.summary.scalar("global_step/sec", reported.steps_per_sec)
     if self.duties.should_stop():
       self.model.stop_training = True
 
+
+class _Reporter(tf_keras.callbacks.Callback):
+  """The progress report of StepsCallback's duties, last in the callback list: a progress
+  record at a checkpoint's or backup's step means that save exists."""
+
+  def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str]):
+    super().__init__()
+    self._duties = duties
+    self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+
+  def on_train_batch_end(self, batch, logs=None):
+    reported = self._duties.report_due()
+    if reported and self._writer:
+      with self._writer.as_default(step=self._duties.step):
+        tf.summary.scalar("loss", reported.loss)
+        tf.summary.scalar("global_step/sec", reported.steps_per_sec)
+
   def on_train_end(self, logs=None):
-    self.duties.end()
+    self._duties.end()
     if self._writer:
       self._writer.close()
 
@@ -296,9 +309,11 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
     chief: whether this task is the chief.
     steps: the run's step duties (progress, divergence, where a preemption stops).
   """
-  # The step duties run first, so nothing diverged is saved.
+  # The step duties run first, so nothing diverged is saved; their report last, after the
+  # saves.
   return [steps, _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
-          _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution())]
+          _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution()),
+          steps.reporter]
 
 
 class _EvalSummaries(tf_keras.callbacks.Callback):

@@ -2,16 +2,15 @@
 Estimator hook each feed it and act on what it says (keras_trainer.StepsCallback,
 estimator_trainer._Steps).
 
-After each step (after each execution of K steps, in Keras) `StepDuties.stepped`:
-
-- records the steps' global-batch loss (`step_losses`: parity reads them);
-- raises failures.DivergedError on a NaN or Inf loss or weights, before anything of that
-  step is saved (each backend calls it ahead of its checkpoints and backups); every worker
-  sees the same all-reduced loss and holds the same weights, so all stop together;
-- every `every` steps and at the last, reports the window's mean loss (progress.Progress);
-
-and `should_stop` says when the cluster's agreed preemption step is reached
-(trainers.preemption), where the backend ends training as at its last step.
+After each step (after each execution of K steps, in Keras) `StepDuties.stepped` records
+the steps' global-batch loss (`step_losses`: parity reads them) and raises
+failures.DivergedError on a NaN or Inf loss or weights, before anything of that step is
+saved (each backend calls it ahead of its checkpoints and backups); every worker sees the
+same all-reduced loss and holds the same weights, so all stop together. `should_stop` says
+when the cluster's agreed preemption step is reached (trainers.preemption), where the
+backend ends training as at its last step. `report_due` reports the window's mean loss
+every `every` steps and at the last (progress.Progress): Keras calls it after its saves,
+so a progress record at a backup's step means that backup exists.
 """
 
 import math
@@ -45,10 +44,9 @@ class StepDuties:
     self.step = step
     self.report.start(step)
 
-  def stepped(self, step: int, loss_sum: float, weights_finite: bool = True
-              ) -> Optional[Reported]:
+  def stepped(self, step: int, loss_sum: float, weights_finite: bool = True) -> None:
     """The steps up to `step` ended (one, or one Keras execution), their global-batch losses
-    summing to `loss_sum`. Returns what it reported, or None if it did not report.
+    summing to `loss_sum`.
 
     Raises:
       failures.DivergedError: the loss or (`weights_finite` False) the weights are NaN or Inf.
@@ -59,7 +57,12 @@ class StepDuties:
     self._window += loss_sum
     if not (math.isfinite(loss_sum) and weights_finite):
       raise failures.diverged(step)
-    if step % self._every and step != self._total:
+
+  def report_due(self) -> Optional[Reported]:
+    """Reports the window that ends at the last step, if a report falls there (every
+    `every` steps, and the last); returns what it reported, or None."""
+    step = self.step
+    if step % self._every and step != self._total or step == self.report.last_step:
       return None
     loss = self._window / (step - self.report.last_step)
     self._window = 0.0

@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -126,71 +126,16 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   Returns:
     The report; `report.passed` only if every check passed.
   """
-  backend_flags = backend_flags or {}
   config = harness.prepare(deterministic(config), out_dir)
   epoch = pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
-  trainer_runs = harness.Runs(config, out_dir, timeout)
-
-  def train_both(phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
-    return {b: trainer_runs.train(f"{phase}/{b}", b, workers,
-                                  extra_flags=backend_flags.get(b, ()), **changes)
-            for b in BACKENDS}
-
-  # Two progress windows (where one window's mean would equal the running mean).
-  short_run = dict(train_steps=steps, log_every_steps=max(1, steps // 2),
-                   checkpoint_every_steps=steps)
-  summaries = train_both("short", **short_run)
-  # The same runs on another engine, each named "<backend> on <engine>" in the checks.
-  engine_runs = {f"{b} on {engine}": f"short/{b}-{engine}"
-                 for b in (BACKENDS if engine != "local" else ())}
-  on_engine = {label: trainer_runs.train(name, label.split(" on ")[0], workers, engine=engine,
-                                         **short_run) for label, name in engine_runs.items()}
-  short = dataclasses.replace(config, train_steps=steps)
-  losses: Dict[str, List[float]] = {}
-  clipped: List[int] = []
-  losses["short/reference"], ref_weights = reference.train_reference(short, workers,
-                                                                     clipped=clipped)
-  weights = {"reference": ref_weights}
-  for backend in BACKENDS:
-    weights[backend] = harness.backend_weights(backend, summaries[backend], config)
-    losses[f"short/{backend}"] = trainer_runs.losses(f"short/{backend}")
-  floor = reference_floor(short, workers, ref_weights)
-  checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
-                              tolerances)
-  short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
-  for label, name in engine_runs.items():
-    losses[f"short/{label}"] = trainer_runs.losses(name)
-  checks += compare_engines(config, weights, summaries, on_engine, losses, tolerances)
-  every = {**summaries, **on_engine}  # Each short run's summary, by its name in the checks.
-  # The progress records (what users see as "loss" in each backend's progress
-  # lines) must be the same quantity: the window mean of the global-batch loss.
-  progress = {r: [p["loss"] for p in runs.read_progress(s["model_dir"]) if p["event"] == "step"]
-              for r, s in every.items()}
-  checks += harness.compare_losses(progress, tolerances.loss_rtol,
-                                   "progress.jsonl loss rel diff")
-  checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
-                               tolerances.loss_rtol) for b in BACKENDS]
-  checks += compare_shards({r: trainer_runs.run_dir(n) for r, n in short_runs.items()},
-                           workers, config.data_dir)
-  checks += rate_checks(config, "short", steps, trainer_runs)
-  checks += clipping_checks(short, workers, clipped, weights, tolerances.weight_atol)
-  short = summaries
-
+  run = _Phases(config, workers, harness.Runs(config, out_dir, timeout), backend_flags or {},
+                tolerances)
+  checks, short, floor = run.short(steps, engine)
+  summaries = short
   if long_steps:
-    # Four checkpoints, so both evaluators have several steps to agree on.
-    summaries = train_both("long", train_steps=long_steps,
-                           checkpoint_every_steps=max(1, long_steps // 4))
-    gap = 100 * abs(summaries["keras"]["test_accuracy"] - summaries["estimator"]["test_accuracy"])
-    checks.append(Check("test accuracy gap (pp), long run", gap <= tolerances.accuracy_pp, gap,
-                        tolerances.accuracy_pp, f"step {long_steps}"))
-    for backend in BACKENDS:
-      losses[f"long/{backend}"] = trainer_runs.losses(f"long/{backend}")
-    checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
-                                     tolerances.curve_rtol, "loss curve rel diff, long run",
-                                     start=CURVE_START_STEP)
-    checks += rate_checks(config, "long", long_steps, trainer_runs)
-
+    long_checks, summaries = run.long(long_steps)
+    checks += long_checks
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
   checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol)
@@ -199,15 +144,98 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
       short["estimator"]["export_dir"], short["keras"]["export_dir"],
       lambda: serving_check.test_images(config), serving.feature_name(config),
       tolerances.prediction_atol)
-  measured = {}
-  for seed in range(1, measure_seeds + 1):
-    for backend, summary in train_both(
-        f"seed-{seed}", train_steps=measure_steps or long_steps or epoch, seed=seed,
-        init_weights=None, model_options=measure_model_options, record=False).items():
-      measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
-  return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks, losses=losses,
-                measured=measured, reference_floor=floor, model=config.model,
-                optimizer=config.optimizer_label(), engine=engine)
+  measured = run.measured(measure_seeds, measure_steps or long_steps or epoch,
+                          measure_model_options)
+  return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks,
+                losses=run.losses, measured=measured, reference_floor=floor,
+                model=config.model, optimizer=config.optimizer_label(), engine=engine)
+
+
+class _Phases:
+  """The phases of one parity run (the short run, the long one, the measured seeds), which
+  share its runs, the losses read so far and the limits."""
+
+  def __init__(self, config: Config, workers: int, trainer_runs: harness.Runs,
+               backend_flags: Dict[str, Sequence[str]], tolerances: Tolerances):
+    self.config, self.workers, self.runs = config, workers, trainer_runs
+    self.backend_flags, self.tolerances = backend_flags, tolerances
+    self.losses: Dict[str, List[float]] = {}
+
+  def train_both(self, phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
+    return {b: self.runs.train(f"{phase}/{b}", b, self.workers,
+                               extra_flags=self.backend_flags.get(b, ()), **changes)
+            for b in BACKENDS}
+
+  def short(self, steps: int, engine: str
+            ) -> Tuple[List[Check], Dict[str, Dict[str, Any]], float]:
+    """The three ways, `steps` steps (and both backends on `engine` too): every check of
+    weights, losses, progress, shards, rates and clipping; the summaries; the floor."""
+    config, workers, tolerances, losses = self.config, self.workers, self.tolerances, self.losses
+    # Two progress windows (where one window's mean would equal the running mean).
+    short_run = dict(train_steps=steps, log_every_steps=max(1, steps // 2),
+                     checkpoint_every_steps=steps)
+    summaries = self.train_both("short", **short_run)
+    # The same runs on another engine, each named "<backend> on <engine>" in the checks.
+    engine_runs = {f"{b} on {engine}": f"short/{b}-{engine}"
+                   for b in (BACKENDS if engine != "local" else ())}
+    on_engine = {label: self.runs.train(name, label.split(" on ")[0], workers, engine=engine,
+                                        **short_run) for label, name in engine_runs.items()}
+    short = dataclasses.replace(config, train_steps=steps)
+    clipped: List[int] = []
+    losses["short/reference"], ref_weights = reference.train_reference(short, workers,
+                                                                       clipped=clipped)
+    weights = {"reference": ref_weights}
+    for backend in BACKENDS:
+      weights[backend] = harness.backend_weights(backend, summaries[backend], config)
+      losses[f"short/{backend}"] = self.runs.losses(f"short/{backend}")
+    floor = reference_floor(short, workers, ref_weights)
+    checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
+                                tolerances)
+    for label, name in engine_runs.items():
+      losses[f"short/{label}"] = self.runs.losses(name)
+    checks += compare_engines(config, weights, summaries, on_engine, losses, tolerances)
+    # The progress records (what users see as "loss" in each backend's progress
+    # lines) must be the same quantity: the window mean of the global-batch loss.
+    progress = {r: [p["loss"] for p in runs.read_progress(s["model_dir"])
+                    if p["event"] == "step"]
+                for r, s in {**summaries, **on_engine}.items()}
+    checks += harness.compare_losses(progress, tolerances.loss_rtol,
+                                     "progress.jsonl loss rel diff")
+    checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
+                                 tolerances.loss_rtol) for b in BACKENDS]
+    short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
+    checks += compare_shards({r: self.runs.run_dir(n) for r, n in short_runs.items()},
+                             workers, config.data_dir)
+    checks += rate_checks(config, "short", steps, self.runs)
+    checks += clipping_checks(short, workers, clipped, weights, tolerances.weight_atol)
+    return checks, summaries, floor
+
+  def long(self, long_steps: int) -> Tuple[List[Check], Dict[str, Dict[str, Any]]]:
+    """Both backends, `long_steps` steps: accuracy, loss curves and rates; the summaries."""
+    tolerances, losses = self.tolerances, self.losses
+    # Four checkpoints, so both evaluators have several steps to agree on.
+    summaries = self.train_both("long", train_steps=long_steps,
+                                checkpoint_every_steps=max(1, long_steps // 4))
+    gap = 100 * abs(summaries["keras"]["test_accuracy"] - summaries["estimator"]["test_accuracy"])
+    checks = [Check("test accuracy gap (pp), long run", gap <= tolerances.accuracy_pp, gap,
+                    tolerances.accuracy_pp, f"step {long_steps}")]
+    for backend in BACKENDS:
+      losses[f"long/{backend}"] = self.runs.losses(f"long/{backend}")
+    checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
+                                     tolerances.curve_rtol, "loss curve rel diff, long run",
+                                     start=CURVE_START_STEP)
+    checks += rate_checks(self.config, "long", long_steps, self.runs)
+    return checks, summaries
+
+  def measured(self, seeds: int, steps: int, model_options: str) -> Dict[str, float]:
+    """Each backend's test accuracy with seeds 1..`seeds`, dropout as `model_options` says."""
+    measured = {}
+    for seed in range(1, seeds + 1):
+      for backend, summary in self.train_both(
+          f"seed-{seed}", train_steps=steps, seed=seed, init_weights=None,
+          model_options=model_options, record=False).items():
+        measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
+    return measured
 
 
 def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],

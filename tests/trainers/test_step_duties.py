@@ -19,8 +19,11 @@ def _records(model_dir):
 def test_reports_each_window_mean_and_the_last_step_and_keeps_every_loss(tmp_path):
   duties = StepDuties(every=4, total=10, model_dir=str(tmp_path))
   duties.start(2)  # Resumed at step 2.
-  said = [duties.stepped(step, float(step)) for step in range(3, 9)]
-  said.append(duties.stepped(10, 9.0 + 10.0))  # An execution of two steps.
+  said = []
+  for step, loss_sum in [*((s, float(s)) for s in range(3, 9)), (10, 9.0 + 10.0)]:
+    duties.stepped(step, loss_sum)  # The last: an execution of two steps.
+    said.append(duties.report_due())
+  assert duties.report_due() is None  # Said once.
   assert [s is not None for s in said] == [False, True, False, False, False, True, True]
   assert duties.step_losses == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 19.0]
   records = [r for r in _records(tmp_path) if r["event"] == "step"]
