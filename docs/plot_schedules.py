@@ -37,8 +37,7 @@ RUNS = {  # What each line is trained with: the flags, as Config fields.
 
 def rates(config: Config) -> np.ndarray:
   schedule = schedules.keras_schedule(config)
-  rate = tf.function(lambda step: tf.cast(schedule(step) if callable(schedule) else schedule,
-                                          tf.float32))
+  rate = tf.function(lambda step: tf.cast(schedule(step), tf.float32))
   return np.array([float(rate(tf.constant(i, tf.int64))) for i in range(STEPS)])
 
 

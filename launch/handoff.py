@@ -35,6 +35,7 @@ from launch.convert.kinds import ConversionError  # noqa: E402 -- after quiet_to
 from launch.proofs import handoff  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import config as config_lib  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
@@ -91,10 +92,9 @@ def _steps() -> Sequence[int]:
           f"--decay_steps={train_steps} instead.", file=sys.stderr)
   if train_steps is None:
     train_steps = split_at + 10
-  # A schedule that ends at --decay_steps (cosine; polynomial, unless it cycles) must not end
-  # before the runs do; the others decay by periods of it, or not at all.
-  ends = _CONFIG["learning_rate_schedule"].value in ("cosine", "polynomial") and not (
-      _CONFIG["cycle"].value)
+  # A schedule that ends at --decay_steps must not end before the runs do.
+  ends = config_lib.schedule_ends(_CONFIG["learning_rate_schedule"].value,
+                                  _CONFIG["cycle"].value)
   if not 0 < split_at < train_steps or ends and train_steps > _DECAY_STEPS.value:
     raise app.UsageError(f"Need 0 < --split_at ({split_at}) < --train_steps ({train_steps})"
                          + (f" <= --decay_steps ({_DECAY_STEPS.value})" if ends else "") + ".",

@@ -76,6 +76,12 @@ def widths(hidden_units: str) -> List[int]:
   return [int(u) for u in hidden_units.split(",")]
 
 
+def schedule_ends(name: str, cycle: bool) -> bool:
+  """Whether the schedule `name` stops changing at --decay_steps (cosine; polynomial unless
+  it cycles), rather than decaying by periods of it or not at all."""
+  return name in ("cosine", "polynomial") and not cycle
+
+
 def _given(value: Any) -> bool:
   """Whether a schedule setting was given: not None, nor a boolean flag left off (0.0 is)."""
   return value is not None and value is not False

@@ -49,20 +49,36 @@ def _v1_schedule(config: Config, step: tf.Tensor) -> Any:
   return train.piecewise_constant(step, boundaries, values)
 
 
+class Constant(_SCHEDULES.LearningRateSchedule):
+  """One rate at every step, as a schedule: so every rate Keras trains with is one, and is
+  read the same way (the optimizer's `learning_rate` is the rate of its last step)."""
+
+  def __init__(self, rate: float):
+    super().__init__()
+    self._rate = rate
+
+  def __call__(self, step: tf.Tensor) -> tf.Tensor:
+    del step
+    return tf.constant(self._rate, tf.float32)
+
+  def get_config(self) -> Dict[str, Any]:
+    return {"rate": self._rate}
+
+
 class WarmUp(_SCHEDULES.LearningRateSchedule):
   """BERT's linear warm-up in front of a Keras schedule (see the module's docstring)."""
 
-  def __init__(self, schedule: Any, initial: float, warmup_steps: int):
+  def __init__(self, schedule: _SCHEDULES.LearningRateSchedule, initial: float,
+               warmup_steps: int):
     super().__init__()
     self._schedule, self._initial, self._warmup_steps = schedule, initial, warmup_steps
 
   def __call__(self, step: tf.Tensor) -> tf.Tensor:
-    rate = self._schedule(step) if callable(self._schedule) else self._schedule
-    return _warmed_up_rate(rate, step, self._initial, self._warmup_steps)
+    return _warmed_up_rate(self._schedule(step), step, self._initial, self._warmup_steps)
 
   def get_config(self) -> Dict[str, Any]:
-    return {"schedule": _SCHEDULES.serialize(self._schedule) if callable(self._schedule)
-            else self._schedule, "initial": self._initial, "warmup_steps": self._warmup_steps}
+    return {"schedule": _SCHEDULES.serialize(self._schedule), "initial": self._initial,
+            "warmup_steps": self._warmup_steps}
 
 
 def _warmed_up_rate(rate: Any, step: tf.Tensor, initial: float, warmup_steps: int) -> tf.Tensor:
@@ -75,20 +91,19 @@ def _warmed_up_rate(rate: Any, step: tf.Tensor, initial: float, warmup_steps: in
   return (1.0 - is_warmup) * rate + is_warmup * (initial * warmup_percent_done)
 
 
-def keras_schedule(config: Config) -> Any:
-  """The rate Keras trains with: a `LearningRateSchedule` of the optimizer's step, or the
-  constant rate itself."""
+def keras_schedule(config: Config) -> _SCHEDULES.LearningRateSchedule:
+  """The rate Keras trains with: a `LearningRateSchedule` of the optimizer's step."""
   schedule = _keras_schedule(config)
   if config.warmup_steps:
     return WarmUp(schedule, config.initial_learning_rate(), config.warmup_steps)
   return schedule
 
 
-def _keras_schedule(config: Config) -> Any:
+def _keras_schedule(config: Config) -> _SCHEDULES.LearningRateSchedule:
   name, s = config.learning_rate_schedule, config.schedule_settings()
   initial, decay_steps = config.initial_learning_rate(), config.schedule_steps()
   if name == "constant":
-    return initial
+    return Constant(initial)
   if name == "cosine":
     return _SCHEDULES.CosineDecay(initial, decay_steps)
   if name == "exponential":

@@ -106,7 +106,7 @@ class _Step:
     return loss, gradients
 
   def apply(self, gradients: Sequence[tf.Tensor]) -> None:
-    scheduled = self._schedule(self._step) if callable(self._schedule) else self._schedule
+    scheduled = self._schedule(self._step)
     for variable, rule, slots, gradient in zip(self.variables, self._rules, self._slots,
                                                gradients):
       rate = scheduled if rule.constant_rate is None else rule.constant_rate

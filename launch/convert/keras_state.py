@@ -33,10 +33,9 @@ KERAS_DERIVED = {
     checkpoints.keras_key("save_counter"): "tf.train.Checkpoint's count of its own saves",
     checkpoints.keras_key("model/optimizer/_current_learning_rate"):
         "the schedule's rate at the last update, recomputed from the step before every update",
-    # A constant rate: a v1 canned twin's (--dnn_learning_rate or --linear_learning_rate), or
-    # --learning_rate_schedule=constant's.
+    # A v1 canned twin's constant rate (its --dnn_learning_rate or --linear_learning_rate).
     checkpoints.keras_key("model/optimizer/_learning_rate"):
-        "a constant rate, which the run's flags give",
+        "the canned model's constant rate, which the run's flags give",
     # A BackupAndRestore backup's (--from_backup).
     checkpoints.keras_key("ckpt_saved_epoch"): "the epoch BackupAndRestore resumes fit at",
     checkpoints.keras_key("ckpt_saved_batch"): "the batch BackupAndRestore resumes fit at",

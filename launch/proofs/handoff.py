@@ -107,8 +107,7 @@ def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, flo
     model = keras_trainer.compile_model(config)
     tf.train.Checkpoint(model=model).restore(path).expect_partial()
     step = model.optimizer.iterations
-    schedule = schedules.keras_schedule(config)
-    return int(step.numpy()), float(schedule(step) if callable(schedule) else schedule)
+    return int(step.numpy()), float(schedules.keras_schedule(config)(step))
   step = int(tf.train.load_checkpoint(path).get_tensor("global_step"))
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     return step, float(session.run(schedules.v1_rate(config, tf.constant(step, tf.int64))))

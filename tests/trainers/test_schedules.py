@@ -52,8 +52,7 @@ def keras_rates(config: Config, dtype: tf.DType) -> np.ndarray:
   """Each step's rate as a Keras optimizer computes it: the new ones pass their int64
   iterations, the legacy ones (a canned twin's) cast them to float32 first."""
   schedule = schedules.keras_schedule(config)
-  rate = tf.function(lambda step: tf.cast(schedule(step) if callable(schedule) else schedule,
-                                          tf.float32))
+  rate = tf.function(lambda step: tf.cast(schedule(step), tf.float32))
   return np.array([rate(tf.constant(i, dtype)).numpy() for i in range(STEPS)], np.float32)
 
 
