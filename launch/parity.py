@@ -5,6 +5,9 @@ r"""Proves, number by number, that the Keras and Estimator backends train the sa
   python -m launch.parity --workers=2 --engine=ray --long_steps=0
   python -m launch.parity --workers=2 --learning_rate_schedule=exponential --decay_rate=0.5 \
       --decay_steps=4 --staircase --warmup_steps=3 [--clip_global_norm=N]
+  python -m launch.parity --workers=1,2 --estimator_program=team_program:PROGRAM \
+      --model=team_port:SPEC --assignment_map=team_map.json --optimizer=adam \
+      --learning_rate=1e-4 --learning_rate_schedule=constant
 
 Trains Keras (Model.fit, N local workers), the Estimator (train_and_evaluate,
 N local workers) and a single-process GradientTape reference from one
@@ -18,6 +21,12 @@ With --engine=ray the short run of each backend is also trained on Ray Train
 The reference cannot draw a backend's dropout masks, so parity needs the rate at
 0; --measure_seeds=N then also trains both backends N times with dropout on and
 reports each test accuracy, measured and not checked.
+With --estimator_program the Estimator trains a team's own model_fn on its input_fn and
+Keras the port (--model) on the same input, from the port's initial weights under the
+program's names (--assignment_map, the converter's); first, before anything trains, the
+names, the recipe (optimizer, hyperparameters, each step's rate) and the input (the same
+batches in a graph as eagerly) are held to the port's, or it exits 2 naming what differs
+(docs/MIGRATION.md, "Prove your port").
 Every run takes the trainers' schedule and clipping flags (--learning_rate_schedule and
 its settings, --decay_steps, --warmup_steps, --clip_global_norm): each step's rate is held
 to the reference's to the bit, and with clipping at 2 workers and more the reference
@@ -36,7 +45,10 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.convert import assign  # noqa: E402 -- after quiet_tool_process
+from launch.convert.kinds import ConversionError  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import parity  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import program_probe  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
@@ -57,9 +69,14 @@ _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to 
                                 + ", ".join(config_lib.OPTIMIZER_DEFAULTS)
                                 + ". A canned model (dnn, linear, wide_deep) trains once, "
                                 "with its own (--dnn_optimizer, --linear_optimizer).")
-_CONFIG = trainer_flags.define_config_flags(("model_options", *config_lib.HYPERPARAMETERS,
+_CONFIG = trainer_flags.define_config_flags(("model_options", "estimator_program",
+                                             "program_params", *config_lib.HYPERPARAMETERS,
                                              *config_lib.CANNED_SETTINGS,
                                              *trainer_flags.STEP_FIELDS, "decay_steps"))
+_ASSIGNMENT_MAP = flags.DEFINE_string(
+    "assignment_map", None, "With --estimator_program: a JSON object of the program's "
+    "variable names -> the port's weights (or null), the map launch.convert takes; default: "
+    "the same names.")
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _ENGINE = tool_flags.define_engine(
@@ -92,6 +109,12 @@ def _matrix() -> List[Tuple[str, str]]:
   if len(models) > 1 and _CONFIG["model_options"].value:
     raise app.UsageError("--model_options goes with one --model: the options are a model's "
                          "own.", exitcode=2)
+  if _CONFIG["estimator_program"].value and (len(models) > 1 or len(optimizers) > 1):
+    raise app.UsageError("--estimator_program goes with one --model, its port, and one "
+                         "--optimizer, the one its model_fn trains with.", exitcode=2)
+  if _ASSIGNMENT_MAP.value and not _CONFIG["estimator_program"].value:
+    raise app.UsageError("--assignment_map maps an --estimator_program's names to the port's: "
+                         "give --estimator_program too.", exitcode=2)
   return [(m, o) for m in dict.fromkeys(models)
           for o in ([Config.optimizer] if m in config_lib.CANNED else dict.fromkeys(optimizers))]
 
@@ -108,6 +131,22 @@ def _settings(model: str, optimizer: str, several: bool) -> Dict[str, Any]:
   dropped = {name: None for name in (*config_lib.HYPERPARAMETERS, *config_lib.CANNED_SETTINGS)
              if several and foreign(name)}
   return trainer_flags.config_settings(_CONFIG, model=model, optimizer=optimizer, **dropped)
+
+
+def _probe_programs(configs: Sequence[Config], workers: Sequence[int], steps: int
+                    ) -> Dict[Tuple[str, int], parity.Program]:
+  """Each --estimator_program's probe, at each worker count, by (model, workers), before
+  anything trains or is written; a usage error (exit 2) naming what differs."""
+  probes = {}
+  for config in (c for c in configs if c.estimator_program):
+    try:
+      assignment_map = (assign.load_assignment_map(_ASSIGNMENT_MAP.value)
+                        if _ASSIGNMENT_MAP.value else None)
+      for n in workers:
+        probes[(config.model, n)] = parity.probe_program(config, n, steps, assignment_map)
+    except (ConversionError, program_probe.ProbeError, model_registry.SpecError) as e:
+      raise app.UsageError(str(e), exitcode=2) from None
+  return probes
 
 
 def main(argv: Sequence[str]) -> None:
@@ -134,6 +173,7 @@ def main(argv: Sequence[str]) -> None:
                                   model_options=_MEASURE_OPTIONS.value)
     for n in workers:
       runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
+  programs = _probe_programs(configs, workers, train_steps)
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
   reports = []
   for config in configs:
@@ -149,7 +189,7 @@ def main(argv: Sequence[str]) -> None:
             tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
             measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
             measure_model_options=_MEASURE_OPTIONS.value, engine=engine,
-            timeout=timeout)
+            timeout=timeout, program=programs.get((config.model, n)))
       except runs.RunError as e:  # A backend run failed: its log is named in the message.
         sys.exit(f"error: {e}")
       parity.write_report(report, where)

@@ -194,7 +194,12 @@ def layer_attribute(layer, weight) -> str:
 
 def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Config
                     ) -> Optional[str]:
-  """How a checkpoint's weights differ from `config.model`'s, or None if they match."""
+  """How a checkpoint's weights differ from `config.model`'s (an Estimator's from its
+  --estimator_program's variables), or None if they match."""
+  if whose == ESTIMATOR and config.estimator_program:
+    from trainers import estimator_program  # noqa: PLC0415 -- imports tf.estimator.
+    expected = estimator_program.variables(config)
+    return _missing(expected, shapes)
   # graph_model: an eager op here would start TensorFlow's runtime before the
   # strategy can configure it.
   built = model_lib.graph_model(config)
@@ -204,11 +209,17 @@ def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Con
     layers = [layer for layer in built.model.layers if layer.weights]
     expected = {keras_weight_key(i, layer_attribute(layer, w)): w.shape.as_list()
                 for i, layer in enumerate(layers) for w in layer.weights}
+  return _missing(expected, shapes)
+
+
+def _missing(expected: Mapping[str, Sequence[int]], shapes: Mapping[str, Sequence[int]]
+             ) -> Optional[str]:
+  """The first of `expected` variables `shapes` lacks or holds in another shape, or None."""
   for key, shape in expected.items():
     if key not in shapes:
       return f"it has no variable {key}"
-    if list(shapes[key]) != shape:
-      return f"{key} has shape {list(shapes[key])}, this model's has {shape}"
+    if list(shapes[key]) != list(shape):
+      return f"{key} has shape {list(shapes[key])}, this model's has {list(shape)}"
   return None
 
 
@@ -238,10 +249,12 @@ def resume_problem(backend: str, model_dir: str, config: Config) -> Optional[str
               f"across with python -m launch.convert --from_{whose}={model_dir} "
               f"--to_{backend}=NEW_MODEL_DIR.")
     mismatch = _model_mismatch(whose, shapes, config)
+    flag = ("--estimator_program" if whose == ESTIMATOR and config.estimator_program
+            else "--model")
     if mismatch:
       return (f"--model_dir={model_dir} holds a checkpoint of a different model than "
-              f"--model={config.model} ({path}: {mismatch}); it will not be overwritten. "
-              f"Choose a new --model_dir, or the --model it was trained with.")
+              f"{flag}={getattr(config, flag[2:])} ({path}: {mismatch}); it will not be "
+              f"overwritten. Choose a new --model_dir, or the {flag} it was trained with.")
   return None
 
 

@@ -5,6 +5,7 @@ import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from trainers import model_registry
+from trainers import program
 
 AUTO_STEPS_PER_EXECUTION_MAX = 10
 
@@ -107,6 +108,13 @@ class Config:
                       "ModelSpec of your own (docs/MIGRATION.md, \"Bring your model\").")
   model_options: str = _field("", "The model's own settings, NAME=VALUE,... (cnn_bn: "
                               "dropout=0.25); default: the spec's.")
+  estimator_program: Optional[str] = _field(
+      None, "package.module:NAME, an EstimatorProgram holding your own model_fn and input_fn "
+      "(docs/MIGRATION.md, \"Prove your port\"): the Estimator trains that model_fn in place "
+      "of --model's, and both backends read its input_fn (Keras trains --model, your port, "
+      "on it); default: none.")
+  program_params: str = _field("", "With --estimator_program: NAME=VALUE,... over its params "
+                               "(dropout=0); default: the program's.")
   train_steps: int = _field(1500, "Optimizer steps; each consumes one global batch.")
   global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
                                   "divisible by the workers (96 divides 1 to 4).")
@@ -381,11 +389,27 @@ class Config:
                        self.backup_every_steps)
     return max(k for k in range(1, AUTO_STEPS_PER_EXECUTION_MAX + 1) if divides % k == 0)
 
+  def validate_program(self, find: bool = True) -> None:
+    """Raises ValueError (program.ProgramError) for a malformed --estimator_program, one
+    this Python cannot find (if `find`), or --program_params without one, or with a
+    canned --model (whose Estimator is the program)."""
+    if self.estimator_program is None:
+      if self.program_params:
+        raise ValueError("--program_params sets an --estimator_program's params: give "
+                         "--estimator_program too, or leave --program_params out.")
+      return
+    program.check(self.estimator_program, find)
+    model_registry.parse_settings(self.program_params, "--program_params")
+    if self.model in CANNED:
+      raise ValueError(f"--model={self.model} is a canned Estimator, which is its own "
+                       f"program: leave --estimator_program out, or give --model your port.")
+
   def validate(self, num_replicas: int = 1, find_model: bool = True) -> None:
     """Raises ValueError naming the bad setting and its fix (model_registry.SpecError for
     --model and --model_options: it imports neither TensorFlow nor the model; with
     find_model False it checks only their form, for a model that lives elsewhere)."""
     model_registry.check(self.model, self.model_options, find=find_model)
+    self.validate_program(find_model)
     for name in ("train_steps", "global_batch_size", "eval_batch_size", "log_every_steps",
                  "checkpoint_every_steps", "backup_every_steps"):
       if getattr(self, name) <= 0:

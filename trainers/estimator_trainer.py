@@ -24,7 +24,9 @@ from trainers import failures
 from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import estimator_program
 from trainers import optimizers
+from trainers import program as program_lib
 from trainers import schedules
 from trainers import serving
 from trainers import step_duties
@@ -44,20 +46,22 @@ EVALUATOR_POLL_SECONDS = 1  # How often the evaluator task looks for a new check
 _WEIGHTS_FINITE = "weights_finite_after_step"
 
 
-class _LossRecorder(tf.estimator.SessionRunHook):
-  """Records the global-batch loss of every step and the rate it trained with (chief only)."""
+class _Recorder(tf.estimator.SessionRunHook):
+  """Records the rate every step trained with and (unless None) its global-batch loss
+  (chief only)."""
 
-  def __init__(self, loss: tf.Tensor, rate: tf.Tensor, losses: List[float],
+  def __init__(self, loss: Optional[tf.Tensor], rate: tf.Tensor, losses: List[float],
                rates: List[float]):
     self._loss, self._rate, self._losses, self._rates = loss, rate, losses, rates
 
   def before_run(self, run_context):
-    return tf.estimator.SessionRunArgs((self._loss, self._rate))
+    return tf.estimator.SessionRunArgs({"rate": self._rate, **(
+        {"loss": self._loss} if self._loss is not None else {})})
 
   def after_run(self, run_context, run_values):
-    loss, rate = run_values.results
-    self._losses.append(float(loss))
-    self._rates.append(float(rate))
+    if "loss" in run_values.results:
+      self._losses.append(float(run_values.results["loss"]))
+    self._rates.append(float(run_values.results["rate"]))
 
 
 def update_ops(model: tf_keras.Model, features: tf.Tensor) -> List[tf.Operation]:
@@ -115,19 +119,61 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
           tf.distribute.ReduceOp.SUM if model_lib.spec(config).loss_reduction == model_lib.SUM
           else tf.distribute.ReduceOp.MEAN, loss)
       train_op = tf.group(train_op, global_loss)
-      chief_hooks.append(_LossRecorder(global_loss, learning_rate, losses, rates))
-    # Read after the update, in the same run: _Steps stops on NaN or Inf weights
-    # before the checkpoint hook saves them (see failures.weights_finite). Checked
-    # where Keras checks them, every K steps (its steps per execution), on which
-    # every save falls: a check between two saves would protect no checkpoint.
-    every = config.keras_steps_per_execution()
-    with tf.control_dependencies([train_op]):
-      tf.compat.v1.add_to_collection(_WEIGHTS_FINITE, tf.cond(
-          tf.equal(global_step.read_value() % every, 0),
-          lambda: failures.weights_finite(trainable),
-          lambda: tf.constant(True)))
+      chief_hooks.append(_Recorder(global_loss, learning_rate, losses, rates))
+    _check_weights_after(train_op, global_step, trainable, config.keras_steps_per_execution())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
                                       training_chief_hooks=chief_hooks)
+
+  return model_fn
+
+
+def _check_weights_after(train_op: tf.Operation, global_step: tf.Variable,
+                         trainable: List[tf.Variable], every: int) -> None:
+  """Whether the weights are finite, read after the update in the same run: _Steps stops
+  on NaN or Inf weights before the checkpoint hook saves them (see failures.weights_finite).
+  Checked where Keras checks them, every `every` steps (its steps per execution), on which
+  every save falls: a check between two saves would protect no checkpoint."""
+  with tf.control_dependencies([train_op]):
+    tf.compat.v1.add_to_collection(_WEIGHTS_FINITE, tf.cond(
+        tf.equal(global_step.read_value() % every, 0),
+        lambda: failures.weights_finite(trainable),
+        lambda: tf.constant(True)))
+
+
+def make_program_model_fn(config: Config, rates: Optional[List[float]] = None):
+  """The model_fn of a team's program (--estimator_program): theirs, called as the Estimator
+  calls it with their params (and --program_params), with what the project adds to every
+  train graph: the weights' check, and with config.record_dir the rate each step trained
+  with appended to `rates` (read off their optimizer's update op: estimator_program.Recipe).
+
+  Their model_fn's errors raise program.ProgramError, naming the frame of theirs.
+  """
+  name, record, every = (config.estimator_program, config.record_dir,
+                         config.keras_steps_per_execution())
+  the_program = program_lib.load(name)
+  params = the_program.params_with(config.program_params)
+  rates = [] if rates is None else rates
+
+  # `config` as the Estimator passes it (their RunConfig), by the name it looks for.
+  def model_fn(features, labels, mode, config):  # pylint: disable=redefined-outer-name
+    graph = tf.compat.v1.get_default_graph()
+    first = len(graph.get_operations())
+    try:
+      spec = estimator_program.call_model_fn(the_program.model_fn, features, labels, mode,
+                                             params, config)
+    except program_lib.ProgramError:
+      raise
+    except Exception as e:  # Their code: what it raises is theirs to fix.
+      raise estimator_program.failure(e, name, f"its model_fn built the {mode} graph") from e
+    if mode != _ModeKeys.TRAIN:
+      return spec
+    recipe = estimator_program.find_recipe(graph.get_operations()[first:])
+    if recipe is not None and record:
+      spec = spec._replace(training_chief_hooks=[*spec.training_chief_hooks,
+                                                 _Recorder(None, recipe.rate, [], rates)])
+    _check_weights_after(spec.train_op, tf.compat.v1.train.get_global_step(),
+                         tf.compat.v1.trainable_variables(), every)
+    return spec
 
   return model_fn
 
@@ -146,7 +192,8 @@ def _minimize(optimizer: tf.compat.v1.train.Optimizer, loss: tf.Tensor, global_s
 
 def warm_start_from(weights: model_lib.Weights, directory: str
                     ) -> tf.estimator.WarmStartSettings:
-  """Starts a canned Estimator, which takes no initializer, from `weights` (--init_weights):
+  """Starts a canned Estimator or a team's model_fn, which take no initializer, from
+  `weights` (--init_weights):
   they are written to a name-based checkpoint in `directory`, from which the Estimator
   initializes each of them (trainable or not) before its first step."""
   with tf.Graph().as_default():
@@ -176,10 +223,14 @@ class _Steps(tf.estimator.SessionRunHook):
   by MEAN only after a tf.compat.v1.train optimizer, which the TF2 canned ones do not use):
   `scale` (1 / the replicas) makes that the global batch's mean. A v1 canned one reports
   the sum of the replicas' batch sums, the global batch's: as Keras reports a summed loss.
+
+  A team's program (--estimator_program) may reduce its loss either way: `scale` None reads
+  from the graph how the Estimator reduced it (`_reported_loss_scale`).
   """
 
-  def __init__(self, duties: step_duties.StepDuties, scale: float = 1.0):
-    self.duties, self._scale = duties, scale
+  def __init__(self, duties: step_duties.StepDuties, scale: Optional[float] = 1.0,
+               replicas: int = 1):
+    self.duties, self._scale, self._replicas = duties, scale, replicas
     self._loss: Optional[tf.Tensor] = None
     self._weights_finite: List[tf.Tensor] = []
 
@@ -188,6 +239,8 @@ class _Steps(tf.estimator.SessionRunHook):
     # model_fn's own per-replica loss, and before the session starts.
     self._loss = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[-1]
     self._weights_finite = tf.compat.v1.get_collection(_WEIGHTS_FINITE)
+    if self._scale is None:
+      self._scale = _reported_loss_scale(self._replicas)
 
   def after_create_session(self, session, coord):
     self.duties.start(int(session.run(tf.compat.v1.train.get_global_step())))
@@ -204,6 +257,18 @@ class _Steps(tf.estimator.SessionRunHook):
 
   def end(self, session):
     self.duties.end()
+
+
+def _reported_loss_scale(replicas: int) -> float:
+  """What makes the loss the Estimator reports (in the train graph being built) the global
+  batch's: a tf.compat.v1.train optimizer that scaled a mean loss for the replicas makes it
+  reduce them by that reduction (a mean of means, a sum of sums: 1); otherwise it sums them,
+  which for a mean (tf.compat.v1.losses' default reduction, or none said) is 1 / replicas
+  of it (estimator.py, _get_loss_reduce_op_for_reporting)."""
+  if getattr(tf.compat.v1.get_default_graph(), "_is_loss_scaled_by_optimizer", False):
+    return 1.0
+  summed = tf.compat.v1.distribute.get_loss_reduction() == tf.distribute.ReduceOp.SUM
+  return 1.0 if summed else 1 / replicas
 
 
 class _OneSessionPerRun(tf.estimator.SessionRunHook):
@@ -243,6 +308,11 @@ class Backend(loop.Backend):
     self._losses: List[float] = []
     self._rates: List[float] = []
     self._canned = model_lib.spec(run.config).canned
+    self._program = (program_lib.load(run.config.estimator_program)
+                     if run.config.estimator_program else None)
+    if self._program and run.task is not None:
+      # A cluster's task checks it here, once its strategy is made (runner._check_code).
+      estimator_program.check(run.config)
     self._warm_start_dir: Optional[str] = None
     self._estimator = self._make_estimator()
     self._result: Optional[Tuple[Optional[Dict[str, float]], object]] = None
@@ -264,7 +334,8 @@ class Backend(loop.Backend):
         keep_checkpoint_max=checkpoints.KEEP,
     )
     warm_start = None
-    if self._canned and config.init_weights and run.strategy is not None:  # Training tasks.
+    if (self._canned or self._program) and config.init_weights and run.strategy is not None:
+      # Training tasks (a canned Estimator, or a program's model_fn, takes no initializer).
       # Every task's own copy, outside model_dir, which only the chief writes.
       self._warm_start_dir = tempfile.mkdtemp(prefix="warm-start-")
       warm_start = warm_start_from(model_lib.initial_weights(config.init_weights),
@@ -272,7 +343,7 @@ class Backend(loop.Backend):
     return _estimator(config, run_config, (self._losses, self._rates), warm_start)
 
   def _input_fn(self, mode: str, input_context=None) -> tf.data.Dataset:
-    """The shared input; a canned Estimator takes its features as a dict."""
+    """The run's input; a canned Estimator takes its features as a dict."""
     dataset = self.run.input_fn(mode, input_context)
     if not self._canned:
       return dataset
@@ -314,7 +385,7 @@ class Backend(loop.Backend):
 
   def train(self) -> loop.Trained:
     run, config = self.run, self.run.config
-    scale = (1 / run.strategy.num_replicas_in_sync
+    scale = (None if self._program else 1 / run.strategy.num_replicas_in_sync
              if self._canned and not self._canned.v1 else 1.0)
     duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
                                     run.model_dir if run.chief else None, run.preemption)
@@ -325,7 +396,7 @@ class Backend(loop.Backend):
         # records a start for it.
         self._result = self._train_and_evaluate(
             [*([_OneSessionPerRun()] if distribute.num_workers(run.strategy) > 1 else []),
-             _Steps(duties, scale)])
+             _Steps(duties, scale, run.strategy.num_replicas_in_sync)])
       except tf.compat.v1.train.NanLossDuringTrainingError as e:
         # The Estimator's default NanTensorHook (NaN only); _Steps raises
         # DivergedError itself, for NaN and Inf.
@@ -346,8 +417,10 @@ class Backend(loop.Backend):
     # Read from the chief's newest checkpoint; only the chief's is used.
     step = (self._estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
             if run.chief else duties.step)
-    # A canned model_fn records nothing: its losses are the ones the Estimator reports.
-    losses = duties.step_losses if self._canned and config.record_dir else self._losses
+    # A canned model_fn, or a program's, records no loss: theirs are the ones the Estimator
+    # reports.
+    losses = (duties.step_losses if (self._canned or self._program) and config.record_dir
+              else self._losses)
     return loop.Trained(int(step), duties.report, losses, self._rates)
 
   def evaluate(self, step: int) -> Dict[str, float]:
@@ -359,7 +432,7 @@ class Backend(loop.Backend):
     return evaluation.mean_loss(
         self._estimator.evaluate(lambda: self._input_fn(mnist.EVAL), steps=None))
 
-  def export(self) -> str:
+  def export(self) -> Optional[str]:
     return _export(self._estimator, self.run.config, self.run.model_dir)
 
 
@@ -367,19 +440,31 @@ def _estimator(config: Config, run_config: tf.estimator.RunConfig,
                records: Optional[Tuple[List[float], List[float]]] = None,
                warm_start: Optional[tf.estimator.WarmStartSettings] = None
                ) -> tf.estimator.Estimator:
-  """The model's Estimator: its canned class's (`warm_start` from the initial weights), or
-  one of `make_model_fn` (which records each step's loss and rate in `records`)."""
+  """The run's Estimator (`warm_start` from the initial weights): a team's program's
+  (with its RunConfig settings), the canned class's, or one of `make_model_fn`; the last two
+  record each step's rate in `records` (and `make_model_fn` the loss)."""
+  losses, rates = records or ([], [])
+  if config.estimator_program:
+    return tf.estimator.Estimator(
+        make_program_model_fn(config, rates),
+        config=run_config.replace(**program_lib.load(config.estimator_program).run_config),
+        warm_start_from=warm_start)
   canned = model_lib.spec(config).canned
   if canned:
     return canned.estimator(config, run_config, warm_start)
-  return tf.estimator.Estimator(make_model_fn(config, *(records or ([], []))),
-                                config=run_config)
+  return tf.estimator.Estimator(make_model_fn(config, losses, rates), config=run_config)
 
 
-def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> str:
-  """The SavedModel of `estimator`'s newest checkpoint under `out_dir/export/`."""
-  receiver = serving.estimator_receiver_fn(serving.feature_name(config),
-                                           as_dict=bool(model_lib.spec(config).canned))
+def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> Optional[str]:
+  """The SavedModel of `estimator`'s newest checkpoint under `out_dir/export/`; with a team's
+  program, through its serving_input_receiver_fn (None if it has none)."""
+  if config.estimator_program:
+    receiver = program_lib.load(config.estimator_program).serving_input_receiver_fn
+    if receiver is None:
+      return None
+  else:
+    receiver = serving.estimator_receiver_fn(serving.feature_name(config),
+                                             as_dict=bool(model_lib.spec(config).canned))
   return estimator.export_saved_model(os.path.join(out_dir, layout.EXPORT_SUBDIR),
                                       receiver).decode()
 

@@ -1,5 +1,6 @@
 """Evaluation results in `model_dir/eval`: written as the Estimator's evaluator writes them
-(`accuracy` and `loss` at the checkpoint's step), read back by step, and waited for."""
+(`accuracy` and `loss` at the checkpoint's step; a team's program writes its every
+eval_metric_ops value), read back by step, and waited for."""
 
 import glob
 import os
@@ -17,8 +18,9 @@ _MEAN_LOSS = "average_loss"
 
 
 def log_result(step: int, metrics: Mapping[str, float]) -> None:
-  """The line every evaluation shows: "Test metrics at step N: {accuracy, loss}"."""
-  logging.info("Test metrics at step %d: %s", step, {k: float(metrics[k]) for k in METRICS})
+  """The line every evaluation shows: "Test metrics at step N: {accuracy, loss, ...}"."""
+  logging.info("Test metrics at step %d: %s", step,
+               {k: float(v) for k, v in metrics.items() if k != "global_step"})
 
 
 def write_result(model_dir: str, step: int, metrics: Mapping[str, float]) -> None:
@@ -41,24 +43,29 @@ def _scalar(value) -> float:
   return float(value.simple_value)
 
 
-def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
-  """Every step the evaluator evaluated, with its accuracy and loss, from its event files.
+def _numeric_scalar(tensor) -> bool:
+  """Whether a summary's tensor is a number (not the Estimator's `checkpoint_path`)."""
+  return (bool(tensor.ByteSize()) and not tensor.tensor_shape.dim
+          and tf.as_dtype(tensor.dtype) != tf.string)
 
-  The Estimator writes both in one event; Keras's tf.summary writes one event
-  per value: both are read.
+
+def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
+  """Every step the evaluator evaluated, with every metric it wrote, from its event files.
+
+  The Estimator writes them in one event; Keras's tf.summary writes one event per value,
+  `loss` last: a step is there once its loss is.
   """
   values: Dict[int, Dict[str, float]] = {}
   for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
     try:
       for event in tf.compat.v1.train.summary_iterator(path):
         for v in event.summary.value:
-          if v.tag in METRICS or v.tag == _MEAN_LOSS:
+          if v.HasField("simple_value") or _numeric_scalar(v.tensor):
             values.setdefault(int(event.step), {})[v.tag] = _scalar(v)
     except tf.errors.DataLossError:
       pass  # The evaluator is still writing this file.
   values = {step: mean_loss(metrics) for step, metrics in values.items()}
-  return {step: {k: metrics[k] for k in METRICS} for step, metrics in sorted(values.items())
-          if all(k in metrics for k in METRICS)}
+  return {step: metrics for step, metrics in sorted(values.items()) if "loss" in metrics}
 
 
 def mean_loss(metrics: Dict[str, float]) -> Dict[str, float]:
@@ -70,7 +77,7 @@ def mean_loss(metrics: Dict[str, float]) -> Dict[str, float]:
 
 
 def read_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
-  """The evaluator's accuracy and loss at `step`, or None if it has not evaluated it."""
+  """The evaluator's metrics at `step`, or None if it has not evaluated it."""
   return read_results(eval_dir).get(step)
 
 

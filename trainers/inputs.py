@@ -1,19 +1,25 @@
 """The input both backends read, bound to a run's settings, and the seeds that make both
 read the same batches in the same order."""
 
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
 from data import mnist
 from data.mnist import pipeline
+from trainers import program
 from trainers.config import Config
 
 InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 
 
 def default_input_fn(config: Config) -> InputFn:
-  """The shared MNIST input_fn, bound to the config's batch sizes, data and seed."""
+  """The run's input: the input_fn of its --estimator_program if it has one, else the shared
+  MNIST input_fn, bound to the config's batch sizes, data and seed."""
+  if config.estimator_program:
+    own = program.load(config.estimator_program).input_fn
+    if own is not None:
+      return own
 
   def input_fn(mode: str, input_context: Optional[tf.distribute.InputContext] = None):
     batch = config.global_batch_size if mode == mnist.TRAIN else config.eval_batch_size
@@ -33,3 +39,34 @@ def setup_determinism(config: Config) -> None:
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   tf.random.set_seed(config.seed)
+
+
+def check_fits(config: Config, model_inputs: Dict[str, Tuple[Optional[int], ...]]) -> None:
+  """Raises program.ProgramError unless the features of config.estimator_program's input_fn
+  fit a model with `model_inputs` (each input's name and shape, the batch first): one
+  tensor for one input, or a dict with a key for each input's name, each of a shape the
+  input takes. Builds the input in a graph of its own."""
+  own = config.estimator_program and program.load(config.estimator_program).input_fn
+  if not own:
+    return
+  with tf.Graph().as_default():
+    features = own(mnist.TRAIN, None).element_spec[0]
+  given = ({k: tuple(v.shape.as_list()) for k, v in features.items()}
+           if isinstance(features, dict) else tuple(features.shape.as_list()))
+  if isinstance(given, dict):
+    fits = set(given) == set(model_inputs) and all(
+        _shape_fits(given[k], shape) for k, shape in model_inputs.items())
+  else:
+    fits = len(model_inputs) == 1 and _shape_fits(given, next(iter(model_inputs.values())))
+  if not fits:
+    raise program.ProgramError(
+        f"--estimator_program={config.estimator_program}: its input_fn gives features "
+        f"{given}, which --model={config.model} does not take: its inputs are "
+        f"{model_inputs}. Give the port an input of each name and shape (a dict's keys are "
+        f"the inputs' names), or wrap the input_fn in the program to give what it takes.")
+
+
+def _shape_fits(given: Tuple[Optional[int], ...], takes: Tuple[Optional[int], ...]) -> bool:
+  """Whether a batch of shape `given` fits an input of shape `takes` (None: any)."""
+  return len(given) == len(takes) and all(
+      a is None or b is None or a == b for a, b in zip(given, takes))

@@ -421,6 +421,9 @@ class Backend(loop.Backend):
 
   def train(self) -> loop.Trained:
     run, config = self.run, self.run.config
+    if config.estimator_program and run.task is not None:
+      # A cluster's task checks it here, once its strategy is made (runner._check_code).
+      inputs.check_fits(config, model_lib.input_shapes(config))
     # Each worker builds its own pipeline; the InputContext shards it.
     dataset = run.strategy.distribute_datasets_from_function(
         lambda ctx: run.input_fn(mnist.TRAIN, ctx))

@@ -156,7 +156,7 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
   model_spec = spec(config)
   options = {**model_spec.options,
              **model_registry.parse_options(config.model_options, model_spec.options,
-                                            model_spec.name),
+                                            f"model {model_spec.name}"),
              **(config.canned_settings() if model_spec.canned else {})}
   asked: Set[str] = set()
 
@@ -244,6 +244,13 @@ def check(config: Config) -> None:
   """Raises SpecError unless `config.model` loads and builds with `config.model_options`
   (`graph_model`: no eager state, nothing left behind)."""
   graph_model(config)
+
+
+def input_shapes(config: Config) -> Dict[str, Tuple[Optional[int], ...]]:
+  """Each input of `config.model` by name, with its shape (the batch first)."""
+  model = graph_model(config).model
+  return {name: tuple(tensor.shape.as_list())
+          for name, tensor in zip(model.input_names, model.inputs)}
 
 
 def weight_name(variable: tf.Variable) -> str:

@@ -90,7 +90,7 @@ def write_summary(
     metrics: Dict[str, float],
     train_seconds: float,
     trained_steps: int,
-    export_dir: str,
+    export_dir: Optional[str],
     first_step_time: Optional[float] = None,
     kept: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -102,10 +102,11 @@ def write_summary(
     model_dir: the chief's model directory.
     workers: number of training workers.
     global_step: the final optimizer step.
-    metrics: test-split "accuracy" and "loss".
+    metrics: the test split's "loss" and, but for a program that reports none,
+      "accuracy"; a program's every eval_metric_ops value too.
     train_seconds: wall time of this process's training loop.
     trained_steps: the steps it ran (fewer than global_step after a resume).
-    export_dir: the SavedModel written.
+    export_dir: the SavedModel written (None: a program without a receiver).
     first_step_time: unix time when this run's first training step finished
       (launch.bench measures launch-to-first-step with it).
     kept: a re-run that trained nothing keeps the training figures of this
@@ -118,10 +119,14 @@ def write_summary(
       "backend": backend,
       "workers": workers,
       "global_step": int(global_step),
-      "test_accuracy": round(float(metrics["accuracy"]), 6),
+      # None where a team's program reports no `accuracy`: test_metrics has what it does.
+      "test_accuracy": round(float(metrics["accuracy"]), 6) if "accuracy" in metrics else None,
       "test_loss": round(float(metrics["loss"]), 6),
+      "test_metrics": {k: round(float(v), 6) for k, v in sorted(metrics.items())
+                       if k != "global_step"},
       "train_seconds": round(train_seconds, 3),
-      "examples_per_second": round(
+      # None where a team's program batches its own input: the batch is not a flag's.
+      "examples_per_second": None if config.estimator_program else round(
           trained_steps * config.global_batch_size / train_seconds if train_seconds > 0 else 0,
           1),
       "model_dir": model_dir,

@@ -9,9 +9,10 @@ imports the spec, in the processes that train. Both raise `SpecError`, whose mes
 names the fix; binaries exit 2 with it.
 """
 
+import dataclasses
 import importlib
 import importlib.util
-from typing import Dict, Mapping, Tuple, Type, TypeVar
+from typing import Any, Dict, Mapping, Tuple, Type, TypeVar
 
 DEFAULT = "cnn"
 # Built-in specs, by name: where each lives.
@@ -25,8 +26,6 @@ BUILT_IN = {
     "linear_v1": "trainers.models.canned:LINEAR_V1",
     "wide_deep_v1": "trainers.models.canned:WIDE_DEEP_V1",
 }
-_FIX = ("--model takes a built-in name (" + ", ".join(BUILT_IN) + ") or package.module:NAME, "
-        "a ModelSpec in a module on PYTHONPATH (docs/MIGRATION.md, \"Bring your model\")")
 
 T = TypeVar("T")
 
@@ -35,12 +34,37 @@ class SpecError(ValueError):
   """--model or --model_options names no usable model; the message says why and the fix."""
 
 
-def locate(name: str) -> Tuple[str, str]:
-  """(module, attribute) of the spec `name` names; SpecError for a malformed name."""
-  path = BUILT_IN.get(name, name)
+@dataclasses.dataclass(frozen=True)
+class Named:
+  """What a flag naming `package.module:NAME` finds, for its messages.
+
+  Attributes:
+    noun: what it is called in a message ("model").
+    type_name: the type the object must have ("trainers.model.ModelSpec").
+    define: how to make one ("ModelSpec(name=..., build=...)").
+    fix: what the flag takes, for a malformed name.
+    built_in: names the flag takes besides package.module:NAME, and where each lives.
+  """
+
+  noun: str
+  type_name: str
+  define: str
+  fix: str
+  built_in: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+MODEL = Named(
+    "model", "trainers.model.ModelSpec", "ModelSpec(name=..., build=...)",
+    "--model takes a built-in name (" + ", ".join(BUILT_IN) + ") or package.module:NAME, "
+    "a ModelSpec in a module on PYTHONPATH (docs/MIGRATION.md, \"Bring your model\")", BUILT_IN)
+
+
+def locate(name: str, named: Named = MODEL) -> Tuple[str, str]:
+  """(module, attribute) of the object `name` names; SpecError for a malformed name."""
+  path = named.built_in.get(name, name)
   module, sep, attribute = path.partition(":")
   if not sep or not module or not attribute.isidentifier():
-    raise SpecError(f"unknown model {name!r}: {_FIX}.")
+    raise SpecError(f"unknown {named.noun} {name!r}: {named.fix}.")
   return module, attribute
 
 
@@ -50,8 +74,14 @@ def check(name: str, options: str, find: bool = True) -> None:
 
   Imports no TensorFlow (only the parent packages of a user's module).
   """
-  module, _ = locate(name)
-  _parse(options)
+  parse_settings(options)
+  find_module(name, MODEL, find)
+
+
+def find_module(name: str, named: Named, find: bool = True) -> None:
+  """Raises SpecError if `name` is malformed, or (if `find`) names a module this Python
+  cannot find. Imports only the parent packages of a user's module."""
+  module, _ = locate(name, named)
   if not find:
     return
   try:
@@ -61,31 +91,35 @@ def check(name: str, options: str, find: bool = True) -> None:
   else:
     why = ""
   if found is None:
-    raise SpecError(f"model {name!r}: no module {module} on this Python's path{why}. Run from "
-                    f"the directory that holds it, or add that directory to PYTHONPATH.")
+    raise SpecError(f"{named.noun} {name!r}: no module {module} on this Python's path{why}. "
+                    f"Run from the directory that holds it, or add that directory to "
+                    f"PYTHONPATH.")
 
 
-def load(name: str, spec_type: Type[T]) -> T:
-  """Imports the spec `name` names and checks it is a `spec_type` (trainers.model.ModelSpec)."""
-  module_name, attribute = locate(name)
-  check(name, "")
+def load(name: str, spec_type: Type[T], named: Named = MODEL) -> T:
+  """Imports the object `name` names and checks it is a `spec_type`
+  (trainers.model.ModelSpec, or what `named` says)."""
+  module_name, attribute = locate(name, named)
+  find_module(name, named)
   try:
     module = importlib.import_module(module_name)
   except Exception as e:  # The user's module: any error it raises is theirs to fix.
-    raise SpecError(f"model {name!r}: importing {module_name} failed: "
+    raise SpecError(f"{named.noun} {name!r}: importing {module_name} failed: "
                     f"{type(e).__name__}: {e}. Fix the module, then run again.") from e
   spec = getattr(module, attribute, None)
   if spec is None:
-    raise SpecError(f"model {name!r}: {module_name} has no {attribute}. Define "
-                    f"{attribute} = ModelSpec(...) there, or name the one it has.")
+    raise SpecError(f"{named.noun} {name!r}: {module_name} has no {attribute}. Define "
+                    f"{attribute} = {named.define.split('(')[0]}(...) there, or name the one "
+                    f"it has.")
   if not isinstance(spec, spec_type):
-    raise SpecError(f"model {name!r}: {module_name}.{attribute} is a {type(spec).__name__}, "
-                    f"not a trainers.model.ModelSpec. Wrap the model's build function in "
-                    f"ModelSpec(name=..., build=...).")
+    raise SpecError(f"{named.noun} {name!r}: {module_name}.{attribute} is a "
+                    f"{type(spec).__name__}, not a {named.type_name}. Make it one: "
+                    f"{named.define}.")
   return spec
 
 
-def _parse(options: str) -> Dict[str, float]:
+def parse_settings(options: str, flag: str = "--model_options") -> Dict[str, float]:
+  """NAME=NUMBER,... as {name: number}; SpecError naming `flag` if malformed."""
   parsed = {}
   for item in filter(None, (part.strip() for part in options.split(","))):
     key, sep, value = item.partition("=")
@@ -94,24 +128,25 @@ def _parse(options: str) -> Dict[str, float]:
     except ValueError:
       sep = ""
     if not sep or not key.strip():
-      raise SpecError(f"--model_options={options!r}: {item!r} is not NAME=NUMBER; write "
+      raise SpecError(f"{flag}={options!r}: {item!r} is not NAME=NUMBER; write "
                       f"them as dropout=0.25,width=64.")
   return parsed
 
 
-def parse_options(options: str, known: Mapping[str, float], model: str) -> Dict[str, float]:
-  """`--model_options` as {name: value}; SpecError naming an option `model` lacks.
+def parse_options(options: str, known: Mapping[str, Any], model: str,
+                  flag: str = "--model_options") -> Dict[str, float]:
+  """`--model_options` (or `flag`) as {name: value}; SpecError naming an option `model`
+  lacks.
 
   A value keeps the type of its default (an int option stays an int).
   """
-  parsed = _parse(options)
+  parsed = parse_settings(options, flag)
   for key, value in parsed.items():
     if key not in known:
-      raise SpecError(f"--model_options: model {model} has no option {key!r}; its options are "
+      raise SpecError(f"{flag}: {model} has no option {key!r}; its options are "
                       f"{', '.join(f'{k}={v}' for k, v in known.items()) or 'none'}.")
     if isinstance(known[key], int) and not isinstance(known[key], bool):
       if value != int(value):
-        raise SpecError(f"--model_options: {key} of model {model} is a whole number, got "
-                        f"{value}.")
+        raise SpecError(f"{flag}: {key} of {model} is a whole number, got {value}.")
       parsed[key] = int(value)
   return parsed

@@ -32,7 +32,9 @@ from trainers.config import Config
 RECORD_FILE = "run.json"
 # The settings compared, with the flag that sets each ("schedule" is the
 # learning-rate schedule's length: --decay_steps, or --train_steps when 0).
-_FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--model_options",
+_FLAGS = {"backend": "the backend", "estimator_program": "--estimator_program",
+          "program_params": "--program_params", "model": "--model",
+          "model_options": "--model_options",
           "global_batch_size": "--global_batch_size",
           **{name: f"--{name}" for name in config_lib.HYPERPARAMETERS},
           **{name: f"--{name}" for name in config_lib.CANNED_SETTINGS},
@@ -44,6 +46,8 @@ _FLAGS = {"backend": "the backend", "model": "--model", "model_options": "--mode
 
 # What a canned model's record names as its optimizer: its parts' are its own settings.
 CANNED_OPTIMIZER = "canned"
+# What an Estimator's record names as a team's program's optimizer: its model_fn's own.
+PROGRAM_OPTIMIZER = "program"
 # The settings naming the optimizers whose state a checkpoint holds: never changed on resume.
 _OPTIMIZERS = ("optimizer", "dnn_optimizer", "linear_optimizer")
 
@@ -60,16 +64,22 @@ class ConfigChangeError(ValueError):
 def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   """The record of a run of `backend` with `config` on `workers` workers."""
   canned = config.canned_settings()
-  optimizer = ({"optimizer": CANNED_OPTIMIZER, **canned} if canned else
-               {"optimizer": config.optimizer, **config.hyperparameters()})
-  schedule = {} if canned else {"learning_rate_schedule": config.learning_rate_schedule,
-                                "warmup_steps": config.warmup_steps,
-                                **config.schedule_settings(),
-                                "clip_global_norm": config.clip_global_norm}
-  return {"backend": backend, "workers": workers, "model": config.model,
-          "model_options": config.model_options, "global_batch_size": config.global_batch_size,
-          **optimizer, "seed": config.seed, "schedule": config.schedule_steps(), **schedule,
-          "train_steps": config.train_steps}
+  program = {"estimator_program": config.estimator_program,
+             "program_params": config.program_params}
+  model = {"model": config.model, "model_options": config.model_options}
+  if backend == "estimator" and config.estimator_program:
+    # Their model_fn holds the model, its optimizer and schedule.
+    model, optimizer = {}, {"optimizer": PROGRAM_OPTIMIZER}
+  elif canned:
+    optimizer = {"optimizer": CANNED_OPTIMIZER, **canned}
+  else:
+    optimizer = {"optimizer": config.optimizer, **config.hyperparameters(),
+                 "learning_rate_schedule": config.learning_rate_schedule,
+                 "warmup_steps": config.warmup_steps, **config.schedule_settings(),
+                 "clip_global_norm": config.clip_global_norm}
+  return {"backend": backend, "workers": workers, **program, **model,
+          "global_batch_size": config.global_batch_size, **optimizer, "seed": config.seed,
+          "schedule": config.schedule_steps(), "train_steps": config.train_steps}
 
 
 def read(model_dir: str) -> Optional[Dict[str, Any]]:

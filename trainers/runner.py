@@ -15,6 +15,7 @@ from launch import console
 from launch import exit_codes
 from launch import rendezvous
 from launch import supervisor
+from trainers import model_registry
 from trainers import preemption
 from trainers import run_lock
 from trainers import run_options
@@ -224,6 +225,35 @@ def _check_files(config: Config, options: RunOptions) -> None:
                      "Create the parent first, or choose another --task_log_dir.")
 
 
+def _check_code(backend: str, config: Config, task: Optional[cluster.Task]) -> None:
+  """Builds what a run trains from a user's code, each in a graph of its own: the spec
+  (--model), and a team's program (--estimator_program): the Estimator its model_fn's
+  train and eval graphs, Keras its input_fn's features against the port's inputs (each
+  backend checks a program itself in a cluster's task, once its strategy is made: an
+  input_fn such as tfds.load's starts TensorFlow's runtime, which the strategy must
+  configure first).
+
+  Raises:
+    model_registry.SpecError (program.ProgramError): naming the fix.
+  """
+  from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
+  if not config.estimator_program:
+    model_lib.check(config)
+  elif task is None:
+    _check_program(backend, config)
+
+
+def _check_program(backend: str, config: Config) -> None:
+  """The checks of config.estimator_program `_check_code` names, for `backend`."""
+  from trainers import inputs  # noqa: PLC0415 -- imports TensorFlow.
+  from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
+  if backend == "estimator":
+    from trainers import estimator_program  # noqa: PLC0415 -- imports tf.estimator.
+    estimator_program.check(config)
+  else:
+    inputs.check_fits(config, model_lib.input_shapes(config))
+
+
 def run(backend: str, config: Config, options: RunOptions,
         start_cluster: Callable[..., int] = supervisor.run_local_cluster) -> int:
   """Trains `backend` and returns the process exit code (launch.exit_codes).
@@ -278,12 +308,12 @@ def _run(backend: str, config: Config, options: RunOptions,
     if not launcher:
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
-      from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task, options.grace_seconds)
-      model_lib.check(config)  # A user's spec: its errors exit 2 before peers wait.
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
     ready.ensure_prepared(config.data_dir, options.mnist_idx_dir, idx_dir_flag=IDX_DIR_FLAG)
+    if not launcher:
+      _check_code(backend, config, task)  # A user's: its errors exit 2 before peers wait.
     if options.model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir; the
       # lock is held until this process exits.
@@ -340,6 +370,8 @@ def _train_here(backend: str, config: Config, model_dir: str,
     loop.train_and_evaluate(trainer.Backend, config, model_dir)
   except failures.DivergedError as e:
     return _error(str(e), exit_codes.DIVERGED)
+  except model_registry.SpecError as e:  # A program's code, checked once training started.
+    return _error(str(e), exit_codes.USAGE)
   except Exception as e:
     full = failures.no_space_left(e)
     if full is not None:

@@ -110,10 +110,12 @@ class Runs:
       return json.load(f)
 
 
-def backend_weights(backend: str, summary: Mapping[str, Any], config: Config
+def backend_weights(backend: str, summary: Mapping[str, Any], config: Config,
+                    assignment_map: Optional[Mapping[str, Optional[str]]] = None
                     ) -> model_lib.Weights:
   """Every final weight of `config.model` by name, trainable or not (BatchNorm's moving
-  statistics): Keras from its SavedModel, Estimator from its checkpoint.
+  statistics): Keras from its SavedModel, Estimator from its checkpoint (a team's program's
+  under the model's names, through `assignment_map`).
 
   All of them, not only the names another run has: check_mapping must see a
   variable one run has and another has not.
@@ -121,10 +123,12 @@ def backend_weights(backend: str, summary: Mapping[str, Any], config: Config
   if backend == "keras":
     return export_weights(tf.saved_model.load(summary["export_dir"]))
   reader = tf.train.load_checkpoint(summary["model_dir"])
-  # Weights, and whatever the conversion could not place (an extra variable).
-  names = [e.name for e in assign.classify(reader.get_variable_to_shape_map(), config)
-           if e.kind in (Kind.WEIGHT, Kind.UNMAPPED)]
-  return {name: reader.get_tensor(name) for name in names}
+  # Weights, and whatever the conversion could not place (an extra variable); a program's
+  # optimizer state is the recipe's business, not a weight.
+  entries = assign.classify(reader.get_variable_to_shape_map(), config,
+                            dict(assignment_map or {}), reset_slots=bool(config.estimator_program))
+  return {e.weight or e.name: reader.get_tensor(e.name) for e in entries
+          if e.kind in (Kind.WEIGHT, Kind.UNMAPPED)}
 
 
 def export_weights(loaded: Any) -> model_lib.Weights:

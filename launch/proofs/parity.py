@@ -5,6 +5,11 @@ and the reference in this process, all from one initial-weights file and with
 op determinism on, then compares, number by number: final weights, per-step
 losses, the examples each worker read, test accuracy after a longer run, and
 one checkpoint evaluated by both backends' evaluation code.
+
+With a team's program (config.estimator_program) the Estimator trains their model_fn on
+their input_fn and Keras the port (config.model) on the same input: `probe_program` first
+holds the two to each other where nothing need train (program_probe.py), and the runs then
+start from the port's initial weights under the program's names (`Program`).
 """
 
 import dataclasses
@@ -18,6 +23,7 @@ import numpy as np
 
 from data.mnist import pipeline
 from launch.proofs import harness
+from launch.proofs import program_probe
 from launch.proofs import reference
 from launch.proofs import runs
 from launch.proofs import serving_check
@@ -26,11 +32,13 @@ from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import model_registry
+from trainers import program as program_lib
 from trainers import serving
 from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
 Check = harness.Check
+PROGRAM_INIT_WEIGHTS_FILE = "program_init_weights.npz"  # A team's program's start.
 CURVE_START_STEP = 10  # Loss curves are compared from here on.
 
 
@@ -46,6 +54,24 @@ class Tolerances:
   reference_floor_factor: float = 2.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """A team's program under parity: what its probe found, and the map of its names to the
+  port's (`--assignment_map`, the converter's)."""
+
+  probe: program_probe.Probe
+  assignment_map: Dict[str, Optional[str]]
+
+
+def probe_program(config: Config, workers: int, steps: int,
+                  assignment_map: Optional[Dict[str, Optional[str]]] = None) -> Program:
+  """Probes config.estimator_program against the port for a run of `steps` steps on
+  `workers` (program_probe.probe, with the params `deterministic` gives); raises
+  program_probe.ProbeError, having trained and written nothing."""
+  probed = program_probe.probe(deterministic(config), workers, steps, assignment_map)
+  return Program(probed, dict(assignment_map or {}))
+
+
 @dataclasses.dataclass
 class Report:
   workers: int
@@ -59,6 +85,8 @@ class Report:
   model: str = ""
   optimizer: str = ""
   engine: str = "local"  # Another engine the short runs were repeated on, or "local".
+  program: str = ""  # A team's program the Estimator ran (--estimator_program), or "".
+  notes: List[str] = dataclasses.field(default_factory=list)  # What was not compared, and why.
 
   @property
   def passed(self) -> bool:
@@ -97,7 +125,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
                measure_seeds: int = 0, measure_steps: Optional[int] = None,
                measure_model_options: str = "", engine: str = "local",
-               timeout: float = runs.TIMEOUT_SECONDS) -> Report:
+               timeout: float = runs.TIMEOUT_SECONDS, program: Optional[Program] = None
+               ) -> Report:
   """Trains three ways and compares them.
 
   Args:
@@ -122,15 +151,20 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     engine: another engine (runs.ENGINES) to run the short run of both backends on as
       well, each held to its local run (compare_engines); "local": none.
     timeout: seconds for each backend run.
+    program: with config.estimator_program, what `probe_program` found of it.
 
   Returns:
     The report; `report.passed` only if every check passed.
   """
-  config = harness.prepare(deterministic(config), out_dir)
+  config = deterministic(config)
+  if program:
+    # The program's input batches itself: the epoch is its batches'.
+    config = dataclasses.replace(config, global_batch_size=program.probe.batch * workers)
+  config = harness.prepare(config, out_dir)
   epoch = pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
   run = _Phases(config, workers, harness.Runs(config, out_dir, timeout), backend_flags or {},
-                tolerances)
+                tolerances, program)
   checks, short, floor = run.short(steps, engine)
   summaries = short
   if long_steps:
@@ -138,17 +172,36 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     checks += long_checks
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
                                        tolerances.eval_loss_atol))
-  checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol)
-  # The short run's: its weights agree to weight_atol, the long run's only in accuracy.
-  checks += serving_check.compare(
-      short["estimator"]["export_dir"], short["keras"]["export_dir"],
-      lambda: serving_check.test_images(config), serving.feature_name(config),
-      tolerances.prediction_atol)
+  checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol,
+                         run.assignment_map)
+  notes = _program_notes(program) if program else []
+  if not program:
+    # The short run's: its weights agree to weight_atol, the long run's only in accuracy.
+    checks += serving_check.compare(
+        short["estimator"]["export_dir"], short["keras"]["export_dir"],
+        lambda: serving_check.test_images(config), serving.feature_name(config),
+        tolerances.prediction_atol)
   measured = run.measured(measure_seeds, measure_steps or long_steps or epoch,
                           measure_model_options)
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks,
                 losses=run.losses, measured=measured, reference_floor=floor,
-                model=config.model, optimizer=config.optimizer_label(), engine=engine)
+                model=config.model, optimizer=config.optimizer_label(), engine=engine,
+                program=config.estimator_program or "", notes=notes)
+
+
+def _program_notes(program: Program) -> List[str]:
+  """What parity does not yet compare of a team's program, and why."""
+  others = [m for m in program.probe.metrics if m != "accuracy"]
+  notes = ["Serving: the program's export is not held to the port's here (the port's "
+           "export, and the serving contract of a team's program, come with the handoff of "
+           "its model_dir).",
+           "Shards: the program's input_fn records no example fingerprints; the probe held "
+           "each worker's first batches equal in a graph and eagerly instead."]
+  if others:
+    notes.append(f"Their eval_metric_ops {', '.join(others)}: measured by the Estimator "
+                 f"(summary.json's test_metrics), not compared: only accuracy and the loss "
+                 f"have the port's counterpart so far.")
+  return notes
 
 
 class _Phases:
@@ -156,15 +209,30 @@ class _Phases:
   share its runs, the losses read so far and the limits."""
 
   def __init__(self, config: Config, workers: int, trainer_runs: harness.Runs,
-               backend_flags: Dict[str, Sequence[str]], tolerances: Tolerances):
+               backend_flags: Dict[str, Sequence[str]], tolerances: Tolerances,
+               program: Optional[Program] = None):
     self.config, self.workers, self.runs = config, workers, trainer_runs
-    self.backend_flags, self.tolerances = backend_flags, tolerances
+    self.backend_flags, self.tolerances, self.program = backend_flags, tolerances, program
+    self.assignment_map = program.assignment_map if program else None
     self.losses: Dict[str, List[float]] = {}
+    # Each backend's own changes to the config: a program's run starts from the initial
+    # weights under its own names.
+    self.own: Dict[str, Dict[str, Any]] = {b: {} for b in BACKENDS}
+    if program and config.init_weights:
+      path = os.path.join(trainer_runs.out_dir, PROGRAM_INIT_WEIGHTS_FILE)
+      model_lib.save_weights_npz(path, program_probe.program_weights(
+          model_lib.load_weights_npz(config.init_weights), program.probe.to_port))
+      self.own["estimator"] = {"init_weights": path}
 
   def train_both(self, phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
     return {b: self.runs.train(f"{phase}/{b}", b, self.workers,
-                               extra_flags=self.backend_flags.get(b, ()), **changes)
+                               extra_flags=self.backend_flags.get(b, ()),
+                               **{**changes, **self.own[b]})
             for b in BACKENDS}
+
+  def weights(self, backend: str, summary: Dict[str, Any]) -> model_lib.Weights:
+    """A backend's final weights under the port's names."""
+    return harness.backend_weights(backend, summary, self.config, self.assignment_map)
 
   def short(self, steps: int, engine: str
             ) -> Tuple[List[Check], Dict[str, Dict[str, Any]], float]:
@@ -179,21 +247,23 @@ class _Phases:
     engine_runs = {f"{b} on {engine}": f"short/{b}-{engine}"
                    for b in (BACKENDS if engine != "local" else ())}
     on_engine = {label: self.runs.train(name, label.split(" on ")[0], workers, engine=engine,
-                                        **short_run) for label, name in engine_runs.items()}
+                                        **{**short_run, **self.own[label.split(" on ")[0]]})
+                 for label, name in engine_runs.items()}
     short = dataclasses.replace(config, train_steps=steps)
     clipped: List[int] = []
     losses["short/reference"], ref_weights = reference.train_reference(short, workers,
                                                                        clipped=clipped)
     weights = {"reference": ref_weights}
     for backend in BACKENDS:
-      weights[backend] = harness.backend_weights(backend, summaries[backend], config)
+      weights[backend] = self.weights(backend, summaries[backend])
       losses[f"short/{backend}"] = self.runs.losses(f"short/{backend}")
     floor = reference_floor(short, workers, ref_weights)
     checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
                                 tolerances)
     for label, name in engine_runs.items():
       losses[f"short/{label}"] = self.runs.losses(name)
-    checks += compare_engines(config, weights, summaries, on_engine, losses, tolerances)
+    checks += compare_engines(config, weights, summaries, on_engine, losses, tolerances,
+                              self.assignment_map)
     # The progress records (what users see as "loss" in each backend's progress
     # lines) must be the same quantity: the window mean of the global-batch loss.
     progress = {r: [p["loss"] for p in runs.read_progress(s["model_dir"])
@@ -203,11 +273,15 @@ class _Phases:
                                      "progress.jsonl loss rel diff")
     checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
                                  tolerances.loss_rtol) for b in BACKENDS]
-    short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
-    checks += compare_shards({r: self.runs.run_dir(n) for r, n in short_runs.items()},
-                             workers, config.data_dir)
+    if self.program:
+      checks += self.program.probe.checks  # Its input's in place of the shards'.
+    else:
+      short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
+      checks += compare_shards({r: self.runs.run_dir(n) for r, n in short_runs.items()},
+                               workers, config.data_dir)
     checks += rate_checks(config, "short", steps, self.runs)
-    checks += clipping_checks(short, workers, clipped, weights, tolerances.weight_atol)
+    if not self.program:  # The port's clipping, if any, is held by the weights' checks.
+      checks += clipping_checks(short, workers, clipped, weights, tolerances.weight_atol)
     return checks, summaries, floor
 
   def long(self, long_steps: int) -> Tuple[List[Check], Dict[str, Dict[str, Any]]]:
@@ -240,7 +314,8 @@ class _Phases:
 
 def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
                     local: Dict[str, Dict[str, Any]], other: Dict[str, Dict[str, Any]],
-                    losses: Dict[str, List[float]], tolerances: Tolerances) -> List[Check]:
+                    losses: Dict[str, List[float]], tolerances: Tolerances,
+                    assignment_map: Optional[Dict[str, Optional[str]]] = None) -> List[Check]:
   """Each backend's run on another engine against its local run: the same variables,
   weights within weight_atol, per-step losses within loss_rtol, and the same evaluation
   of each checkpoint.
@@ -252,12 +327,13 @@ def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
     other: each run on the other engine's summary, by "<backend> on <engine>".
     losses: every run's per-step losses, by "short/<name>".
     tolerances: the limits.
+    assignment_map: a team's program's names to the port's.
   """
   checks = []
   for label, summary in other.items():
     backend = label.split(" on ")[0]
     pair = {backend: weights[backend],
-            label: harness.backend_weights(backend, summary, config)}
+            label: harness.backend_weights(backend, summary, config, assignment_map)}
     checks += harness.named(
         harness.compare_runs(pair, {r: losses[f"short/{r}"] for r in pair},
                              tolerances.weight_atol, tolerances.loss_rtol),
@@ -271,11 +347,20 @@ def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
 
 def deterministic(config: Config) -> Config:
   """`config` with its model's `deterministic_options` where --model_options sets none (a
-  canned model's --dropout at 0 unless given)."""
+  canned model's --dropout at 0 unless given), and a team's program's
+  `deterministic_params` where --program_params sets none."""
+  if config.estimator_program:
+    the_program = program_lib.load(config.estimator_program)
+    given = model_registry.parse_options(config.program_params, the_program.params,
+                                         "the program's params", "--program_params")
+    params = {**the_program.deterministic_params, **given}
+    config = dataclasses.replace(config, program_params=",".join(f"{k}={v}"
+                                                                 for k, v in params.items()))
   model_spec = model_lib.spec(config)
   if "dropout" in config.canned_settings() and config.dropout is None:
     config = dataclasses.replace(config, dropout=0.0)
-  given = model_registry.parse_options(config.model_options, model_spec.options, model_spec.name)
+  given = model_registry.parse_options(config.model_options, model_spec.options,
+                                         f"model {model_spec.name}")
   options = {**model_spec.deterministic_options, **given}
   return dataclasses.replace(config, model_options=",".join(f"{k}={v}"
                                                             for k, v in options.items()))
@@ -395,7 +480,8 @@ def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Chec
                f"common steps; {evaluated}")
 
 
-def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]:
+def _eval_parity(config: Config, summary: Dict, loss_atol: float,
+                 assignment_map: Optional[Dict[str, Optional[str]]] = None) -> List[Check]:
   """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's."""
   step = summary["global_step"]
   estimator_metrics = evaluation.read_result(
@@ -403,7 +489,7 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
   if estimator_metrics is None:
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
   keras_metrics = keras_trainer.evaluate_weights(
-      config, harness.backend_weights("estimator", summary, config))
+      config, harness.backend_weights("estimator", summary, config, assignment_map))
   acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
   loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])
   where = f"checkpoint step {step}: accuracy {estimator_metrics['accuracy']:.4f}"
@@ -415,9 +501,13 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float) -> List[Check]
 
 def format_table(report: Report) -> str:
   on = f" (also on {report.engine})" if report.engine != "local" else ""
+  program = (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
+             f"--model={report.model}" if report.program else "")
   table = harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
-                                f"short run{on}, {report.long_steps}-step long run",
+                                f"short run{on}, {report.long_steps}-step long run{program}",
                                 report.checks)
+  if report.notes:
+    table += "\n\nNot compared:\n" + "\n".join(f"- {note}" for note in report.notes)
   if not report.measured:
     return table
   rows = ["", "Test accuracy by seed (measured, not checked: dropout on, which the "

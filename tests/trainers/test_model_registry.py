@@ -50,15 +50,15 @@ def test_a_users_spec_loads_and_each_way_it_can_be_wrong_is_named(tmp_path, monk
 
 def test_options_are_numbers_by_name_and_keep_their_defaults_type():
   known = {"dropout": 0.25, "width": 64}
-  assert model_registry.parse_options("dropout=0, width=32", known, "m") == {
+  assert model_registry.parse_options("dropout=0, width=32", known, "model m") == {
       "dropout": 0.0, "width": 32}
-  assert isinstance(model_registry.parse_options("width=32", known, "m")["width"], int)
-  assert model_registry.parse_options("", known, "m") == {}
+  assert isinstance(model_registry.parse_options("width=32", known, "model m")["width"], int)
+  assert model_registry.parse_options("", known, "model m") == {}
   with pytest.raises(SpecError, match="model m has no option 'depth'; its options are "
                                       "dropout=0.25, width=64"):
-    model_registry.parse_options("depth=2", known, "m")
+    model_registry.parse_options("depth=2", known, "model m")
   with pytest.raises(SpecError, match="width of model m is a whole number"):
-    model_registry.parse_options("width=2.5", known, "m")
+    model_registry.parse_options("width=2.5", known, "model m")
   for bad in ("dropout", "dropout=high", "=1"):
     with pytest.raises(SpecError, match="is not NAME=NUMBER"):
       model_registry.check("cnn", bad)

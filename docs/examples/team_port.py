@@ -1,0 +1,33 @@
+"""The Keras port of team_estimator.py's model_fn, as a spec (docs/MIGRATION.md, "Bring your
+model"): the same layers, named, each weight's initializer through `init`.
+
+The port's recipe is given as flags, what the model_fn's optimizer does: `--optimizer=adam
+--learning_rate=1e-4 --learning_rate_schedule=constant`. team_map.json maps the program's
+variable names (Keras's automatic ones in its graph) to the port's.
+"""
+
+import tf_keras
+
+from trainers.model import Init, ModelSpec
+
+
+def build(seed: int, init: Init, dropout: float = 0.3) -> tf_keras.Model:
+  layers = tf_keras.layers
+
+  def weights(layer: str, offset: int):
+    return {"kernel_initializer": init(f"{layer}/kernel",
+                                       tf_keras.initializers.GlorotUniform(seed=seed + offset)),
+            "bias_initializer": init(f"{layer}/bias", "zeros")}
+
+  pixels = tf_keras.Input(shape=(28, 28, 1), name="pixels")
+  x = layers.Conv2D(16, 5, activation="relu", name="conv", **weights("conv", 0))(pixels)
+  x = layers.MaxPooling2D(2, name="pool")(x)
+  x = layers.Flatten(name="flatten")(x)
+  x = layers.Dense(64, activation="relu", name="hidden", **weights("hidden", 1))(x)
+  x = layers.Dropout(dropout, name="dropout")(x)
+  logits = layers.Dense(10, name="logits", **weights("logits", 2))(x)
+  return tf_keras.Model(pixels, logits, name="team_port")
+
+
+SPEC = ModelSpec(name="team_port", build=build, options={"dropout": 0.3},
+                 deterministic_options={"dropout": 0.0})
