@@ -194,9 +194,10 @@ def _program_notes(program: Program) -> List[str]:
   others = [m for m in program.probe.metrics if m != "accuracy"]
   notes = ["Serving: the program's export is not held to the port's here (the port's "
            "export, and the serving contract of a team's program, come with the handoff of "
-           "its model_dir).",
-           "Shards: the program's input_fn records no example fingerprints; the probe held "
-           "each worker's first batches equal in a graph and eagerly instead."]
+           "its model_dir)."]
+  if program.probe.own_input:
+    notes.append("Shards: the program's input_fn records no example fingerprints; the probe "
+                 "held each worker's first batches equal in a graph and eagerly instead.")
   if others:
     notes.append(f"Their eval_metric_ops {', '.join(others)}: measured by the Estimator "
                  f"(summary.json's test_metrics), not compared: only accuracy and the loss "
@@ -274,8 +275,8 @@ class _Phases:
     checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
                                  tolerances.loss_rtol) for b in BACKENDS]
     if self.program:
-      checks += self.program.probe.checks  # Its input's in place of the shards'.
-    else:
+      checks += self.program.probe.checks
+    if not self.program or not self.program.probe.own_input:  # Its own records no shards.
       short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
       checks += compare_shards({r: self.runs.run_dir(n) for r, n in short_runs.items()},
                                workers, config.data_dir)

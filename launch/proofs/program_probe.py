@@ -63,12 +63,14 @@ class Probe:
     to_port: each program variable that is a model weight -> the port's weight.
     batch: the examples a worker's train batch holds.
     metrics: the names of the program's eval_metric_ops.
+    own_input: whether the program reads an input_fn of its own (else the project's).
   """
 
   checks: List[Check]
   to_port: Dict[str, str]
   batch: int
   metrics: List[str]
+  own_input: bool
 
 
 def probe(config: Config, workers: int, steps: int,
@@ -98,7 +100,7 @@ def probe(config: Config, workers: int, steps: int,
     raise ProbeError(f"--estimator_program={name}: its eval_metric_ops have no `accuracy`, "
                      f"which parity holds to the port's (its metrics: {', '.join(metrics)}). "
                      f"Add tf.compat.v1.metrics.accuracy as \"accuracy\" to them.")
-  return Probe(checks, to_port, _batch(input_fn), metrics)
+  return Probe(checks, to_port, _batch(input_fn), metrics, the_program.input_fn is not None)
 
 
 def _recipe(config: Config, found: Dict[str, Any]) -> Check:
