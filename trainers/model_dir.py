@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from launch import cluster
+from trainers import program
 from trainers.config import Config
 
 SUMMARY_FILE = "summary.json"
@@ -115,6 +116,8 @@ def write_summary(
   Returns:
     The summary.
   """
+  own_batches = bool(config.estimator_program
+                     and program.load(config.estimator_program).input_fn)
   summary = {
       "backend": backend,
       "workers": workers,
@@ -126,7 +129,7 @@ def write_summary(
                        if k != "global_step"},
       "train_seconds": round(train_seconds, 3),
       # None where a team's program batches its own input: the batch is not a flag's.
-      "examples_per_second": None if config.estimator_program else round(
+      "examples_per_second": None if own_batches else round(
           trained_steps * config.global_batch_size / train_seconds if train_seconds > 0 else 0,
           1),
       "model_dir": model_dir,

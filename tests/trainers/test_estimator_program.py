@@ -1,6 +1,7 @@
 """trainers.estimator_program: a team's model_fn called as the Estimator calls it, its
 failures named at their line, and the recipe read off its update ops."""
 
+import pathlib
 import re
 
 import numpy as np
@@ -98,7 +99,8 @@ def test_a_model_fn_that_fails_is_named_at_its_own_line():
   message = str(e.value)
   assert message.startswith("--estimator_program=team:PROGRAM: its model_fn built the train "
                             "graph and failed: ValueError: ")
-  line = next(i for i, text in enumerate(open(__file__), 1) if "the line this test names" in text)
+  source = pathlib.Path(__file__).read_text().splitlines()
+  line = next(i for i, text in enumerate(source, 1) if "the line this test names" in text)
   assert re.search(rf"\(at {re.escape(__file__)}:{line}, in broken_model_fn\)\. Fix it there",
                    message), message
 
