@@ -97,6 +97,7 @@ class _State:
     self.count = 0
     self.training: Optional["Agreement"] = None
     self.installed = False
+    self.said = threading.Event()  # The watcher has said what the first signal does.
 
 
 _STATE = _State()
@@ -133,8 +134,10 @@ def _on_signal(signum: int, frame) -> None:
   del frame
   with _STATE.lock:
     training = _STATE.training
-    first = _STATE.first or signum
+    # Here too: the watcher may read the signal after the loop has stopped for it.
+    first = _STATE.first = _STATE.first or signum
   if training is None:
+    _wait_until_said()
     raise Preempted(first)
   training.notice()
 
@@ -156,8 +159,16 @@ def _watch_signals(read_end: int) -> None:
                         "%s stops at once.", name, grace, name)
         threading.Timer(grace, _exit_now, args=(first, f"--grace_seconds={grace:g} ran out "
                                                 "before the step was saved")).start()
+        _STATE.said.set()
       else:
         _exit_now(first, f"a second {name}")
+
+
+def _wait_until_said(timeout: float = 1.0) -> None:
+  """Before a signal ends the process: the watcher thread (a daemon, killed at exit) has said
+  what it does, or the log would lack it when the loop stops first (seen in CI)."""
+  if _STATE.first is not None:
+    _STATE.said.wait(timeout)
 
 
 def _exit_now(signum: int, why: str) -> None:
@@ -257,4 +268,5 @@ def stopped(agreement: Agreement, step: int) -> None:
   """After a training loop: raises Preempted at `step` if the loop stopped for a preemption,
   or this task received a signal meanwhile (its loop had ended before the agreed step)."""
   if agreement.stopped_at is not None or _STATE.first is not None:
+    _wait_until_said()
     raise Preempted(_STATE.first or signal.SIGTERM, step, by_peer=_STATE.first is None)

@@ -42,7 +42,7 @@ STEPS = 3
 TINY = Config(train_steps=STEPS, global_batch_size=32, learning_rate=0.1, momentum=0.9,
               eval_batch_size=50, log_every_steps=1, checkpoint_every_steps=STEPS)
 SUMMARY_KEYS = {"backend", "workers", "global_step", "test_accuracy", "test_loss",
-                "train_seconds", "examples_per_second", "model_dir", "export_dir",
+                "test_metrics", "train_seconds", "examples_per_second", "model_dir", "export_dir",
                 "first_step_time"}
 
 
@@ -87,6 +87,8 @@ def test_run_writes_a_valid_summary(run):
   assert (summary["backend"], summary["workers"], summary["global_step"]) == (
       backend, workers, STEPS)
   assert 0.0 <= summary["test_accuracy"] <= 1.0 and summary["test_loss"] > 0
+  assert summary["test_metrics"] == {"accuracy": summary["test_accuracy"],
+                                     "loss": summary["test_loss"]}
   assert summary["train_seconds"] > 0 and summary["examples_per_second"] > 0
   assert json.loads(result.stdout.strip().splitlines()[-1]) == summary
   assert os.path.exists(os.path.join(summary["export_dir"], "saved_model.pb"))

@@ -237,6 +237,8 @@ def test_restarts_retry_exactly_the_retryable_exit_codes():
     (dict(trainer_args=("--batch_size=7",)), "Trainer flags after --"),
     (dict(trainer_args=("--global_batch_size=7",)), "divisible"),
     (dict(trainer_args=("--model=resnet",)), "unknown model 'resnet'"),
+    (dict(trainer_args=("--estimator_program=team.program",)),
+     "unknown estimator program 'team.program'"),
 ])
 def test_bad_input_is_refused_naming_the_fix(changes, error):
   with pytest.raises(ValueError, match=re.escape(error)):
@@ -246,6 +248,8 @@ def test_bad_input_is_refused_naming_the_fix(changes, error):
 def test_a_users_model_need_only_be_in_the_image():
   args = ("--model=team_models_in_the_image:SPEC", "--model_options=dropout=0")
   assert tfjob.validate(_spec(trainer_args=args)).model == "team_models_in_the_image:SPEC"
+  program = "--estimator_program=team_programs_in_the_image:PROGRAM"
+  assert tfjob.validate(_spec(trainer_args=(program,))).estimator_program == program[20:]
 
 
 def test_cli_writes_yaml_for_kubectl_and_refuses_bad_flags(validator):
