@@ -2,6 +2,9 @@ r"""Proves that carrying a run across backends mid-training changes nothing.
 
   python -m launch.handoff --workers=2 [--split_at=500] [--train_steps=510] \
       [--decay_steps=1000] [--out=DIR] [--data_dir=DIR]
+  python -m launch.handoff --workers=1,2 --estimator_program=team_program:PROGRAM \
+      --model=team_port:SPEC --assignment_map=team_map.json --optimizer=adam \
+      --learning_rate=1e-4 --learning_rate_schedule=constant
 
 From one initial-weights file, with op determinism, at each worker count each
 backend trains 0 -> split and stops; then each resumes its own checkpoint
@@ -13,6 +16,12 @@ its handed-over twin (weights, per-step losses) and that the learning rate goes
 on from the split; measures how far a resumed run is from an uninterrupted one.
 Prints the table, writes handoff_report.{md,json} and loss_curves.png to --out,
 and exits 0 only if every check passes.
+
+With --estimator_program the Estimator legs run a team's own program and the Keras legs its
+port (--model), the converter carrying between their names by --assignment_map; the
+program is probed against the port first, as launch.parity probes it (exit 2 naming what
+differs, nothing written), and each export is held to the other side's
+(serving_check.compare_exports) where the program exports.
 
 --train_steps is the step every resumed run trains to, as in every tool; the
 learning-rate schedule's length is --decay_steps. (Before, --train_steps was the
@@ -50,7 +59,9 @@ _RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --t
                                      "(--split_at + this) instead.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
+                                            + trainer_flags.PROGRAM_FIELDS)
+_ASSIGNMENT_MAP = tool_flags.define_assignment_map()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
@@ -114,13 +125,14 @@ def main(argv: Sequence[str]) -> None:
                   **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
+  program = tool_flags.probe_program(config, max(workers), train_steps, _ASSIGNMENT_MAP)
   out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")
   try:
     report = handoff.run_handoff(
         config, workers, out, split_at=split_at, train_steps=train_steps,
         decay_steps=decay_steps, timeout=timeout,
         measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
-        tolerances=tolerances)
+        tolerances=tolerances, program=program)
   except (runs.RunError, ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)

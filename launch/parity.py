@@ -45,10 +45,7 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
-from launch.convert import assign  # noqa: E402 -- after quiet_tool_process
-from launch.convert.kinds import ConversionError  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import parity  # noqa: E402 -- after quiet_tool_process
-from launch.proofs import program_probe  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
@@ -69,14 +66,11 @@ _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to 
                                 + ", ".join(config_lib.OPTIMIZER_DEFAULTS)
                                 + ". A canned model (dnn, linear, wide_deep) trains once, "
                                 "with its own (--dnn_optimizer, --linear_optimizer).")
-_CONFIG = trainer_flags.define_config_flags(("model_options", "estimator_program",
-                                             "program_params", *config_lib.HYPERPARAMETERS,
+_CONFIG = trainer_flags.define_config_flags(("model_options", *trainer_flags.PROGRAM_FIELDS,
+                                             *config_lib.HYPERPARAMETERS,
                                              *config_lib.CANNED_SETTINGS,
                                              *trainer_flags.STEP_FIELDS, "decay_steps"))
-_ASSIGNMENT_MAP = flags.DEFINE_string(
-    "assignment_map", None, "With --estimator_program: a JSON object of the program's "
-    "variable names -> the port's weights (or null), the map launch.convert takes; default: "
-    "the same names.")
+_ASSIGNMENT_MAP = tool_flags.define_assignment_map()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _ENGINE = tool_flags.define_engine(
@@ -112,9 +106,6 @@ def _matrix() -> List[Tuple[str, str]]:
   if _CONFIG["estimator_program"].value and (len(models) > 1 or len(optimizers) > 1):
     raise app.UsageError("--estimator_program goes with one --model, its port, and one "
                          "--optimizer, the one its model_fn trains with.", exitcode=2)
-  if _ASSIGNMENT_MAP.value and not _CONFIG["estimator_program"].value:
-    raise app.UsageError("--assignment_map maps an --estimator_program's names to the port's: "
-                         "give --estimator_program too.", exitcode=2)
   return [(m, o) for m in dict.fromkeys(models)
           for o in ([Config.optimizer] if m in config_lib.CANNED else dict.fromkeys(optimizers))]
 
@@ -131,22 +122,6 @@ def _settings(model: str, optimizer: str, several: bool) -> Dict[str, Any]:
   dropped = {name: None for name in (*config_lib.HYPERPARAMETERS, *config_lib.CANNED_SETTINGS)
              if several and foreign(name)}
   return trainer_flags.config_settings(_CONFIG, model=model, optimizer=optimizer, **dropped)
-
-
-def _probe_programs(configs: Sequence[Config], workers: Sequence[int], steps: int
-                    ) -> Dict[Tuple[str, int], parity.Program]:
-  """Each --estimator_program's probe, at each worker count, by (model, workers), before
-  anything trains or is written; a usage error (exit 2) naming what differs."""
-  probes = {}
-  for config in (c for c in configs if c.estimator_program):
-    try:
-      assignment_map = (assign.load_assignment_map(_ASSIGNMENT_MAP.value)
-                        if _ASSIGNMENT_MAP.value else None)
-      for n in workers:
-        probes[(config.model, n)] = parity.probe_program(config, n, steps, assignment_map)
-    except (ConversionError, program_probe.ProbeError, model_registry.SpecError) as e:
-      raise app.UsageError(str(e), exitcode=2) from None
-  return probes
 
 
 def main(argv: Sequence[str]) -> None:
@@ -173,7 +148,9 @@ def main(argv: Sequence[str]) -> None:
                                   model_options=_MEASURE_OPTIONS.value)
     for n in workers:
       runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
-  programs = _probe_programs(configs, workers, train_steps)
+  # Each program's probe, at each worker count, before anything trains or is written.
+  programs = {(c.model, n): tool_flags.probe_program(c, n, train_steps, _ASSIGNMENT_MAP)
+              for c in configs for n in workers}
   out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
   reports = []
   for config in configs:

@@ -8,6 +8,7 @@ docs/MIGRATION.md, "Prove your port", cites these tests.
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -70,7 +71,74 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
       "where"].startswith("sequential/conv2d/bias -> conv/bias")
   assert "adam (beta1=0.9, beta2=0.999, epsilon=1e-08); rate 1e-04" in checks[
       "recipe: optimizer, hyperparameters and rate, program vs port"]["where"]
-  assert any("mean_true_probability" in note for note in report["notes"])
+  # Their export, through their receiver, against the port's own signatures.
+  assert checks["signature serving_default: method, inputs and outputs, estimator vs keras"][
+      "where"] == ("predict: pixels float32 [-1, 28, 28, 1] -> classes int64 [-1], "
+                   "probabilities float32 [-1, 10]")
+  assert checks["signatures fed the test split, estimator export"]["where"] == (
+      "serving_default: 10000 examples")
+  assert checks["images answered differently, answers serving_default/classes, estimator vs "
+                "keras"]["passed"]
+  assert [n.split(":")[0] for n in report["notes"]] == [
+      "Shards", "Their eval_metric_ops mean_true_probability"]
+  # Their hook ran as the Estimator runs it; its StepHook counts the same steps and reads
+  # the same losses in both backends.
+  logs = {name: [json.loads(line) for line in (tmp_path / "short" / backend / "model" / file)
+                 .read_text().splitlines()]
+          for name, backend, file in (("their hook", "estimator", "team_hook.jsonl"),
+                                      ("estimator", "estimator", "loss_log.jsonl"),
+                                      ("keras", "keras", "loss_log.jsonl"))}
+  for name, log in logs.items():
+    assert [r["step"] for r in log] == list(range(1, 11)), name
+    assert [r["loss"] for r in log] == pytest.approx([r["loss"] for r in logs["their hook"]],
+                                                     rel=1e-5), name
+
+
+@pytest.mark.slow
+def test_handoff_carries_the_programs_model_dir_to_the_port_and_back(real_data_dir, tmp_path):
+  result = run_module("launch.handoff", ["--workers=1", *PORT_FLAGS, "--split_at=10",
+                                         "--train_steps=20", "--nomeasure_uninterrupted",
+                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
+                      env=_env(real_data_dir))
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads((tmp_path / "handoff_report.json").read_text())
+  checks = {c["name"]: c for c in report["checks"]}
+  assert checks["1w: every Estimator variable mapped or ignored"]["measured"] == 21
+  assert checks["1w estimator-then-estimator vs estimator-then-keras: max |weight diff| "
+                "estimator-then-estimator vs estimator-then-keras"]["measured"] <= 1e-6
+  assert any(name.startswith("1w: max |diff|, answers serving_default/probabilities, "
+                             "Estimator vs converted Keras") for name in checks)
+
+
+def test_a_model_dir_their_own_launcher_wrote_converts_and_the_port_resumes_it(
+    real_data_dir, tmp_path):
+  env = _env(real_data_dir)
+  theirs, ported = tmp_path / "theirs", tmp_path / "ported"
+  trained = run_module("launch.local", ["--workers=1", "--", sys.executable,
+                                        str(EXAMPLES / "team_estimator.py"),
+                                        f"--model_dir={theirs}", "--train_steps=20"], env=env)
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  program = [f for f in PORT_FLAGS if f.startswith(("--estimator_program", "--model="))]
+  # The optimizer and its settings from the program's update ops: no recipe flags.
+  converted = run_module("launch.convert", [f"--from_estimator={theirs}",
+                                            f"--to_keras={ported}", *program,
+                                            f"--assignment_map={EXAMPLES / 'team_map.json'}"],
+                         env=env)
+  assert converted.returncode == 0, converted.stderr[-3000:]
+  assert converted.stdout.strip().endswith(f"Output directory: {ported}")
+  assert f"{ported}/ckpt-20" in converted.stdout
+  resumed = run_module("trainers.keras_main", [*PORT_FLAGS[:2], *PORT_FLAGS[3:],
+                                               f"--model_dir={ported}", "--train_steps=30",
+                                               f"--data_dir={real_data_dir}"], env=env)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "Training from step 20 to 30" in resumed.stderr
+  # Another program's model_dir is refused, naming what its variables lack.
+  refused = run_module("launch.convert", [f"--from_estimator={theirs}",
+                                          f"--to_keras={tmp_path / 'other'}",
+                                          "--estimator_program=legacy_program:PROGRAM",
+                                          "--model=my_model:SPEC"], env=env)
+  said = _error(refused)
+  assert "it has no variable legacy/" in said and not (tmp_path / "other").exists()
 
 
 @pytest.mark.slow
@@ -82,7 +150,7 @@ def test_a_port_with_another_activation_fails_the_weight_checks(real_data_dir, t
       "  model.get_layer('hidden').activation = tf_keras.activations.tanh\n"
       "  return model\n\n"
       "SPEC = ModelSpec('tanh_port', build, {'dropout': 0.3}, "
-      "deterministic_options={'dropout': 0.0})\n")
+      "deterministic_options={'dropout': 0.0}, signatures=team_port.signatures)\n")
   flags = [f if not f.startswith("--model=") else "--model=tanh_port:SPEC" for f in PORT_FLAGS]
   result = run_module("launch.parity", ["--workers=1", *flags, "--long_steps=0",
                                         f"--data_dir={real_data_dir}",
@@ -97,8 +165,9 @@ def test_a_port_with_another_activation_fails_the_weight_checks(real_data_dir, t
 
 
 BROKEN_PROGRAM = '''
+import tensorflow as tf
 import team_estimator
-from trainers.program import EstimatorProgram
+from trainers.program import EstimatorProgram, StepHook
 
 
 def model_fn(features, labels, mode, params):
@@ -106,6 +175,26 @@ def model_fn(features, labels, mode, params):
 
 
 PROGRAM = EstimatorProgram(model_fn, team_estimator.PARAMS, team_estimator.input_fn)
+
+
+class Exploding(tf.estimator.SessionRunHook):
+  def after_run(self, run_context, run_values):
+    raise RuntimeError("no disk for the log")
+
+
+def with_hook(features, labels, mode, params, config):
+  spec = team_estimator.model_fn(features, labels, mode, params, config)
+  return spec._replace(training_hooks=[Exploding()]) if mode == "train" else spec
+
+
+class ExplodingStep(StepHook):
+  def after_step(self, step, loss):
+    raise ValueError(f"step {step}")
+
+
+HOOK = EstimatorProgram(with_hook, team_estimator.PARAMS, team_estimator.input_fn)
+STEP_HOOK = EstimatorProgram(team_estimator.model_fn, team_estimator.PARAMS,
+                             team_estimator.input_fn, step_hooks=(ExplodingStep,))
 '''
 
 
@@ -119,8 +208,10 @@ def test_each_bad_input_exits_2_naming_the_fix_and_writes_nothing(real_data_dir,
   assert "estimator program 'team_programs:PROGRAM': no module team_programs" in said
   said = _error(run_module("trainers.estimator_main", [
       "--estimator_program=broken_program:PROGRAM", f"--model_dir={model_dir}", data], env=env))
+  line = BROKEN_PROGRAM.splitlines().index(
+      '  return team_estimator.model_fn({"pixels": features["pixel"]}, labels, mode, params)') + 1
   assert ("--estimator_program=broken_program:PROGRAM: its model_fn built the train graph and "
-          "failed: KeyError: 'pixel' (at " + str(tmp_path / "broken_program.py") + ":7, in "
+          f"failed: KeyError: 'pixel' (at {tmp_path / 'broken_program.py'}:{line}, in "
           "model_fn). Fix it there") in said
   said = _error(run_module("trainers.keras_main", [
       "--estimator_program=team_program:PROGRAM", "--model=cnn", f"--model_dir={model_dir}",
@@ -138,6 +229,19 @@ def test_each_bad_input_exits_2_naming_the_fix_and_writes_nothing(real_data_dir,
   assert ("trains step 1 at the rate 1e-04, the port at 0.001 (--learning_rate_schedule="
           "constant, --learning_rate=0.001)") in said
   assert not model_dir.exists() and not out.exists()
+  # Hooks that raise, once training has started: named, exit 2; what was saved stays.
+  said = _error(run_module("trainers.estimator_main", [
+      "--estimator_program=broken_program:HOOK", f"--model_dir={tmp_path / 'hook'}", data],
+      env=env))
+  assert ("its hook Exploding.after_run ran and failed: RuntimeError: no disk for the log (at "
+          + str(tmp_path / "broken_program.py")) in said
+  # Keras calls it after each execution: of 10 steps here (--steps_per_execution's auto).
+  for backend, flags, step in (("estimator", [], 1), ("keras", ["--model=team_port:SPEC"], 10)):
+    said = _error(run_module(f"trainers.{backend}_main", [
+        "--estimator_program=broken_program:STEP_HOOK", *flags,
+        f"--model_dir={tmp_path / backend}", data], env=env))
+    assert ("--estimator_program=broken_program:STEP_HOOK: its step hook "
+            f"ExplodingStep.after_step failed: ValueError: step {step}.") in said, backend
 
 
 @pytest.mark.extended  # The same proof for a tf.compat.v1.layers program that reads params.

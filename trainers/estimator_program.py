@@ -17,8 +17,11 @@ Needs tf.estimator (TensorFlow 2.15).
 import dataclasses
 import inspect
 import os
+import shutil
+import sysconfig
+import tempfile
 import traceback
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -35,9 +38,11 @@ _HYPERPARAMETER_OF_INPUT = {"lr": "learning_rate", "alpha": "learning_rate",
                             "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
                             "epsilon": "epsilon", "rho": "rho", "l1": "l1", "l2": "l2",
                             "lr_power": "learning_rate_power"}
-# Frames that are not the team's: the trainers', and the installed packages' (TensorFlow's).
+# Frames that are not the team's: the trainers', the installed packages' (TensorFlow's) and
+# Python's own (frozen ones are named "<frozen posixpath>").
 _NOT_THEIRS = (os.path.dirname(os.path.abspath(__file__)),
-               os.path.dirname(os.path.dirname(os.path.abspath(tf.__file__))))
+               os.path.dirname(os.path.dirname(os.path.abspath(tf.__file__))),
+               sysconfig.get_paths()["stdlib"], "<")
 
 
 def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode: str,
@@ -58,13 +63,54 @@ def failure(error: BaseException, name: str, what: str) -> program_lib.ProgramEr
   """A ProgramError for `error`, raised by the program `name`'s code while it did `what`
   ("its model_fn built the train graph"), naming the last frame in the team's own files."""
   frames = [f for f in traceback.extract_tb(error.__traceback__)
-            if not os.path.abspath(f.filename).startswith(_NOT_THEIRS)]
+            if not f.filename.startswith(_NOT_THEIRS)
+            and not os.path.abspath(f.filename).startswith(_NOT_THEIRS)]
   where = (f" (at {frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name})"
            if frames else "")
   first_line = (str(error).strip().splitlines() or [""])[0]
   return program_lib.ProgramError(
       f"--estimator_program={name}: {what} and failed: {type(error).__name__}: "
       f"{first_line}{where}. Fix it there, then run again.")
+
+
+class TheirHook(tf.estimator.SessionRunHook):
+  """A SessionRunHook of a team's program, run as the Estimator runs it; what it raises
+  (but the Estimator's own signals: a TensorFlow error, a NaN loss) becomes a ProgramError
+  naming the hook, its method and the frame of theirs."""
+
+  def __init__(self, hook: tf.estimator.SessionRunHook, name: str):
+    self._hook, self._name = hook, name
+
+  def _call(self, method: str, *args):
+    try:
+      return getattr(self._hook, method)(*args)
+    except (tf.errors.OpError, tf.compat.v1.train.NanLossDuringTrainingError):
+      raise
+    except Exception as e:  # Their code: what it raises is theirs to fix.
+      raise failure(e, self._name, f"its hook {type(self._hook).__name__}.{method} "
+                    f"ran") from e
+
+  def begin(self):
+    self._call("begin")
+
+  def after_create_session(self, session, coord):
+    self._call("after_create_session", session, coord)
+
+  def before_run(self, run_context):
+    return self._call("before_run", run_context)
+
+  def after_run(self, run_context, run_values):
+    self._call("after_run", run_context, run_values)
+
+  def end(self, session):
+    self._call("end", session)
+
+
+def named_hooks(spec: Any, name: str) -> Any:
+  """`spec` (an EstimatorSpec of the program `name`) with each of its hooks a TheirHook."""
+  kinds = ("training_hooks", "training_chief_hooks", "evaluation_hooks", "prediction_hooks")
+  return spec._replace(**{kind: [TheirHook(h, name) for h in getattr(spec, kind)]
+                          for kind in kinds})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +166,7 @@ class Built:
     spec: the EstimatorSpec its model_fn returned.
     features: what its input_fn gave (a batch's tensors).
     variables: every global variable's name and shape (model, slots, global step).
-    recipe: in "train" mode, what its train op applies.
+    recipe: in "train" mode, what its train op applies; None in "eval".
   """
 
   graph: tf.Graph
@@ -133,9 +179,10 @@ class Built:
 def build_graph(program: program_lib.EstimatorProgram, params: Mapping[str, Any],
                 input_fn: Callable[..., tf.data.Dataset], mode: str, name: str,
                 seed: int = 1) -> Built:
-  """`program`'s model_fn in `mode` ("train", "eval", "infer") on a batch of `input_fn`
-  (called as `input_fn(mode, None)`; "train" for "infer"), in a graph of its own with the
-  global seed `seed`, as the Estimator builds it outside a strategy.
+  """`program`'s model_fn in `mode` ("train" or "eval") on a batch of `input_fn` (called as
+  `input_fn(mode, None)`), in a graph of its own with the
+  global seed `seed`, as the Estimator builds it outside a strategy (its RunConfig's
+  model_dir a new empty directory, removed after: nothing runs that would write there).
 
   Raises:
     program_lib.ProgramError: their input_fn or model_fn failed (naming the last frame of
@@ -146,19 +193,13 @@ def build_graph(program: program_lib.EstimatorProgram, params: Mapping[str, Any]
     tf.compat.v1.set_random_seed(seed)
     tf.compat.v1.train.get_or_create_global_step()
     try:
-      dataset = input_fn("eval" if mode == "eval" else "train", None)
+      dataset = input_fn(mode, None)
       features, labels = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
     except Exception as e:  # Their code: what it raises is theirs to fix.
       raise failure(e, name, f"its input_fn built the {mode} input") from e
-    run_config = tf.estimator.RunConfig(tf_random_seed=seed)
     first = len(graph.get_operations())
-    try:
-      spec = call_model_fn(program.model_fn, features, None if mode == "infer" else labels,
-                           mode, params, run_config)
-    except program_lib.ProgramError:
-      raise
-    except Exception as e:  # Their code.
-      raise failure(e, name, f"its model_fn built the {mode} graph") from e
+    spec = _call_in_graph(program, features, labels, mode, params, name,
+                          f"its model_fn built the {mode} graph", seed)
     if not isinstance(spec, tf.estimator.EstimatorSpec):
       raise program_lib.ProgramError(
           f"--estimator_program={name}: its model_fn returned a {type(spec).__name__} in "
@@ -172,17 +213,50 @@ def build_graph(program: program_lib.EstimatorProgram, params: Mapping[str, Any]
   return Built(graph, spec, features, variables, recipe)
 
 
-def recipe_values(built: Built, steps: int) -> Dict[str, Any]:
-  """The train graph's recipe as numbers: {"optimizer", "hyperparameters", "rates"}, each
-  step's rate from 0 to `steps` - 1 read with the global step set to it (a schedule on
-  global_step; the model's variables start from their initializers)."""
+def _call_in_graph(program: program_lib.EstimatorProgram, features: Any, labels: Any,
+                   mode: str, params: Mapping[str, Any], name: str, what: str,
+                   seed: Optional[int] = None) -> Any:
+  """`program`'s model_fn called in the default graph, as the Estimator calls it, with a
+  RunConfig whose model_dir is a new empty directory (removed after); ProgramError naming
+  the frame of theirs if it raises (`what` it was doing)."""
+  model_dir = tempfile.mkdtemp(prefix="program-graph-")
+  try:
+    return call_model_fn(program.model_fn, features, labels, mode, params,
+                         tf.estimator.RunConfig(model_dir=model_dir, tf_random_seed=seed))
+  except program_lib.ProgramError:
+    raise
+  except Exception as e:  # Their code: what it raises is theirs to fix.
+    raise failure(e, name, what) from e
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def serving_graph(program: program_lib.EstimatorProgram, params: Mapping[str, Any],
+                  name: str, check: Callable[[Any], None] = lambda features: None) -> Any:
+  """`program`'s receiver and its model_fn's infer graph on the receiver's features, in a
+  graph of their own: the EstimatorSpec. `check(features)` runs on the receiver's features
+  first (the port's fit, say)."""
+  with tf.Graph().as_default():
+    try:
+      receiver = program.serving_input_receiver_fn()
+    except Exception as e:  # Their code.
+      raise failure(e, name, "its serving_input_receiver_fn built its receiver") from e
+    check(receiver.features)
+    return _call_in_graph(program, receiver.features, None, "infer", params, name,
+                          "its model_fn built the infer graph on its receiver's features")
+
+
+def recipe_values(built: Built, steps: Iterable[int]) -> Dict[str, Any]:
+  """The train graph's recipe as numbers: {"optimizer", "others", "hyperparameters",
+  "rates"}, the rate at each of `steps` (0-based) read with the global step set to it (a
+  schedule on global_step; the model's variables start from their initializers)."""
   recipe = built.recipe
   with built.graph.as_default(), tf.compat.v1.Session(graph=built.graph) as session:
     session.run(tf.compat.v1.global_variables_initializer())
     step = tf.compat.v1.placeholder(tf.int64, [])
     set_step = tf.compat.v1.assign(tf.compat.v1.train.get_global_step(), step)
     rates = []
-    for i in range(steps):
+    for i in steps:
       session.run(set_step, {step: i})
       rates.append(float(session.run(recipe.rate)))
     hyperparameters = {k: float(v) for k, v in session.run(recipe.hyperparameters).items()}
@@ -201,10 +275,15 @@ def check(config: Config) -> None:
                 config.estimator_program, config.seed)
 
 
-def variables(config: Config) -> Dict[str, List[int]]:
-  """Every variable a checkpoint of config.estimator_program's training holds, by name, with
-  its shape (its train graph's global variables)."""
+def train_graph(config: Config) -> Built:
+  """config.estimator_program's train graph, with its params and --program_params."""
   the_program = program_lib.load(config.estimator_program)
   return build_graph(the_program, the_program.params_with(config.program_params),
                      inputs.default_input_fn(config), "train", config.estimator_program,
-                     config.seed).variables
+                     config.seed)
+
+
+def variables(config: Config) -> Dict[str, List[int]]:
+  """Every variable a checkpoint of config.estimator_program's training holds, by name, with
+  its shape (its train graph's global variables)."""
+  return train_graph(config).variables

@@ -146,7 +146,8 @@ def make_program_model_fn(config: Config, rates: Optional[List[float]] = None):
   train graph: the weights' check, and with config.record_dir the rate each step trained
   with appended to `rates` (read off their optimizer's update op: estimator_program.Recipe).
 
-  Their model_fn's errors raise program.ProgramError, naming the frame of theirs.
+  Their model_fn's errors, and their hooks', raise program.ProgramError, naming the frame
+  of theirs (estimator_program.TheirHook).
   """
   name, record, every = (config.estimator_program, config.record_dir,
                          config.keras_steps_per_execution())
@@ -165,6 +166,7 @@ def make_program_model_fn(config: Config, rates: Optional[List[float]] = None):
       raise
     except Exception as e:  # Their code: what it raises is theirs to fix.
       raise estimator_program.failure(e, name, f"its model_fn built the {mode} graph") from e
+    spec = estimator_program.named_hooks(spec, name)  # Run as the Estimator runs them.
     if mode != _ModeKeys.TRAIN:
       return spec
     recipe = estimator_program.find_recipe(graph.get_operations()[first:])
@@ -388,7 +390,9 @@ class Backend(loop.Backend):
     scale = (None if self._program else 1 / run.strategy.num_replicas_in_sync
              if self._canned and not self._canned.v1 else 1.0)
     duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
-                                    run.model_dir if run.chief else None, run.preemption)
+                                    run.model_dir if run.chief else None, run.preemption,
+                                    program_lib.step_hooks(config.estimator_program, run.chief),
+                                    config.estimator_program or "")
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:

@@ -30,6 +30,8 @@ OPTIMIZER_FIELDS = ("optimizer", *config_lib.HYPERPARAMETERS)
 STEP_FIELDS = ("learning_rate_schedule", "warmup_steps", *config_lib.SCHEDULE_SETTINGS,
                "clip_global_norm")
 TRAINING_FIELDS = MODEL_FIELDS + OPTIMIZER_FIELDS + STEP_FIELDS
+# A team's own program (--estimator_program), for the tools that take one.
+PROGRAM_FIELDS = ("estimator_program", "program_params")
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 

@@ -1,7 +1,7 @@
 """The input both backends read, bound to a run's settings, and the seeds that make both
 read the same batches in the same order."""
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -41,16 +41,18 @@ def setup_determinism(config: Config) -> None:
   tf.random.set_seed(config.seed)
 
 
-def check_fits(config: Config, model_inputs: Dict[str, Tuple[Optional[int], ...]]) -> None:
+def check_fits(config: Config, model_inputs: Dict[str, Tuple[Optional[int], ...]],
+               features: Any = None, what: str = "its input_fn") -> None:
   """Raises program.ProgramError unless the features of config.estimator_program's input_fn
-  fit a model with `model_inputs` (each input's name and shape, the batch first): one
-  tensor for one input, or a dict with a key for each input's name, each of a shape the
-  input takes. Builds the input in a graph of its own."""
-  own = config.estimator_program and program.load(config.estimator_program).input_fn
-  if not own:
-    return
-  with tf.Graph().as_default():
-    features = own(mnist.TRAIN, None).element_spec[0]
+  (or `features`, what `what` gives) fit a model with `model_inputs` (each input's name and
+  shape, the batch first): one tensor for one input, or a dict with a key for each input's
+  name, each of a shape the input takes. Builds the input in a graph of its own."""
+  if features is None:
+    own = config.estimator_program and program.load(config.estimator_program).input_fn
+    if not own:
+      return
+    with tf.Graph().as_default():
+      features = own(mnist.TRAIN, None).element_spec[0]
   given = ({k: tuple(v.shape.as_list()) for k, v in features.items()}
            if isinstance(features, dict) else tuple(features.shape.as_list()))
   if isinstance(given, dict):
@@ -60,10 +62,11 @@ def check_fits(config: Config, model_inputs: Dict[str, Tuple[Optional[int], ...]
     fits = len(model_inputs) == 1 and _shape_fits(given, next(iter(model_inputs.values())))
   if not fits:
     raise program.ProgramError(
-        f"--estimator_program={config.estimator_program}: its input_fn gives features "
+        f"--estimator_program={config.estimator_program}: {what} gives features "
         f"{given}, which --model={config.model} does not take: its inputs are "
         f"{model_inputs}. Give the port an input of each name and shape (a dict's keys are "
-        f"the inputs' names), or wrap the input_fn in the program to give what it takes.")
+        f"the inputs' names), or wrap {what.split(' ', 1)[1]} in the program to give what it "
+        f"takes.")
 
 
 def _shape_fits(given: Tuple[Optional[int], ...], takes: Tuple[Optional[int], ...]) -> bool:

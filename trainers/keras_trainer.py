@@ -18,6 +18,7 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import program as program_lib
 from trainers import schedules
 from trainers import serving
 from trainers import step_duties
@@ -396,12 +397,15 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
 
 
 def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
-  """Writes `model` as a SavedModel answering the Estimator's signatures (trainers/serving.py)."""
+  """Writes `model` as a SavedModel answering the Estimator's signatures (trainers/serving.py),
+  or a port's own (`ModelSpec.signatures`: its program's export's)."""
+  own = model_lib.spec(config).signatures
 
   def save(directory: str) -> None:
     model.save(directory, save_format="tf",
-               signatures=serving.keras_signatures(model, serving.feature_name(config)))
-    serving.mark_classify_signatures(directory)
+               signatures=own(model) if own else serving.keras_signatures(
+                   model, serving.feature_name(config)))
+    serving.mark_methods(directory)
 
   return export.write_staged(model_dir, save)
 
@@ -440,7 +444,9 @@ class Backend(loop.Backend):
     fit_start = self._step() if origin is None else origin
     # Only the chief writes: other workers log, but keep no records or events.
     duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
-                                    run.model_dir if run.chief else None, run.preemption)
+                                    run.model_dir if run.chief else None, run.preemption,
+                                    program_lib.step_hooks(config.estimator_program, run.chief),
+                                    config.estimator_program or "")
     rates = [] if config.record_dir and not model_lib.spec(config).canned else None
     if fit_start < config.train_steps:
       self._fit(dataset, config.train_steps - fit_start, backup_dir,

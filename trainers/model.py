@@ -100,6 +100,10 @@ class ModelSpec:
       a backend's random masks.
     canned: for a canned Estimator's twin (trainers/models/canned.py), the canned
       Estimator; its `build` then takes the run's canned settings as keywords.
+    signatures: for the port of a team's program that exports (docs/MIGRATION.md, "Prove
+      your port"), `signatures(model)` -> {name: a tf.function with an input_signature},
+      the program's export_outputs as Keras serves them (`tf.saved_model.save`'s
+      signatures); None: the Estimator's canned contract (trainers/serving.py).
   """
 
   name: str
@@ -109,6 +113,7 @@ class ModelSpec:
   loss_reduction: str = MEAN
   deterministic_options: Mapping[str, float] = dataclasses.field(default_factory=dict)
   canned: Optional[Canned] = None
+  signatures: Optional[Callable[[tf_keras.Model], Mapping[str, Callable]]] = None
 
   def __post_init__(self):
     if self.loss_reduction not in REDUCTIONS:

@@ -27,7 +27,7 @@ walks through it. TensorFlow-free: a launcher checks the name before any task st
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from trainers import model_registry
 
@@ -61,6 +61,36 @@ class ProgramError(model_registry.SpecError):
   """--estimator_program names no usable program; the message says why and the fix."""
 
 
+class StepHook:
+  """What a SessionRunHook's before_run/after_run do each step, written once for both
+  backends against the values both give it: the step that ended and its global-batch loss.
+
+      class LossLog(StepHook):  # A hook that fetched the global step and the loss.
+        def begin(self, step, model_dir):
+          self.path = model_dir and os.path.join(model_dir, "loss_log.jsonl")
+        def after_step(self, step, loss):
+          ...  # What its after_run did with run_values.results.
+
+      EstimatorProgram(..., step_hooks=(LossLog,))
+
+  The Estimator calls it after each step, Keras after each execution of
+  --steps_per_execution steps, with their mean loss (give 1 to see each step). It runs on
+  the chief (`model_dir` given) and, with `chief_only` False, on every worker (None there).
+  Raising stops the run with exit 2, naming it.
+  """
+
+  chief_only = True
+
+  def begin(self, step: int, model_dir: Optional[str]) -> None:
+    """Training starts (or resumes) at `step`."""
+
+  def after_step(self, step: int, loss: float) -> None:
+    """The step `step` ended, with this global-batch loss."""
+
+  def end(self, step: int) -> None:
+    """Training ended at `step`."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EstimatorProgram:
   """A team's Estimator program: what they passed to `tf.estimator.Estimator` and
@@ -83,6 +113,8 @@ class EstimatorProgram:
     deterministic_params: the `params` that take chance out of training (every dropout
       rate at 0), which launch.parity trains with: a model_fn that draws a mask without
       an op seed draws another one in each backend.
+    step_hooks: StepHook classes (or factories), what their SessionRunHooks did each step,
+      run in both backends (a fresh one each run).
   """
 
   model_fn: Callable[..., Any]
@@ -91,6 +123,7 @@ class EstimatorProgram:
   serving_input_receiver_fn: Optional[Callable[[], Any]] = None
   run_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   deterministic_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  step_hooks: Sequence[Callable[[], StepHook]] = ()
 
   def __post_init__(self):
     for field in ("model_fn", "input_fn", "serving_input_receiver_fn"):
@@ -143,3 +176,11 @@ def load(name: str) -> EstimatorProgram:
     raise
   except model_registry.SpecError as e:
     raise ProgramError(str(e)) from e.__cause__
+
+
+def step_hooks(name: Optional[str], chief: bool) -> Sequence[StepHook]:
+  """A fresh StepHook of each of the program `name`'s step_hooks that runs on this task."""
+  if not name:
+    return []
+  hooks = [make() for make in load(name).step_hooks]
+  return [h for h in hooks if chief or not h.chief_only]

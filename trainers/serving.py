@@ -17,8 +17,12 @@ image feature (784 floats); every model here, in both backends, exports:
 Estimator names the signatures of an alternative receiver `<receiver>:<output>`.
 
 The Estimator builds these from `estimator_export_outputs` and `estimator_receiver_fn`; Keras
-from `keras_signatures`, then `mark_classify_signatures` on the written SavedModel
+from `keras_signatures`, then `mark_methods` on the written SavedModel
 (`tf.saved_model.save` gives every signature the Predict method name).
+
+A team's program (--estimator_program) exports its own `export_outputs` through its own
+receiver instead; its port's spec gives the same signatures (`ModelSpec.signatures`), which
+`mark_methods` gives the same methods.
 """
 
 import os
@@ -115,8 +119,8 @@ def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
 
 
 def keras_signatures(model: tf_keras.Model, feature: str) -> Dict[str, Callable]:
-  """The signatures of the contract, for `tf.saved_model.save` (then run
-  `mark_classify_signatures` on what it wrote)."""
+  """The signatures of the contract, for `tf.saved_model.save` (then run `mark_methods` on
+  what it wrote)."""
 
   def serve(images: tf.Tensor) -> Dict[str, tf.Tensor]:
     return predictions(model(images, training=False))
@@ -137,18 +141,33 @@ def keras_signatures(model: tf_keras.Model, feature: str) -> Dict[str, Callable]
           IMAGE_PREDICT: predict_image}
 
 
-def mark_classify_signatures(export_dir: str) -> None:
-  """Gives the Classify signatures of a SavedModel written by `tf.saved_model.save` the
-  Classify method name, which TF Serving's Classify API requires, and rewrites the
-  fingerprint of the changed `saved_model.pb`. Call it before the export is published:
-  the rewrite is not atomic."""
+def _method(signature) -> str:
+  """The method the Estimator gives a signature of this shape: Classify or Regress for one
+  string input `inputs` (its ClassificationOutput's `classes` and `scores`, its
+  RegressionOutput's `outputs`), else Predict."""
+  takes_examples = (set(signature.inputs) == {CLASSIFY_INPUT}
+                    and signature.inputs[CLASSIFY_INPUT].dtype == tf.string.as_datatype_enum)
+  if takes_examples and set(signature.outputs) and set(signature.outputs) <= {"classes",
+                                                                             "scores"}:
+    return tf.saved_model.CLASSIFY_METHOD_NAME
+  if takes_examples and set(signature.outputs) == {"outputs"}:
+    return tf.saved_model.REGRESS_METHOD_NAME
+  return signature.method_name
+
+
+def mark_methods(export_dir: str) -> None:
+  """Gives the Classify and Regress signatures of a SavedModel written by
+  `tf.saved_model.save` their method names, as the Estimator's export has them (TF
+  Serving's Classify and Regress APIs require them), and rewrites the fingerprint of the
+  changed `saved_model.pb`. Call it before the export is published: the rewrite is not
+  atomic."""
   path = os.path.join(export_dir, tf.saved_model.SAVED_MODEL_FILENAME_PB)
   saved = saved_model_pb2.SavedModel()
   with tf.io.gfile.GFile(path, "rb") as f:
     saved.ParseFromString(f.read())
   for meta_graph in saved.meta_graphs:
-    for name in CLASSIFY_SIGNATURES:
-      meta_graph.signature_def[name].method_name = tf.saved_model.CLASSIFY_METHOD_NAME
+    for signature in meta_graph.signature_def.values():
+      signature.method_name = _method(signature)
   with tf.io.gfile.GFile(path, "wb") as f:
     f.write(saved.SerializeToString())
   fingerprinting_utils.write_fingerprint(export_dir)

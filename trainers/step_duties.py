@@ -6,7 +6,8 @@ After each step (after each execution of K steps, in Keras) `StepDuties.stepped`
 the steps' global-batch loss (`step_losses`: parity reads them) and raises
 failures.DivergedError on a NaN or Inf loss or weights, before anything of that step is
 saved (each backend calls it ahead of its checkpoints and backups); every worker sees the
-same all-reduced loss and holds the same weights, so all stop together. `should_stop` says
+same all-reduced loss and holds the same weights, so all stop together; a team's program's
+step hooks (program.StepHook) see each of those steps. `should_stop` says
 when the cluster's agreed preemption step is reached (trainers.preemption), where the
 backend ends training as at its last step. `report_due` reports the window's mean loss
 every `every` steps and at the last (progress.Progress): Keras calls it after its saves,
@@ -14,10 +15,11 @@ so a progress record at a backup's step means that backup exists.
 """
 
 import math
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence
 
 from trainers import failures
 from trainers import preemption
+from trainers import program
 from trainers import progress
 
 
@@ -31,9 +33,12 @@ class StepDuties:
   """The duties of one training run in this process (see the module's docstring)."""
 
   def __init__(self, every: int, total: int, model_dir: Optional[str],
-               agreement: Optional[preemption.Agreement] = None):
-    """model_dir: where the chief records progress; None on other workers."""
+               agreement: Optional[preemption.Agreement] = None,
+               hooks: Sequence[program.StepHook] = (), program_name: str = ""):
+    """model_dir: where the chief records progress; None on other workers. hooks: the step
+    hooks of the program `program_name`, which its errors name."""
     self._every, self._total, self._agreement = every, total, agreement
+    self._model_dir, self._hooks, self._program = model_dir, hooks, program_name
     self.report = progress.Progress(total, model_dir)
     self.step = 0  # The last step that ended.
     self._window = 0.0  # The losses summed since the last report.
@@ -43,6 +48,7 @@ class StepDuties:
     """Training starts (or resumes) at `step`."""
     self.step = step
     self.report.start(step)
+    self._call_hooks("begin", step, self._model_dir)
 
   def stepped(self, step: int, loss_sum: float, weights_finite: bool = True) -> None:
     """The steps up to `step` ended (one, or one Keras execution), their global-batch losses
@@ -52,11 +58,13 @@ class StepDuties:
       failures.DivergedError: the loss or (`weights_finite` False) the weights are NaN or Inf.
     """
     self.report.first_step_done()
+    steps = step - self.step
     self.step = step
     self.step_losses.append(loss_sum)
     self._window += loss_sum
     if not (math.isfinite(loss_sum) and weights_finite):
       raise failures.diverged(step)
+    self._call_hooks("after_step", step, loss_sum / max(steps, 1))
 
   def report_due(self) -> Optional[Reported]:
     """Reports the window that ends at the last step, if a report falls there (every
@@ -76,3 +84,14 @@ class StepDuties:
 
   def end(self) -> None:
     self.report.end()
+    self._call_hooks("end", self.step)
+
+  def _call_hooks(self, method: str, *args) -> None:
+    """Calls `method` of each step hook; what one raises becomes a ProgramError naming it."""
+    for hook in self._hooks:
+      try:
+        getattr(hook, method)(*args)
+      except Exception as e:  # Their code: what it raises is theirs to fix.
+        raise program.ProgramError(
+            f"--estimator_program={self._program}: its step hook {type(hook).__name__}."
+            f"{method} failed: {type(e).__name__}: {e}. Fix it, then run again.") from e

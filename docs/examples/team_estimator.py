@@ -3,13 +3,16 @@
     python docs/examples/team_estimator.py --model_dir=/tmp/team --train_steps=1000
 
 Nothing here knows this project: Keras layers inside its own model_fn, a v1 Adam at a
-constant rate, its own input_fn (100 examples a worker per step), eval_metric_ops, a
-serving receiver and tf.estimator.train_and_evaluate. `team_program.py` names its parts for
-the project (`--estimator_program=team_program:PROGRAM`), `team_port.py` is its Keras port,
-and docs/MIGRATION.md, "Prove your port", holds one to the other.
+constant rate, its own input_fn (100 examples a worker per step), eval_metric_ops, a hook
+that logs each step's loss, a serving receiver and tf.estimator.train_and_evaluate.
+`team_program.py` names its parts for the project (`--estimator_program=team_program:PROGRAM`),
+`team_port.py` is its Keras port, and docs/MIGRATION.md, "Prove your port", holds one to
+the other.
 """
 
 import argparse
+import json
+import os
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -34,8 +37,25 @@ def input_fn(mode, input_context=None, data_dir=None):
   return dataset.batch(BATCH_PER_WORKER, drop_remainder=training).prefetch(2)
 
 
-def model_fn(features, labels, mode, params):
-  """A small convolutional classifier: Keras layers, a v1 Adam, eval_metric_ops."""
+class LossLogHook(tf.estimator.SessionRunHook):
+  """Appends each step's global step and loss to `<model_dir>/team_hook.jsonl`."""
+
+  def __init__(self, loss, model_dir):
+    self._loss, self._path = loss, os.path.join(model_dir, "team_hook.jsonl")
+
+  def before_run(self, run_context):
+    return tf.estimator.SessionRunArgs(
+        {"step": tf.compat.v1.train.get_global_step(), "loss": self._loss})
+
+  def after_run(self, run_context, run_values):
+    with open(self._path, "a") as f:
+      # The step read before the update: the one this run trains.
+      f.write(json.dumps({"step": int(run_values.results["step"]) + 1,
+                          "loss": float(run_values.results["loss"])}) + "\n")
+
+
+def model_fn(features, labels, mode, params, config):
+  """A small convolutional classifier: Keras layers, a v1 Adam, eval_metric_ops, a hook."""
   layers = tf_keras.layers
   model = tf_keras.Sequential([
       layers.Conv2D(16, 5, activation="relu"),
@@ -62,7 +82,8 @@ def model_fn(features, labels, mode, params):
     })
   optimizer = tf.compat.v1.train.AdamOptimizer(params["learning_rate"])
   train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
+                                    training_chief_hooks=[LossLogHook(loss, config.model_dir)])
 
 
 def serving_input_receiver_fn():

@@ -3,9 +3,11 @@ model"): the same layers, named, each weight's initializer through `init`.
 
 The port's recipe is given as flags, what the model_fn's optimizer does: `--optimizer=adam
 --learning_rate=1e-4 --learning_rate_schedule=constant`. team_map.json maps the program's
-variable names (Keras's automatic ones in its graph) to the port's.
+variable names (Keras's automatic ones in its graph) to the port's. `signatures` serves what
+the program's export serves: its export_outputs, under its receiver's input.
 """
 
+import tensorflow as tf
 import tf_keras
 
 from trainers.model import Init, ModelSpec
@@ -29,5 +31,17 @@ def build(seed: int, init: Init, dropout: float = 0.3) -> tf_keras.Model:
   return tf_keras.Model(pixels, logits, name="team_port")
 
 
+def signatures(model: tf_keras.Model):
+  """The program's `serving_default`: PredictOutput of classes and probabilities, from a
+  batch of images named `pixels`."""
+
+  @tf.function(input_signature=[tf.TensorSpec([None, 28, 28, 1], tf.float32, name="pixels")])
+  def serve(pixels):
+    logits = model(pixels, training=False)
+    return {"classes": tf.argmax(logits, axis=-1), "probabilities": tf.nn.softmax(logits)}
+
+  return {"serving_default": serve}
+
+
 SPEC = ModelSpec(name="team_port", build=build, options={"dropout": 0.3},
-                 deterministic_options={"dropout": 0.0})
+                 deterministic_options={"dropout": 0.0}, signatures=signatures)

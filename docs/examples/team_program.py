@@ -10,9 +10,25 @@
 docs/MIGRATION.md, "Prove your port", walks through it.
 """
 
+import json
+import os
+
 import team_estimator
 
-from trainers.program import EstimatorProgram
+from trainers.program import EstimatorProgram, StepHook
+
+
+class LossLog(StepHook):
+  """team_estimator.LossLogHook written once for both backends: each step and its loss, to
+  `<model_dir>/loss_log.jsonl`."""
+
+  def begin(self, step, model_dir):
+    self.path = os.path.join(model_dir, "loss_log.jsonl")
+
+  def after_step(self, step, loss):
+    with open(self.path, "a") as f:
+      f.write(json.dumps({"step": step, "loss": loss}) + "\n")
+
 
 PROGRAM = EstimatorProgram(
     model_fn=team_estimator.model_fn,
@@ -22,4 +38,5 @@ PROGRAM = EstimatorProgram(
     run_config={"keep_checkpoint_max": 5},
     # Its dropout draws a mask without an op seed, another one in each backend.
     deterministic_params={"dropout": 0.0},
+    step_hooks=(LossLog,),
 )

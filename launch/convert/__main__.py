@@ -25,6 +25,10 @@ or SIGTERM stops it with 128 + the signal's number, writing nothing.
 The model and the optimizer are the ones the source's run.json names; --model,
 --model_options, --optimizer and its hyperparameter flags give them for a
 model_dir without one.
+With --estimator_program (a team's own program, docs/MIGRATION.md "Prove your port") the
+Estimator side is that program's: its model_dir must hold the variables its model_fn makes,
+the optimizer and its settings default to what its update ops apply, and --model is its
+port.
 """
 
 import functools
@@ -50,7 +54,8 @@ _FROM_KERAS = flags.DEFINE_string("from_keras", None, "The Keras model_dir to co
                                   "newest ckpt-<step>).")
 _TO_ESTIMATOR = flags.DEFINE_string("to_estimator", None, "The new Estimator model_dir to "
                                     "write.")
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
+                                            + trainer_flags.PROGRAM_FIELDS)
 _ASSIGNMENT_MAP = flags.DEFINE_string("assignment_map", None, "A JSON file: an object of old "
                                       "checkpoint name -> model weight name, or null to drop it.")
 _RESET_SLOTS = flags.DEFINE_bool("reset_slots", False, "Carry the weights and the step only: "
@@ -169,8 +174,9 @@ def _convert(source: str, target: str, to_keras: bool) -> str:
   import tensorflow as tf  # noqa: PLC0415
   run = (carry.estimator_to_keras if to_keras else
          functools.partial(carry.keras_to_estimator, from_backup=_FROM_BACKUP.value))
-  settings = _settings(source, keras_source=not to_keras)
+  settings = _with_program_recipe(_settings(source, keras_source=not to_keras))
   try:
+    _check_program_source(source if to_keras else None, Config(**settings))
     assignment_map = (assign.load_assignment_map(_ASSIGNMENT_MAP.value)
                       if _ASSIGNMENT_MAP.value else None)
     return report.format_table(run(source, target, assignment_map=assignment_map,
@@ -180,6 +186,37 @@ def _convert(source: str, target: str, to_keras: bool) -> str:
     _fail(str(e))
   except (OSError, tf.errors.OpError) as e:  # A file TensorFlow or Python could not use.
     _fail(f"converting {source} to {target}: {type(e).__name__}: {e}. Nothing was written.")
+
+
+def _with_program_recipe(settings: Dict[str, Any]) -> Dict[str, Any]:
+  """With --estimator_program and no optimizer flags: the optimizer, its hyperparameters and
+  its first rate, as the program's update ops apply them (trainers/estimator_program.py)."""
+  if not settings.get("estimator_program") or any(
+      _CONFIG[n].present for n in trainer_flags.OPTIMIZER_FIELDS):
+    return settings
+  from trainers import estimator_program  # noqa: PLC0415 -- imports tf.estimator.
+  from trainers import program  # noqa: PLC0415
+  try:
+    found = estimator_program.recipe_values(
+        estimator_program.train_graph(Config(**settings)), [0])
+  except program.ProgramError as e:
+    _fail(str(e))
+  if found["optimizer"] not in config_lib.OPTIMIZER_DEFAULTS or found["others"]:
+    _fail(f"--estimator_program={settings['estimator_program']} trains with "
+          f"{', '.join([found['optimizer'], *found['others']])}, which no port here trains "
+          f"with; the ports take one of {', '.join(config_lib.OPTIMIZER_DEFAULTS)}.")
+  return {**settings, "optimizer": found["optimizer"], "learning_rate": found["rates"][0],
+          **found["hyperparameters"]}
+
+
+def _check_program_source(source: Any, config: Config) -> None:
+  """An Estimator model_dir given with --estimator_program holds that program's variables."""
+  if source is None or not config.estimator_program:
+    return
+  from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
+  problem = checkpoints.resume_problem("estimator", source, config)
+  if problem:
+    _fail(problem.replace("it will not be overwritten.", "it was not converted."))
 
 
 if __name__ == "__main__":

@@ -168,10 +168,11 @@ def keras_to_estimator(src_model_dir: str, dst_model_dir: str, *,
     write.read_back(saved, values)
     return saved
 
-  # Renamed weights are not this model's names, by design: no resume check then.
+  # Renamed weights are not this model's names, by design: no resume check then, but for a
+  # team's program, whose own variables they are.
   output = write.write_target(src_model_dir, dst_model_dir, checkpoints.ESTIMATOR, config,
                               write_checkpoint, config if reset_slots else None,
-                              check_resume=not names)
+                              check_resume=not names or bool(config.estimator_program))
   logging.info("Wrote %s (step %d) from %s", output, step, path)
   ignored = [Ignored(k, why) for k, why in {**keras_state.KERAS_DERIVED, **derived}.items()
              if k in saved] + written_zero

@@ -96,7 +96,7 @@ def write_target(src_model_dir: str, dst_model_dir: str, backend: str, config: C
   and `backend` must be able to resume from it. Returns the checkpoint's final path."""
   with staged_target(dst_model_dir) as staging:
     saved = write(staging)
-    carry_record(src_model_dir, staging, backend, reset_for)
+    carry_record(src_model_dir, staging, backend, reset_for, config)
     problem = checkpoints.resume_problem(backend, staging, config)
     if problem and check_resume:
       raise ConversionError(f"The converted checkpoint would not resume: {problem}")
@@ -104,13 +104,17 @@ def write_target(src_model_dir: str, dst_model_dir: str, backend: str, config: C
 
 
 def carry_record(src_model_dir: str, staging: str, backend: str,
-                  optimizer: Optional[Config] = None) -> None:
+                  optimizer: Optional[Config] = None, config: Optional[Config] = None) -> None:
   """The source's run record, for `backend`: the converted run resumes with the settings
   the source was trained with, and no --allow_config_change (trainers.run_record).
-  `optimizer`: the optimizer settings the slots were reset for, recorded instead."""
+  `optimizer`: the optimizer settings the slots were reset for, recorded instead. Between a
+  team's program and its port (config.estimator_program) the two records name different
+  things (their model_fn; the port and its recipe): `config`'s, as `backend` records it."""
   record = run_record.read(src_model_dir)
   if record is None:
     return
+  if config is not None and config.estimator_program:
+    record = run_record.settings(backend, config, record.get("workers", 1))
   record = {**record, "backend": backend}
   if optimizer is not None:
     trained = run_record.optimizer_of(record)

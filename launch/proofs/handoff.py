@@ -14,6 +14,11 @@ handed-over one, which read the same. Every run's learning rate decays over
 `decay_steps`, so stopping at `split` leaves the schedule as an uninterrupted
 run has it. How far a resumed run is from an uninterrupted one is measured and
 reported, not checked.
+
+With a team's program (config.estimator_program, probed by program_probe) the Estimator
+legs run their model_fn and the Keras legs the port, the conversions map between their
+names (the probe's assignment map), and where the program exports, each export is held to
+the other side's (serving_check.compare_exports).
 """
 
 import dataclasses
@@ -26,6 +31,7 @@ import tensorflow as tf
 
 from launch.convert import carry
 from launch.proofs import harness
+from launch.proofs import program_probe
 from launch.proofs import reference
 from launch.proofs import runs
 from launch.proofs import serving_check
@@ -63,18 +69,20 @@ class Report:
 
 
 class _Legs(harness.Runs):
-  """The runs of one worker count, under `<out_dir>/<n>w/<run>/`."""
+  """The runs of one worker count, under `<out_dir>/<n>w/<run>/`; `own`: a backend's own
+  changes to the config (a program's initial weights under its names)."""
 
-  def __init__(self, config: Config, workers: int, out_dir: str, timeout: float):
+  def __init__(self, config: Config, workers: int, out_dir: str, timeout: float,
+               own: Optional[Dict[str, Dict]] = None):
     super().__init__(config, os.path.join(out_dir, f"{workers}w"), timeout)
-    self.workers = workers
+    self.workers, self.own = workers, own or {}
 
   def train_to(self, name: str, backend: str, train_steps: int) -> Dict:
     """Trains `backend` in run `name`'s model_dir (resuming what it holds) to `train_steps`."""
     # Nothing here reads the Keras evaluator's results: the chief evaluates, one process fewer.
     extra = ["--noevaluator"] if backend == "keras" and self.workers > 1 else []
     return self.train(name, backend, self.workers, extra_flags=extra, train_steps=train_steps,
-                      checkpoint_every_steps=train_steps)
+                      checkpoint_every_steps=train_steps, **self.own.get(backend, {}))
 
   def copy(self, source: str, name: str) -> None:
     """A run's model_dir as it stood at the split, for a run of its own to resume."""
@@ -83,9 +91,10 @@ class _Legs(harness.Runs):
 
 
 def resume_checks(name: str, summaries: Dict[str, Dict], losses: Dict[str, List[float]],
-                   backends: Dict[str, str], tolerances: Tolerances, config: Config
-                   ) -> List[Check]:
-  weights = {leg: harness.backend_weights(backends[leg], summaries[leg], config)
+                   backends: Dict[str, str], tolerances: Tolerances, config: Config,
+                   assignment_map: Optional[Dict[str, Optional[str]]] = None) -> List[Check]:
+  weights = {leg: harness.backend_weights(backends[leg], summaries[leg], config,
+                                          assignment_map)
              for leg in summaries}
   return harness.named(harness.compare_runs(weights, losses, tolerances.weight_atol,
                                             tolerances.loss_rtol,
@@ -109,6 +118,10 @@ def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, flo
     step = model.optimizer.iterations
     return int(step.numpy()), float(schedules.keras_schedule(config)(step))
   step = int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+  if config.estimator_program:  # The program's own rate, read off its update op.
+    from trainers import estimator_program  # noqa: PLC0415 -- tf.estimator: TF 2.15 only.
+    return step, estimator_program.recipe_values(estimator_program.train_graph(config),
+                                                 [step])["rates"][0]
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     return step, float(session.run(schedules.v1_rate(config, tf.constant(step, tf.int64))))
 
@@ -131,7 +144,8 @@ PAIRS = (("estimator-then-estimator", "estimator-then-keras"),
 def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: int,
                 train_steps: int, decay_steps: int,
                 tolerances: Tolerances = Tolerances(), timeout: float = runs.TIMEOUT_SECONDS,
-                measure_uninterrupted: bool = True) -> Report:
+                measure_uninterrupted: bool = True,
+                program: Optional[program_probe.Probe] = None) -> Report:
   """Runs the four resumed runs (and the uninterrupted ones) at each worker count, and
   checks them.
 
@@ -147,23 +161,29 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     timeout: seconds for each run.
     measure_uninterrupted: also train each backend without a stop (two runs per
       worker count) and report how far the resumed runs are from them.
+    program: with config.estimator_program, what program_probe.probe found of it.
 
   Returns:
     The report; `report.passed` only if every check passed.
   """
+  if program:  # A backend's dropout draws other masks than the other's.
+    config = harness.deterministic(config)
   config = dataclasses.replace(harness.prepare(config, out_dir), decay_steps=decay_steps)
+  names = program.assignment_map if program else None
+  own = ({"estimator": program_probe.estimator_changes(program, config, out_dir)}
+         if program else {})
   end = train_steps
   checks: List[Check] = []
   losses: Dict[str, List[float]] = {}
   measured: Dict[str, float] = {}
   for n in workers:
-    run = _Legs(config, n, out_dir, timeout)
+    run = _Legs(config, n, out_dir, timeout, own)
     first = {"estimator": run.train_to("estimator-first", "estimator", split_at),
              "keras": run.train_to("keras-first", "keras", split_at)}
     for backend in first:
       losses[f"{n}w/{backend} 0-{split_at}"] = run.losses(f"{backend}-first")
 
-    checks += _handover_checks(run, f"{n}w", first, config, split_at, tolerances)
+    checks += _handover_checks(run, f"{n}w", first, config, split_at, tolerances, program)
 
     run.copy("estimator-first", "estimator-then-estimator")
     run.copy("keras-first", "keras-then-keras")
@@ -177,14 +197,15 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     for pair in PAIRS:
       checks += resume_checks(f"{n}w {' vs '.join(pair)}", {leg: summaries[leg] for leg in pair},
                                {leg: losses[f"{n}w/{leg}"] for leg in pair},
-                               backends, tolerances, config)
+                               backends, tolerances, config, names)
 
     # Reported, not checked: a resumed run against an uninterrupted one.
     for leg, _ in PAIRS if measure_uninterrupted else ():
       backend = _resumer(leg)
       whole = run.train_to(f"{backend}-uninterrupted", backend, end)
       both = {leg: summaries[leg], "whole": whole}
-      weights = {k: harness.backend_weights(backend, s, config) for k, s in both.items()}
+      weights = {k: harness.backend_weights(backend, s, config, names)
+                 for k, s in both.items()}
       measured[f"{n}w {leg} vs uninterrupted {backend}: max |weight diff|"] = max(
           float(np.max(np.abs(weights[leg][v] - weights["whole"][v]))) for v in weights[leg])
       whole_losses = run.losses(f"{backend}-uninterrupted")[split_at:]
@@ -196,15 +217,19 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
 
 
 def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Config,
-                     split_at: int, tolerances: Tolerances) -> List[Check]:
+                     split_at: int, tolerances: Tolerances,
+                     program: Optional[program_probe.Probe] = None) -> List[Check]:
   """Converts each backend's checkpoint at the split (`first`: each backend's summary
   there) for the other, and checks the converted ones before any step is taken from them:
   every Estimator variable accounted for, each converted model serving as the export of
   the run it came from, and the learning rate each carries."""
+  names = program.assignment_map if program else None
   to_keras = carry.estimator_to_keras(run.model_dir("estimator-first"),
-                                        run.model_dir("estimator-then-keras"), config=config)
+                                        run.model_dir("estimator-then-keras"),
+                                        assignment_map=names, config=config)
   carry.keras_to_estimator(run.model_dir("keras-first"),
-                             run.model_dir("keras-then-estimator"), config=config)
+                             run.model_dir("keras-then-estimator"), assignment_map=names,
+                             config=config)
   variables = len(tf.train.list_variables(to_keras.source))
   # By source: wide_deep_v1's global_step gives both of its twin's parts their step.
   mapped = {m.source for m in to_keras.mapped}
@@ -222,14 +247,20 @@ def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Conf
       "keras": estimator_trainer.export_checkpoint(
           run.model_dir("keras-then-estimator"), config,
           run.run_dir("converted-estimator-export"))}
-  for source, names in (("estimator", ("Estimator", "converted Keras")),
-                        ("keras", ("Keras", "converted Estimator"))):
-    checks += harness.named(
-        serving_check.compare(first[source]["export_dir"], converted[source],
-                              lambda: serving_check.test_images(config),
-                              serving.feature_name(config), tolerances.logits_atol,
-                              names=names),
-        lambda check: f"{size}: {check}")
+  for source, pair in (("estimator", ("Estimator", "converted Keras")),
+                       ("keras", ("Keras", "converted Estimator"))):
+    if program is None:
+      served = serving_check.compare(first[source]["export_dir"], converted[source],
+                                     lambda: serving_check.test_images(config),
+                                     serving.feature_name(config), tolerances.logits_atol,
+                                     names=pair)
+    elif program.exports:  # The program's own signatures, and the port's of them.
+      served = serving_check.compare_exports(first[source]["export_dir"], converted[source],
+                                             lambda: serving_check.test_features(config),
+                                             tolerances.logits_atol, pair)
+    else:
+      served = []
+    checks += harness.named(served, lambda check: f"{size}: {check}")
   for leg in ("estimator-then-keras", "keras-then-estimator"):
     if config.canned_settings():  # A constant rate: the step is what carries.
       step = checkpoints.checkpoint_step(tf.train.latest_checkpoint(run.model_dir(leg)))[1]

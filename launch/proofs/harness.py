@@ -24,6 +24,8 @@ from launch.convert.kinds import Kind
 from launch.proofs import runs
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import model_registry
+from trainers import program as program_lib
 from trainers.config import Config
 
 INIT_WEIGHTS_FILE = "init_weights.npz"
@@ -43,6 +45,31 @@ class Check:
 def named(checks: Sequence[Check], name: Callable[[str], str]) -> List[Check]:
   """`checks` with each name rewritten by `name` (a tool says which run pair or size)."""
   return [dataclasses.replace(c, name=name(c.name)) for c in checks]
+
+
+def deterministic(config: Config) -> Config:
+  """`config` with its model's `deterministic_options` where --model_options sets none (a
+  canned model's --dropout at 0 unless given), and a team's program's
+  `deterministic_params` where --program_params sets none: the proofs' settings, as a
+  reference loop cannot draw a backend's dropout masks, nor one backend the other's."""
+  if config.estimator_program:
+    the_program = program_lib.load(config.estimator_program)
+    given = model_registry.parse_options(config.program_params, the_program.params,
+                                         "the program's params", "--program_params")
+    params = {**the_program.deterministic_params, **given}
+    config = dataclasses.replace(config, program_params=_settings(params))
+  model_spec = model_lib.spec(config)
+  if "dropout" in config.canned_settings() and config.dropout is None:
+    config = dataclasses.replace(config, dropout=0.0)
+  given = model_registry.parse_options(config.model_options, model_spec.options,
+                                       f"model {model_spec.name}")
+  return dataclasses.replace(config, model_options=_settings(
+      {**model_spec.deterministic_options, **given}))
+
+
+def _settings(values: Mapping[str, Any]) -> str:
+  """NAME=VALUE,... as --model_options and --program_params take them."""
+  return ",".join(f"{k}={v}" for k, v in values.items())
 
 
 def prepare(config: Config, out_dir: str) -> Config:

@@ -7,9 +7,9 @@ losses, the examples each worker read, test accuracy after a longer run, and
 one checkpoint evaluated by both backends' evaluation code.
 
 With a team's program (config.estimator_program) the Estimator trains their model_fn on
-their input_fn and Keras the port (config.model) on the same input: `probe_program` first
-holds the two to each other where nothing need train (program_probe.py), and the runs then
-start from the port's initial weights under the program's names (`Program`).
+their input_fn and Keras the port (config.model) on the same input: program_probe.probe first
+holds the two to each other where nothing need train, and the runs then start from the
+port's initial weights under the program's names.
 """
 
 import dataclasses
@@ -31,14 +31,11 @@ from trainers import evaluation
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
-from trainers import model_registry
-from trainers import program as program_lib
 from trainers import serving
 from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
 Check = harness.Check
-PROGRAM_INIT_WEIGHTS_FILE = "program_init_weights.npz"  # A team's program's start.
 CURVE_START_STEP = 10  # Loss curves are compared from here on.
 
 
@@ -52,24 +49,6 @@ class Tolerances:
   prediction_atol: float = 1e-5
   # The reference's weight limit, if above weight_atol: this many times its rounding floor.
   reference_floor_factor: float = 2.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Program:
-  """A team's program under parity: what its probe found, and the map of its names to the
-  port's (`--assignment_map`, the converter's)."""
-
-  probe: program_probe.Probe
-  assignment_map: Dict[str, Optional[str]]
-
-
-def probe_program(config: Config, workers: int, steps: int,
-                  assignment_map: Optional[Dict[str, Optional[str]]] = None) -> Program:
-  """Probes config.estimator_program against the port for a run of `steps` steps on
-  `workers` (program_probe.probe, with the params `deterministic` gives); raises
-  program_probe.ProbeError, having trained and written nothing."""
-  probed = program_probe.probe(deterministic(config), workers, steps, assignment_map)
-  return Program(probed, dict(assignment_map or {}))
 
 
 @dataclasses.dataclass
@@ -125,7 +104,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
                measure_seeds: int = 0, measure_steps: Optional[int] = None,
                measure_model_options: str = "", engine: str = "local",
-               timeout: float = runs.TIMEOUT_SECONDS, program: Optional[Program] = None
+               timeout: float = runs.TIMEOUT_SECONDS, program: Optional[program_probe.Probe] = None
                ) -> Report:
   """Trains three ways and compares them.
 
@@ -151,15 +130,15 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     engine: another engine (runs.ENGINES) to run the short run of both backends on as
       well, each held to its local run (compare_engines); "local": none.
     timeout: seconds for each backend run.
-    program: with config.estimator_program, what `probe_program` found of it.
+    program: with config.estimator_program, what program_probe.probe found of it.
 
   Returns:
     The report; `report.passed` only if every check passed.
   """
-  config = deterministic(config)
+  config = harness.deterministic(config)
   if program:
     # The program's input batches itself: the epoch is its batches'.
-    config = dataclasses.replace(config, global_batch_size=program.probe.batch * workers)
+    config = dataclasses.replace(config, global_batch_size=program.batch * workers)
   config = harness.prepare(config, out_dir)
   epoch = pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
@@ -175,12 +154,17 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol,
                          run.assignment_map)
   notes = _program_notes(program) if program else []
+  # The short run's exports: its weights agree to weight_atol, the long run's only in accuracy.
   if not program:
-    # The short run's: its weights agree to weight_atol, the long run's only in accuracy.
     checks += serving_check.compare(
         short["estimator"]["export_dir"], short["keras"]["export_dir"],
         lambda: serving_check.test_images(config), serving.feature_name(config),
         tolerances.prediction_atol)
+  elif program.exports:
+    checks += serving_check.compare_exports(
+        short["estimator"]["export_dir"], short["keras"]["export_dir"],
+        lambda: serving_check.test_features(config), tolerances.prediction_atol,
+        ("estimator", "keras"))
   measured = run.measured(measure_seeds, measure_steps or long_steps or epoch,
                           measure_model_options)
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks,
@@ -189,13 +173,12 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                 program=config.estimator_program or "", notes=notes)
 
 
-def _program_notes(program: Program) -> List[str]:
+def _program_notes(program: program_probe.Probe) -> List[str]:
   """What parity does not yet compare of a team's program, and why."""
-  others = [m for m in program.probe.metrics if m != "accuracy"]
-  notes = ["Serving: the program's export is not held to the port's here (the port's "
-           "export, and the serving contract of a team's program, come with the handoff of "
-           "its model_dir)."]
-  if program.probe.own_input:
+  others = [m for m in program.metrics if m != "accuracy"]
+  notes = [] if program.exports else [
+      "Serving: the program has no serving_input_receiver_fn, so nothing of it is exported."]
+  if program.own_input:
     notes.append("Shards: the program's input_fn records no example fingerprints; the probe "
                  "held each worker's first batches equal in a graph and eagerly instead.")
   if others:
@@ -211,7 +194,7 @@ class _Phases:
 
   def __init__(self, config: Config, workers: int, trainer_runs: harness.Runs,
                backend_flags: Dict[str, Sequence[str]], tolerances: Tolerances,
-               program: Optional[Program] = None):
+               program: Optional[program_probe.Probe] = None):
     self.config, self.workers, self.runs = config, workers, trainer_runs
     self.backend_flags, self.tolerances, self.program = backend_flags, tolerances, program
     self.assignment_map = program.assignment_map if program else None
@@ -219,11 +202,9 @@ class _Phases:
     # Each backend's own changes to the config: a program's run starts from the initial
     # weights under its own names.
     self.own: Dict[str, Dict[str, Any]] = {b: {} for b in BACKENDS}
-    if program and config.init_weights:
-      path = os.path.join(trainer_runs.out_dir, PROGRAM_INIT_WEIGHTS_FILE)
-      model_lib.save_weights_npz(path, program_probe.program_weights(
-          model_lib.load_weights_npz(config.init_weights), program.probe.to_port))
-      self.own["estimator"] = {"init_weights": path}
+    if program:
+      self.own["estimator"] = program_probe.estimator_changes(program, config,
+                                                              trainer_runs.out_dir)
 
   def train_both(self, phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
     return {b: self.runs.train(f"{phase}/{b}", b, self.workers,
@@ -275,8 +256,8 @@ class _Phases:
     checks += [window_mean_check(b, summaries[b]["model_dir"], losses[f"short/{b}"],
                                  tolerances.loss_rtol) for b in BACKENDS]
     if self.program:
-      checks += self.program.probe.checks
-    if not self.program or not self.program.probe.own_input:  # Its own records no shards.
+      checks += self.program.checks
+    if not self.program or not self.program.own_input:  # Its own records no shards.
       short_runs = {**{b: f"short/{b}" for b in BACKENDS}, **engine_runs}
       checks += compare_shards({r: self.runs.run_dir(n) for r, n in short_runs.items()},
                                workers, config.data_dir)
@@ -344,27 +325,6 @@ def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
                                           label: summary["model_dir"]},
                                          tolerances.eval_loss_atol))
   return checks
-
-
-def deterministic(config: Config) -> Config:
-  """`config` with its model's `deterministic_options` where --model_options sets none (a
-  canned model's --dropout at 0 unless given), and a team's program's
-  `deterministic_params` where --program_params sets none."""
-  if config.estimator_program:
-    the_program = program_lib.load(config.estimator_program)
-    given = model_registry.parse_options(config.program_params, the_program.params,
-                                         "the program's params", "--program_params")
-    params = {**the_program.deterministic_params, **given}
-    config = dataclasses.replace(config, program_params=",".join(f"{k}={v}"
-                                                                 for k, v in params.items()))
-  model_spec = model_lib.spec(config)
-  if "dropout" in config.canned_settings() and config.dropout is None:
-    config = dataclasses.replace(config, dropout=0.0)
-  given = model_registry.parse_options(config.model_options, model_spec.options,
-                                         f"model {model_spec.name}")
-  options = {**model_spec.deterministic_options, **given}
-  return dataclasses.replace(config, model_options=",".join(f"{k}={v}"
-                                                            for k, v in options.items()))
 
 
 def rate_checks(config: Config, phase: str, steps: int, trainer_runs: harness.Runs

@@ -21,10 +21,13 @@ nothing of the team's training:
   and would read another order in production too;
 - **chance in training**: with its params and `deterministic_params`, nothing in the loss
   draws randomness each step (a dropout without an op seed draws another mask in each
-  backend, which no check could tell from a wrong port).
+  backend, which no check could tell from a wrong port);
+- **serving**: a program that exports (its `serving_input_receiver_fn`) has a port that
+  serves the same signatures (`ModelSpec.signatures`) and takes its receiver's features.
 """
 
 import dataclasses
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -47,6 +50,7 @@ Check = harness.Check
 _RANDOM_OPS = ("RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
                "RandomShuffle", "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2")
 _RATE_RTOL = 1e-6  # A rate this close is the same schedule (to the bit: rate_checks).
+PROGRAM_INIT_WEIGHTS_FILE = "program_init_weights.npz"  # A program's run's start.
 
 
 class ProbeError(ValueError):
@@ -64,6 +68,8 @@ class Probe:
     batch: the examples a worker's train batch holds.
     metrics: the names of the program's eval_metric_ops.
     own_input: whether the program reads an input_fn of its own (else the project's).
+    exports: whether it exports (through its serving_input_receiver_fn).
+    assignment_map: the program's names -> the port's (`--assignment_map`), as given.
   """
 
   checks: List[Check]
@@ -71,16 +77,20 @@ class Probe:
   batch: int
   metrics: List[str]
   own_input: bool
+  exports: bool
+  assignment_map: Dict[str, Optional[str]]
 
 
 def probe(config: Config, workers: int, steps: int,
           assignment_map: Optional[Dict[str, Optional[str]]] = None) -> Probe:
   """Probes config.estimator_program against the port (config.model with its recipe) for a
-  run of `steps` steps on `workers` workers (see the module docstring).
+  run of `steps` steps on `workers` workers (see the module docstring), with the settings
+  that take chance out (harness.deterministic).
 
   Raises:
     ProbeError: naming what differs and the fix.
   """
+  config = harness.deterministic(config)
   name = config.estimator_program
   try:
     the_program = program_lib.load(name)
@@ -92,15 +102,18 @@ def probe(config: Config, workers: int, steps: int,
                                              config.seed)
   except program_lib.ProgramError as e:
     raise ProbeError(str(e)) from None
-  checks = [_recipe(config, estimator_program.recipe_values(train, steps))]
+  checks = [_recipe(config, estimator_program.recipe_values(train, range(steps)))]
   mapping, to_port = _names(config, train.variables, assignment_map)
   checks += [mapping, _no_chance(config, train, params), *_input(config, input_fn, workers)]
+  if the_program.serving_input_receiver_fn is not None:
+    checks.append(_serving(config, the_program, params))
   metrics = sorted(evaluate.spec.eval_metric_ops or {})
   if "accuracy" not in metrics:
     raise ProbeError(f"--estimator_program={name}: its eval_metric_ops have no `accuracy`, "
                      f"which parity holds to the port's (its metrics: {', '.join(metrics)}). "
                      f"Add tf.compat.v1.metrics.accuracy as \"accuracy\" to them.")
-  return Probe(checks, to_port, _batch(input_fn), metrics, the_program.input_fn is not None)
+  return Probe(checks, to_port, _batch(input_fn), metrics, the_program.input_fn is not None,
+               the_program.serving_input_receiver_fn is not None, dict(assignment_map or {}))
 
 
 def _recipe(config: Config, found: Dict[str, Any]) -> Check:
@@ -180,6 +193,31 @@ def _no_chance(config: Config, train: "estimator_program.Built", params: Dict[st
                f"params {params}")
 
 
+def _serving(config: Config, the_program: program_lib.EstimatorProgram,
+             params: Dict[str, Any]) -> Check:
+  """The program's receiver's features fit the port's inputs, and the port has signatures
+  of its own to serve the program's export_outputs with."""
+  name = config.estimator_program
+  port_inputs = model_lib.input_shapes(config)
+  try:
+    spec = estimator_program.serving_graph(
+        the_program, params, name, lambda features: inputs.check_fits(
+            config, port_inputs, features, "its serving_input_receiver_fn"))
+  except program_lib.ProgramError as e:
+    raise ProbeError(str(e)) from None
+  outputs = {k: sorted(getattr(v, "outputs", {}) or {})
+             for k, v in sorted((spec.export_outputs or {}).items())}
+  if model_lib.spec(config).signatures is None:
+    raise ProbeError(
+        f"--estimator_program={name} exports through its serving_input_receiver_fn "
+        f"(export_outputs {outputs}), and --model={config.model} has no signatures of its own "
+        f"to serve them: give its ModelSpec signatures=... (docs/MIGRATION.md, \"Prove your "
+        f"port\"), or leave the receiver out of the program.")
+  return Check("serving: the port takes the receiver's features and has its own signatures",
+               True, float(len(outputs)), float(len(outputs)),
+               f"the program's export_outputs {outputs}")
+
+
 def _ancestors(op: tf.Operation) -> List[tf.Operation]:
   """Every op `op` reads, through its inputs and control inputs (not through variables)."""
   seen, stack, found = set(), [op], []
@@ -245,3 +283,15 @@ def _batch(input_fn: inputs.InputFn) -> int:
 def program_weights(weights: model_lib.Weights, to_port: Dict[str, str]) -> model_lib.Weights:
   """The port's `weights` under the program's names (the initial weights of its run)."""
   return {program_name: weights[port_name] for program_name, port_name in to_port.items()}
+
+
+def estimator_changes(probed: Probe, config: Config, out_dir: str) -> Dict[str, Any]:
+  """The Estimator's own changes to `config` (whose init_weights are the port's) for a run
+  of the program: the same initial weights under the program's names, written to
+  `out_dir/program_init_weights.npz`."""
+  if not config.init_weights:
+    return {}
+  path = os.path.join(out_dir, PROGRAM_INIT_WEIGHTS_FILE)
+  model_lib.save_weights_npz(path, program_weights(model_lib.load_weights_npz(
+      config.init_weights), probed.to_port))
+  return {"init_weights": path}

@@ -17,10 +17,17 @@ another TensorFlow), `compare` checks
 
 A model server feeds a signature the request's examples and tensors as they are; this
 check feeds them to the loaded signatures the same way (no model server runs here).
+
+A team's program exports its own signatures, and its port the same ones
+(`ModelSpec.signatures`): `compare_exports` holds two such exports to each other, the
+signatures as above (the first export's are required) and every output of each on batches
+of the program's features, each input fed by its name (a lone string input the batch as
+serialized tf.Examples, as a parsing receiver takes it).
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -38,8 +45,6 @@ from trainers import serving
 from trainers.config import Config
 
 Answers = Dict[str, np.ndarray]  # "<signature>/<output>" -> every test image's answer.
-# Outputs compared within a tolerance; every other output must be equal.
-_FLOAT_OUTPUTS = ("scores", "logits", "probabilities")
 # Bad requests, each with the phrase that TensorFlow's tf.Example parser puts in its error.
 BAD_REQUESTS = {
     "missing feature": "is required but could not be found",
@@ -83,6 +88,13 @@ def signatures(export_dir: str) -> Dict[str, Signature]:
 def test_images(config: Config) -> Iterator[np.ndarray]:
   """The whole test split of `config.data_dir`, in batches of `config.eval_batch_size`."""
   return (images.numpy() for images, _ in inputs.default_input_fn(config)(mnist.EVAL, None))
+
+
+def test_features(config: Config) -> Iterator[Any]:
+  """The features of the whole test split as the run's input gives them (a team's
+  program's: a dict of arrays, say), batch by batch."""
+  return (tf.nest.map_structure(lambda t: t.numpy(), features)
+          for features, _ in inputs.default_input_fn(config)(mnist.EVAL, None))
 
 
 def export_keras_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:
@@ -227,14 +239,15 @@ def compare_signatures(first: Mapping[str, Signature], second: Mapping[str, Sign
 
 def compare_answers(first: Answers, second: Answers, names: Tuple[str, str], atol: float,
                     where: str) -> List[Check]:
-  """Per signature output: equal (labels, classes, ids), or within `atol` (the floats)."""
+  """Per signature output: equal (labels, classes, ids), or within `atol` (the floats:
+  scores, probabilities, logits)."""
   checks = []
   for key in sorted(set(first) | set(second)):
     label = f"answers {key}, {names[0]} vs {names[1]}"
     if key not in first or key not in second or first[key].shape != second[key].shape:
       shapes = [a[key].shape if key in a else "missing" for a in (first, second)]
       checks.append(Check(label, False, float("nan"), 0.0, f"shapes {shapes[0]}, {shapes[1]}"))
-    elif key.rsplit("/", 1)[1] in _FLOAT_OUTPUTS:
+    elif np.issubdtype(first[key].dtype, np.floating):
       diff = float(np.max(np.abs(first[key] - second[key]))) if first[key].size else 0.0
       checks.append(Check(f"max |diff|, {label}", diff <= atol, diff, atol, where))
     else:
@@ -279,3 +292,74 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
   return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
           + compare_answers(first, second, names, atol, f"{count} test images")
           + compare_errors(*(bad_request_errors(export, feature) for export in loaded), names))
+
+
+def feed(signature: Any, features: Any) -> Optional[Dict[str, tf.Tensor]]:
+  """A loaded signature's arguments from a batch of features (a dict by name, or one
+  array), or None if it takes what they do not hold: each input by its name, in its dtype
+  (one array for a lone input); a lone string input the batch as serialized tf.Examples of
+  every feature (a parsing receiver's input)."""
+  specs = signature.structured_input_signature[1]
+  if isinstance(features, Mapping) and all(name in features for name in specs):
+    return {name: tf.cast(features[name], spec.dtype) for name, spec in specs.items()}
+  if len(specs) != 1:
+    return None
+  [(name, spec)] = specs.items()
+  if spec.dtype != tf.string:
+    return None if isinstance(features, Mapping) else {name: tf.cast(features, spec.dtype)}
+  named = features if isinstance(features, Mapping) else {name: features}
+  batch = len(next(iter(named.values())))
+  return {name: tf.constant([_example(named, i).SerializeToString() for i in range(batch)])}
+
+
+def _example(features: Mapping[str, np.ndarray], i: int) -> tf.train.Example:
+  """Example `i` of a batch of features as a tf.Example: floats and integers by name."""
+  def feature(value: np.ndarray) -> tf.train.Feature:
+    if np.issubdtype(value.dtype, np.integer):
+      return tf.train.Feature(int64_list=tf.train.Int64List(value=value.ravel()))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=value.ravel()))
+  return tf.train.Example(features=tf.train.Features(
+      feature={name: feature(np.asarray(values[i])) for name, values in features.items()}))
+
+
+def export_answers(loaded: Any, feature_batches: Iterable[Any]
+                   ) -> Tuple[Answers, Dict[str, str]]:
+  """Every output of every signature of an export on each batch of features, by
+  `<signature>/<output>`; and why each signature the features could not feed was not."""
+  parts: Dict[str, List[np.ndarray]] = {}
+  unfed: Dict[str, str] = {}
+  for features in feature_batches:
+    for name, signature in loaded.signatures.items():
+      arguments = None if name in unfed else feed(signature, features)
+      if arguments is None:
+        unfed.setdefault(name, "an input the features do not hold")
+        continue
+      try:
+        outputs = signature(**arguments)
+      except tf.errors.OpError as e:  # A parsing receiver that wants other features.
+        unfed[name] = f"{type(e).__name__}: {_kernel_message(e.message)}"
+        continue
+      for key, value in outputs.items():
+        value = value.numpy()
+        parts.setdefault(f"{name}/{key}", []).append(
+            value.astype(np.bytes_) if value.dtype == object else value)
+  return {key: np.concatenate(values) for key, values in parts.items()}, unfed
+
+
+def compare_exports(first_dir: str, second_dir: str,
+                    feature_batches: Callable[[], Iterable[Any]],
+                    atol: float, names: Tuple[str, str]) -> List[Check]:
+  """Two exports of a team's program's signatures (the module docstring): the first's
+  signatures, defined alike in the second, and every output on every batch."""
+  loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
+  (first, unfed), (second, _) = (export_answers(export, feature_batches()) for export in loaded)
+  first_signatures = signatures(first_dir)
+  count = len(next(iter(first.values()))) if first else 0
+  checks = compare_signatures(first_signatures, signatures(second_dir), names,
+                              required=sorted(first_signatures))
+  fed = sorted(set(first_signatures) - set(unfed))
+  checks.append(Check(f"signatures fed the test split, {names[0]} export", not unfed,
+                      float(len(fed)), float(len(first_signatures)),
+                      "; ".join(f"{n} not fed: {why}" for n, why in sorted(unfed.items()))
+                      or f"{', '.join(fed)}: {count} examples"))
+  return checks + compare_answers(first, second, names, atol, f"{count} test examples")

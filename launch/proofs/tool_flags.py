@@ -9,6 +9,8 @@
   --data_dir, --mnist_idx_dir  where MNIST is, or is prepared from
   --model, --model_options     the model every run trains (trainers.flags.define_config_flags)
   --optimizer, its hyperparameters  the optimizer it trains with, where a tool offers one
+  --estimator_program, --assignment_map  a team's own program, held to its port (--model),
+                      the program's names mapped to the port's, where a tool takes one
 
 Binaries call the `define_*` functions at import time and read the holders in
 `main`; the functions here never read FLAGS. Old spellings (`--steps`) still
@@ -16,14 +18,19 @@ work for now, say that they are deprecated, and name the new one.
 """
 
 import sys
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
 
+from launch.convert import assign
+from launch.convert.kinds import ConversionError
 from launch.ray import engine as ray_engine
+from launch.proofs import program_probe
 from launch.proofs import runs
 from trainers import flags as trainer_flags
+from trainers import model_registry
+from trainers.config import Config
 
 TIMEOUT_SECONDS = runs.TIMEOUT_SECONDS
 TrainSteps = Tuple[flags.FlagHolder, flags.FlagHolder]
@@ -111,3 +118,30 @@ def engine(holder: flags.FlagHolder) -> str:
     except ray_engine.RayUnavailable as e:
       raise app.UsageError(f"--engine=ray: {e}", exitcode=2) from e
   return holder.value
+
+
+def define_assignment_map(flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+  """--assignment_map, as launch.convert spells it, for a team's program."""
+  return flags.DEFINE_string(
+      "assignment_map", None, "With --estimator_program: a JSON object of the program's "
+      "variable names -> the port's weights (or null), the map launch.convert takes; "
+      "default: the same names.", flag_values=flag_values)
+
+
+def probe_program(config: Config, workers: int, steps: int, assignment_map: flags.FlagHolder
+                  ) -> Optional[program_probe.Probe]:
+  """config.estimator_program's probe against its port (program_probe.probe) for `steps`
+  steps on `workers`, before anything trains or is written; None without a program. A
+  usage error (exit 2) for --assignment_map without a program; exit 2 with the message naming
+  what differs (not a flag's usage: no help text)."""
+  if not config.estimator_program:
+    if assignment_map.value:
+      raise app.UsageError("--assignment_map maps an --estimator_program's names to the "
+                           "port's: give --estimator_program too.", exitcode=2)
+    return None
+  try:
+    names = assign.load_assignment_map(assignment_map.value) if assignment_map.value else None
+    return program_probe.probe(config, workers, steps, names)
+  except (ConversionError, program_probe.ProbeError, model_registry.SpecError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)

@@ -81,7 +81,7 @@ def test_the_recipe_reads_each_steps_rate_off_the_train_graph():
                                         "team:PROGRAM")
   assert sorted(built.variables) == ["global_step", "logits/bias", "logits/bias/Momentum",
                                      "logits/kernel", "logits/kernel/Momentum"]
-  found = estimator_program.recipe_values(built, 5)
+  found = estimator_program.recipe_values(built, range(5))
   assert found["optimizer"] == "momentum"
   assert found["hyperparameters"] == {"momentum": pytest.approx(0.8)}
   assert found["rates"] == [pytest.approx(r) for r in (0.4, 0.4, 0.2, 0.2, 0.1)]

@@ -72,3 +72,14 @@ def test_the_keras_export_has_the_contract_and_answers_requests(tmp_path):
   np.testing.assert_allclose(got["classification/scores"], tf.nn.softmax(logits), atol=1e-6)
   errors = serving_check.bad_request_errors(loaded, "pixels")
   assert len(errors) == 6 and all(e.startswith("InvalidArgumentError") for e in errors.values())
+
+
+def test_a_ports_own_signatures_get_the_methods_the_estimator_gives_them(tmp_path):
+  config = dataclasses.replace(CONFIG, model="tests.signed_port:SPEC")
+  found = serving_check.signatures(_keras_export(config, None, tmp_path))
+  assert {name: s.method for name, s in found.items()} == {
+      "serving_default": tf.saved_model.CLASSIFY_METHOD_NAME,
+      "regression": tf.saved_model.REGRESS_METHOD_NAME,
+      "predict": tf.saved_model.PREDICT_METHOD_NAME}
+  assert str(found["serving_default"]) == ("classify: inputs string [-1] -> classes string "
+                                           "[-1, 10], scores float32 [-1, 10]")

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from launch.proofs import harness
 from launch.proofs import parity
 from trainers.config import Config
 from tests.conftest import RUN_RAY, run_module
@@ -265,7 +266,7 @@ def test_the_reference_is_held_to_its_rounding_floor_and_the_backends_to_weight_
 
 
 def test_parity_trains_with_the_specs_deterministic_options_unless_they_are_given():
-  assert parity.deterministic(Config(model="cnn_bn")).model_options == "dropout=0.0"
+  assert harness.deterministic(Config(model="cnn_bn")).model_options == "dropout=0.0"
   given = Config(model="cnn_bn", model_options="dropout=0.1")
-  assert parity.deterministic(given).model_options == "dropout=0.1"
-  assert parity.deterministic(Config()).model_options == ""
+  assert harness.deterministic(given).model_options == "dropout=0.1"
+  assert harness.deterministic(Config()).model_options == ""

@@ -34,6 +34,9 @@ def model_fn(features, labels, mode, params):
   hidden = tf.compat.v1.layers.dropout(hidden, params["dropout"],
                                        training=mode == tf.estimator.ModeKeys.TRAIN)
   logits = tf.compat.v1.layers.dense(hidden, 2, name="logits")
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, export_outputs={
+        "serving_default": tf.estimator.export.PredictOutput({"logits": logits})})
   loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
   if mode != tf.estimator.ModeKeys.TRAIN:
     metrics = {"auc": tf.compat.v1.metrics.auc(labels, tf.nn.softmax(logits)[:, 1])}
@@ -53,6 +56,17 @@ UNSEEDED = EstimatorProgram(model_fn, PARAMS, lambda mode, context: input_fn(mod
                             deterministic_params={"dropout": 0.0})
 
 
+def receiver(name="x"):
+  x = tf.compat.v1.placeholder(tf.float32, [None, 4], name=name)
+  return tf.estimator.export.ServingInputReceiver({name: x}, {name: x})
+
+
+EXPORTS = EstimatorProgram(model_fn, PARAMS, input_fn, receiver,
+                           deterministic_params={"dropout": 0.0})
+OTHER_RECEIVER = EstimatorProgram(model_fn, PARAMS, input_fn, lambda: receiver("y"),
+                                  deterministic_params={"dropout": 0.0})
+
+
 def build(seed, init, output="logits"):
   x = tf_keras.Input(shape=(4,), name="x")
   dense = {f"{layer}": {"kernel_initializer": init(f"{layer}/kernel", "glorot_uniform"),
@@ -62,7 +76,15 @@ def build(seed, init, output="logits"):
   return tf_keras.Model(x, tf_keras.layers.Dense(2, name=output, **dense[output])(hidden))
 
 
+def signatures(model):
+  @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+  def serve(x):
+    return {"logits": model(x, training=False)}
+  return {"serving_default": serve}
+
+
 PORT = ModelSpec("port", build)
+SERVED = ModelSpec("served", build, signatures=signatures)
 RENAMED = ModelSpec("renamed", lambda seed, init: build(seed, init, "out"))
 '''
 
@@ -87,7 +109,8 @@ def test_a_faithful_port_passes_every_probe(config):
   assert all(c.passed for c in probed.checks)
   assert probed.to_port == {n: n for n in ("hidden/kernel", "hidden/bias", "logits/kernel",
                                            "logits/bias")}
-  assert (probed.batch, probed.metrics, probed.own_input) == (4, ["accuracy", "auc"], True)
+  assert (probed.batch, probed.metrics, probed.own_input, probed.exports) == (
+      4, ["accuracy", "auc"], True, False)
 
 
 @pytest.mark.parametrize("changes, said", [
@@ -117,6 +140,22 @@ def test_a_faithful_port_passes_every_probe(config):
 def test_each_difference_is_refused_naming_the_fix(config, changes, said):
   with pytest.raises(ProbeError, match=re.escape(said)):
     program_probe.probe(dataclasses.replace(config, **changes), 1, 4)
+
+
+def test_a_program_that_exports_needs_a_port_that_serves_its_receivers_features(config):
+  exports = dataclasses.replace(config, estimator_program="team:EXPORTS")
+  probed = program_probe.probe(dataclasses.replace(exports, model="team:SERVED"), 1, 4)
+  assert probed.exports and probed.checks[-1].where == (
+      "the program's export_outputs {'serving_default': ['logits']}")
+  with pytest.raises(ProbeError, match=re.escape(
+      "exports through its serving_input_receiver_fn (export_outputs {'serving_default': "
+      "['logits']}), and --model=team:PORT has no signatures of its own to serve them")):
+    program_probe.probe(exports, 1, 4)
+  with pytest.raises(ProbeError, match=re.escape(
+      "its serving_input_receiver_fn gives features {'y': (None, 4)}, which "
+      "--model=team:SERVED does not take: its inputs are {'x': (None, 4)}")):
+    program_probe.probe(dataclasses.replace(exports, estimator_program="team:OTHER_RECEIVER",
+                                            model="team:SERVED"), 1, 4)
 
 
 def test_the_converters_map_gives_the_programs_names_their_place(config):

@@ -8,10 +8,12 @@ import shutil
 import pytest
 import tensorflow as tf
 
+from data import mnist
 from launch.proofs import harness
 from launch.proofs import serving_check
 from tests.conftest import ESTIMATOR_MISSING, memory_input_fn, run_module
 from tests.trainers.test_serving import CONFIG, CONTRACT, NAMES, _batches, _keras_export
+from trainers import keras_trainer
 from trainers import loop
 from trainers import model as model_lib
 from trainers import serving
@@ -81,3 +83,28 @@ def test_cli_passes_exports_of_one_model_and_fails_another(tiny_data_dir, tmp_pa
   result = run_module("launch.serving_check", [f"--first={tmp_path}", f"--second={one}", *flags])
   assert result.returncode == 2 and "Traceback" not in result.stderr
   assert f"--first={tmp_path} holds no SavedModel (saved_model.pb)" in result.stderr
+
+
+def test_exports_of_a_ports_own_signatures_are_held_output_by_output(tmp_path):
+  config = Config(model="tests.signed_port:SPEC")
+  built = model_lib.build(config)
+  exports = {}
+  for name, scale in (("one", 1.0), ("same", 1.0), ("other", 1.01)):
+    model = model_lib.build(config, {k: v * scale for k, v in model_lib.get_weights(built).items()})
+    exports[name] = keras_trainer.export_model(config, model, str(tmp_path / name))
+  images = next(iter(memory_input_fn(32)(mnist.EVAL)))[0].numpy()
+
+  def batches():
+    return [{"pixels": images[:20]}, {"pixels": images[20:]}]
+
+  same = serving_check.compare_exports(exports["one"], exports["same"], batches, 1e-5,
+                                       ("one", "same"))
+  assert all(c.passed for c in same), [c for c in same if not c.passed]
+  # Every signature fed: the string inputs the batch as serialized tf.Examples of `pixels`.
+  fed = next(c for c in same if c.name.startswith("signatures fed"))
+  assert fed.where == f"predict, regression, serving_default: {len(images)} examples"
+  other = {c.name: c for c in serving_check.compare_exports(
+      exports["one"], exports["other"], batches, 1e-5, ("one", "other"))}
+  assert other["signature serving_default: method, inputs and outputs, one vs other"].passed
+  assert not other["max |diff|, answers predict/logits, one vs other"].passed
+  assert not other["max |diff|, answers serving_default/scores, one vs other"].passed
