@@ -3,6 +3,8 @@ the Estimator export your clients call today and the Keras export you would swit
 
   python -m launch.serving_check --first=ESTIMATOR_EXPORT --second=KERAS_EXPORT \
       [--feature_name=image] [--atol=1e-5] [--data_dir=DIR] [--out=DIR]
+  python -m launch.serving_check --first=THEIR_EXPORT --second=PORT_EXPORT \
+      --estimator_program=team_program:PROGRAM
 
 Each export is a SavedModel directory (`model_dir/export/<timestamp>`). Sends both the
 whole MNIST test split as Classify requests (to `serving_default` and `classification`)
@@ -13,6 +15,11 @@ and Predict requests (to `predict`, and `image:predict` where both have it), bui
 and scores, probabilities and logits within --atol, and that three bad requests fail alike
 (launch/proofs/serving_check.py). Prints the table, writes serving_check_report.{md,json}
 to --out if given, and exits 0 only if every check passes.
+
+With --estimator_program the exports serve a team's program's own signatures (its
+export_outputs, and its port's `ModelSpec.signatures`): every signature of the first is
+defined alike in the second, and every output of each is compared on the whole test split
+as the program's input_fn gives its features (serving_check.compare_exports).
 """
 
 import dataclasses
@@ -43,6 +50,10 @@ _ATOL = flags.DEFINE_float("atol", 1e-5, "Limit on |difference| of scores, proba
                            "logits.")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _OUT = flags.DEFINE_string("out", None, "Where to write serving_check_report.{md,json}.")
+_PROGRAM = flags.DEFINE_string("estimator_program", None, "package.module:NAME, a team's "
+                               "program whose export (and its port's) are compared, fed its "
+                               "input_fn's test features (docs/MIGRATION.md, \"Prove your "
+                               "port\").")
 
 
 def _check_export(flag: flags.FlagHolder) -> str:
@@ -60,12 +71,17 @@ def main(argv: Sequence[str]) -> None:
   if not _FEATURE.value.isidentifier() or _ATOL.value < 0:
     raise app.UsageError("--feature_name must be a name of letters, digits and _, and --atol "
                          ">= 0.", exitcode=2)
-  config = Config(data_dir=_DATA_DIR.value)
+  config = Config(data_dir=_DATA_DIR.value, estimator_program=_PROGRAM.value)
   runs.check_or_exit(config, 1, _MNIST_IDX_DIR.value, backends=())
-  # Only the signatures the first has are required: clients call what it serves.
-  checks = serving_check.compare(first, second, lambda: serving_check.test_images(config),
-                                 _FEATURE.value, _ATOL.value, names=("first", "second"),
-                                 required=sorted(serving_check.signatures(first)))
+  names = ("first", "second")
+  if config.estimator_program:
+    checks = serving_check.compare_exports(first, second,
+                                           lambda: serving_check.test_features(config),
+                                           _ATOL.value, names)
+  else:  # Only the signatures the first has are required: clients call what it serves.
+    checks = serving_check.compare(first, second, lambda: serving_check.test_images(config),
+                                   _FEATURE.value, _ATOL.value, names=names,
+                                   required=sorted(serving_check.signatures(first)))
   passed = all(c.passed for c in checks)
   table = harness.format_checks(f"Serving: {first} (first) against {second} (second)", checks)
   print(table)

@@ -92,6 +92,15 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
     assert [r["step"] for r in log] == list(range(1, 11)), name
     assert [r["loss"] for r in log] == pytest.approx([r["loss"] for r in logs["their hook"]],
                                                      rel=1e-5), name
+  # Their export against the port's, as a team would run the serving check on its own.
+  exports = [json.loads((tmp_path / "short" / b / "model" / "summary.json").read_text())[
+      "export_dir"] for b in ("estimator", "keras")]
+  served = run_module("launch.serving_check", [f"--first={exports[0]}", f"--second={exports[1]}",
+                                               "--estimator_program=team_program:PROGRAM",
+                                               f"--data_dir={real_data_dir}"],
+                      env=_env(real_data_dir))
+  assert served.returncode == 0, served.stdout + served.stderr[-3000:]
+  assert "signatures fed the test split, first export | PASS" in served.stdout
 
 
 @pytest.mark.slow

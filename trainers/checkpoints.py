@@ -192,11 +192,14 @@ def layer_attribute(layer, weight) -> str:
   return model_lib.weight_name(weight).split("/")[-1]
 
 
-def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Config
-                    ) -> Optional[str]:
+def _model_mismatch(whose: str, shapes: Mapping[str, Sequence[int]], config: Config,
+                    program_variables: bool = True) -> Optional[str]:
   """How a checkpoint's weights differ from `config.model`'s (an Estimator's from its
-  --estimator_program's variables), or None if they match."""
+  --estimator_program's variables, unless not `program_variables`), or None if they
+  match."""
   if whose == ESTIMATOR and config.estimator_program:
+    if not program_variables:
+      return None
     from trainers import estimator_program  # noqa: PLC0415 -- imports tf.estimator.
     expected = estimator_program.variables(config)
     return _missing(expected, shapes)
@@ -223,9 +226,11 @@ def _missing(expected: Mapping[str, Sequence[int]], shapes: Mapping[str, Sequenc
   return None
 
 
-def resume_problem(backend: str, model_dir: str, config: Config) -> Optional[str]:
+def resume_problem(backend: str, model_dir: str, config: Config,
+                   program_variables: bool = True) -> Optional[str]:
   """Why `backend` cannot resume `config.model` from model_dir's checkpoint, or None if it
-  can (or has none).
+  can (or has none). A team's program's variables are built from its code, its input_fn
+  too (which may start TensorFlow's runtime): `program_variables` False leaves them out.
 
   The Estimator resumes from `model_dir`'s checkpoint, Keras from its final
   checkpoint or its backup. A checkpoint of the other backend, or of another
@@ -248,7 +253,7 @@ def resume_problem(backend: str, model_dir: str, config: Config) -> Optional[str
               f"new --model_dir, resume it with python -m trainers.{whose}_main, or carry it "
               f"across with python -m launch.convert --from_{whose}={model_dir} "
               f"--to_{backend}=NEW_MODEL_DIR.")
-    mismatch = _model_mismatch(whose, shapes, config)
+    mismatch = _model_mismatch(whose, shapes, config, program_variables)
     flag = ("--estimator_program" if whose == ESTIMATOR and config.estimator_program
             else "--model")
     if mismatch:

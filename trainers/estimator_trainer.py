@@ -315,6 +315,9 @@ class Backend(loop.Backend):
     if self._program and run.task is not None:
       # A cluster's task checks it here, once its strategy is made (runner._check_code).
       estimator_program.check(run.config)
+      problem = checkpoints.resume_problem(self.name, run.model_dir, run.config)
+      if problem:
+        raise program_lib.ProgramError(problem)
     self._warm_start_dir: Optional[str] = None
     self._estimator = self._make_estimator()
     self._result: Optional[Tuple[Optional[Dict[str, float]], object]] = None

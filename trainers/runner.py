@@ -62,7 +62,7 @@ def _error(message: str, code: int) -> int:
 
 
 def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer: bool,
-                       workers: int) -> Optional[run_lock.RunLock]:
+                       workers: int, in_task: bool = False) -> Optional[run_lock.RunLock]:
   """Checks model_dir before anything is written to it. The writer also creates it, takes
   its run lock (unless its launcher holds it), repairs what a crash left (the
   `checkpoint` index, and checkpoints that do not load) and checks this start's
@@ -99,7 +99,7 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
   try:
     resumed = bool(set(os.listdir(path) if os.path.isdir(path) else ()) - _NOT_A_RUN)
     if resumed:
-      _check_resumable(backend, path, config, writer=writer)
+      _check_resumable(backend, path, config, writer=writer, in_task=in_task)
     if writer:  # Every refusal before any write.
       current = run_record.settings(backend, config, workers)
       changed = run_record.changes(path, current, config,
@@ -129,14 +129,17 @@ def _has_checkpoint(path: str) -> bool:
   return bool(checkpoints.find(path)) or os.path.isdir(os.path.join(path, layout.BACKUP_SUBDIR))
 
 
-def _check_resumable(backend: str, path: str, config: Config, writer: bool) -> None:
+def _check_resumable(backend: str, path: str, config: Config, writer: bool,
+                     in_task: bool = False) -> None:
   """Refuses a model_dir `backend` cannot resume `config.model` in to `config.train_steps`.
+  A cluster's task leaves a team's program's variables to its backend (`in_task`), which
+  checks them once its strategy is made (runner._check_code says why).
 
   Raises:
     ModelDirError: naming the problem and the fix, before anything is changed.
   """
   from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
-  problem = checkpoints.resume_problem(backend, path, config)
+  problem = checkpoints.resume_problem(backend, path, config, program_variables=not in_task)
   if problem:
     raise ModelDirError(problem)
   # The writer's check: a task beside a running chief would race its backups.
@@ -318,7 +321,7 @@ def _run(backend: str, config: Config, options: RunOptions,
       # Only the chief (or the launcher, or a lone process) writes to model_dir; the
       # lock is held until this process exits.
       lock = _prepare_model_dir(backend, config, options, writer=task is None or task.is_chief,
-                                workers=num_workers)
+                                workers=num_workers, in_task=task is not None)
   except ready.MissingDataError as e:
     return _error(str(e), 1)
   except ValueError as e:  # TFConfigError, ModelDirError, ConfigChangeError, SpecError.
