@@ -1,5 +1,5 @@
-"""What launch.parity learns of a team's program (--estimator_program) before it trains, and
-refuses to train on.
+"""What launch.parity and launch.handoff learn of a team's program (--estimator_program)
+before they train, and refuse to train on.
 
     probed = probe(config, workers, steps, assignment_map)  # ProbeError: exit 2
     probed.checks          # what held: the names' map, the recipe, the input
@@ -55,7 +55,7 @@ PROGRAM_INIT_WEIGHTS_FILE = "program_init_weights.npz"  # A program's run's star
 
 class ProbeError(ValueError):
   """The program and the port cannot be held to each other; the message says why and the
-  fix. launch.parity exits 2 with it, having trained nothing."""
+  fix. launch.parity and launch.handoff exit 2 with it, having trained nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,9 +126,9 @@ def _recipe(config: Config, found: Dict[str, Any]) -> Check:
         f"--estimator_program={name} trains with {optimizer}{others} (its train op's update "
         f"ops), the port with --optimizer={config.optimizer}: "
         + (f"give the port --optimizer={optimizer} and the hyperparameters below."
-           if optimizer in list(config_lib.OPTIMIZER_DEFAULTS) and not others else
+           if optimizer in config_lib.OPTIMIZER_DEFAULTS and not others else
            "the project's ports train with one tf.compat.v1.train optimizer of "
-           f"{', '.join(list(config_lib.OPTIMIZER_DEFAULTS))}.")
+           f"{', '.join(config_lib.OPTIMIZER_DEFAULTS)}.")
         + _hyperparameter_hint(found))
   port = config.hyperparameters()
   for key, value in sorted(found["hyperparameters"].items()):
@@ -178,7 +178,7 @@ def _names(config: Config, variables: Dict[str, List[int]],
                or "the same names"), to_port
 
 
-def _no_chance(config: Config, train: "estimator_program.Built", params: Dict[str, Any]
+def _no_chance(config: Config, train: estimator_program.Built, params: Dict[str, Any]
                ) -> Check:
   """No op on the way to the loss draws randomness (the variables' initializers do, once,
   and parity replaces them)."""
