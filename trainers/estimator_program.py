@@ -264,26 +264,23 @@ def recipe_values(built: Built, steps: Iterable[int]) -> Dict[str, Any]:
           "hyperparameters": hyperparameters, "rates": rates}
 
 
-def check(config: Config) -> None:
-  """Raises ProgramError unless config.estimator_program's model_fn builds its train and
-  eval graphs on its input (inputs.default_input_fn), with its params and --program_params,
-  and its train op has an optimizer's update; builds them in graphs of their own."""
-  the_program = program_lib.load(config.estimator_program)
-  params = the_program.params_with(config.program_params)
-  for mode in ("train", "eval"):
-    build_graph(the_program, params, inputs.default_input_fn(config), mode,
-                config.estimator_program, config.seed)
-
-
-def train_graph(config: Config) -> Built:
-  """config.estimator_program's train graph, with its params and --program_params."""
+def graph(config: Config, mode: str = "train") -> Built:
+  """config.estimator_program's graph in `mode`, with its params and --program_params, on its
+  input (inputs.default_input_fn): build_graph."""
   the_program = program_lib.load(config.estimator_program)
   return build_graph(the_program, the_program.params_with(config.program_params),
-                     inputs.default_input_fn(config), "train", config.estimator_program,
+                     inputs.default_input_fn(config), mode, config.estimator_program,
                      config.seed)
+
+
+def check(config: Config) -> None:
+  """Raises ProgramError unless config.estimator_program's model_fn builds its train and
+  eval graphs, and its train op has an optimizer's update."""
+  for mode in ("train", "eval"):
+    graph(config, mode)
 
 
 def variables(config: Config) -> Dict[str, List[int]]:
   """Every variable a checkpoint of config.estimator_program's training holds, by name, with
   its shape (its train graph's global variables)."""
-  return train_graph(config).variables
+  return graph(config).variables

@@ -65,8 +65,7 @@ def check_fits(config: Config, model_inputs: Dict[str, Tuple[Optional[int], ...]
         f"--estimator_program={config.estimator_program}: {what} gives features "
         f"{given}, which --model={config.model} does not take: its inputs are "
         f"{model_inputs}. Give the port an input of each name and shape (a dict's keys are "
-        f"the inputs' names), or wrap {what.split(' ', 1)[1]} in the program to give what it "
-        f"takes.")
+        f"the inputs' names), or wrap it in the program to give what the port takes.")
 
 
 def _shape_fits(given: Tuple[Optional[int], ...], takes: Tuple[Optional[int], ...]) -> bool:

@@ -198,7 +198,7 @@ def _with_program_recipe(settings: Dict[str, Any]) -> Dict[str, Any]:
   from trainers import program  # noqa: PLC0415
   try:
     found = estimator_program.recipe_values(
-        estimator_program.train_graph(Config(**settings)), [0])
+        estimator_program.graph(Config(**settings)), [0])
   except program.ProgramError as e:
     _fail(str(e))
   if found["optimizer"] not in config_lib.OPTIMIZER_DEFAULTS or found["others"]:

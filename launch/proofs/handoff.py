@@ -120,7 +120,7 @@ def carried_rate(backend: str, model_dir: str, config: Config) -> Tuple[int, flo
   step = int(tf.train.load_checkpoint(path).get_tensor("global_step"))
   if config.estimator_program:  # The program's own rate, read off its update op.
     from trainers import estimator_program  # noqa: PLC0415 -- tf.estimator: TF 2.15 only.
-    return step, estimator_program.recipe_values(estimator_program.train_graph(config),
+    return step, estimator_program.recipe_values(estimator_program.graph(config),
                                                  [step])["rates"][0]
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     return step, float(session.run(schedules.v1_rate(config, tf.constant(step, tf.int64))))
