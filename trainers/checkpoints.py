@@ -6,7 +6,8 @@ Keras writes object-based checkpoints (`tf.train.Checkpoint(model=model)`,
 `ckpt-<step>`): every key is an object path ending in `/.ATTRIBUTES/VARIABLE_VALUE`,
 with the object graph under `_CHECKPOINTABLE_OBJECT_GRAPH`. The Estimator writes
 name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
-`global_step`). Both keep the newest KEEP in model_dir, named in its `checkpoint` file.
+`global_step`). Both keep the same newest ones in model_dir (`retention`), named in its
+`checkpoint` file.
 """
 
 import json
@@ -23,9 +24,10 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from trainers import failures
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import program as program_lib
 from trainers.config import Config
 
-KEEP = 3  # Both backends keep this many checkpoints in model_dir.
+KEEP = 3  # The checkpoints model_dir keeps unless --keep_checkpoint_max or a program says.
 KERAS_PREFIX = "ckpt"  # Keras: ckpt-<step>.
 ESTIMATOR_PREFIX = "model.ckpt"  # The Estimator: model.ckpt-<step>.
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # Only object-based checkpoints have it.
@@ -43,6 +45,19 @@ V1_OPTIMIZER_VARIABLES = ("beta1_power", "beta2_power")
 CANNED_OPTIMIZER_SCOPE = "training/"
 KERAS = "keras"
 ESTIMATOR = "estimator"
+
+
+def retention(config: Config) -> Tuple[Optional[int], Optional[float]]:
+  """How many checkpoints model_dir keeps (None: all) and every how many hours one more is
+  kept for good, the same in both backends: the Estimator's Saver and Keras's
+  CheckpointManager keep the newest `max` and, with `hours`, the first saved in each such
+  span of wall time. --keep_checkpoint_max (0: all), or a team's program's RunConfig
+  settings, or KEEP."""
+  own = (program_lib.load(config.estimator_program).run_config if config.estimator_program
+         else {})
+  most = (config.keep_checkpoint_max if config.keep_checkpoint_max is not None
+          else own.get("keep_checkpoint_max", KEEP))
+  return most or None, own.get("keep_checkpoint_every_n_hours")
 
 
 INDEX_FILE = "checkpoint"  # The index naming the newest checkpoint, and the others kept.

@@ -1,8 +1,10 @@
 """The one set of hyperparameters both backends train with."""
 
 import dataclasses
+import json
 import math
-from typing import Any, Dict, List, Optional, Tuple
+import re
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from trainers import model_registry
 from trainers import program
@@ -175,14 +177,31 @@ class Config:
                                 "per-example mean.")
   log_every_steps: int = _field(100, "Steps between progress lines, progress records and loss "
                                 "summaries.")
-  checkpoint_every_steps: int = _field(500, "Steps between checkpoints (each backend keeps "
-                                       "the newest 3; the evaluator task evaluates them) and, "
+  checkpoint_every_steps: int = _field(500, "Steps between checkpoints (the evaluator task "
+                                       "evaluates them; both backends also save step 0) and, "
                                        "with Keras --noevaluator, chief evaluations.")
+  keep_checkpoint_max: Optional[int] = _field(
+      None, "How many of the newest checkpoints model_dir keeps, the same steps in both "
+      "backends (RunConfig's keep_checkpoint_max); 0: all. Default: an --estimator_program's "
+      "RunConfig setting, else 3.")
   backup_every_steps: int = _field(100, "Steps between Keras BackupAndRestore backups, which "
                                    "Keras resumes from after a failure.")
   init_weights: Optional[str] = _field(None, "A .npz of initial weights by variable name "
                                        "(launch.parity writes one); default: initialize from "
                                        "--seed.")
+  warm_start_from: Optional[str] = _field(
+      None, "Start the model's variables from this checkpoint (either backend's model_dir, "
+      "its newest; a team's program's; or one checkpoint's path), by name, as "
+      "tf.estimator.WarmStartSettings does; the optimizer starts fresh. Skipped when "
+      "model_dir holds a checkpoint to resume.")
+  warm_start_vars: Optional[str] = _field(
+      None, "With --warm_start_from: a regex selecting trainable variables (matched from the "
+      "start of their name, as WarmStartSettings' string form; default .*), or a JSON list "
+      "of regexes ('[\"conv.*\", \"bn/moving_.*\"]') selecting any model variable, "
+      "BatchNorm's moving statistics too.")
+  warm_start_map: Optional[str] = _field(
+      None, "With --warm_start_from: a JSON file {\"new name\": \"name in the checkpoint\"} "
+      "for renamed variables (WarmStartSettings' var_name_to_prev_var_name).")
   deterministic: bool = _field(False, "Turn on TensorFlow op determinism.")
   record_dir: Optional[str] = _field(None, "Record per-step losses (chief) and each shard's "
                                      "example fingerprints here, for launch.parity.")
@@ -404,6 +423,43 @@ class Config:
       raise ValueError(f"--model={self.model} is a canned Estimator, which is its own "
                        f"program: leave --estimator_program out, or give --model your port.")
 
+  def warm_start_selection(self) -> Union[str, List[str]]:
+    """--warm_start_vars as WarmStartSettings takes it: a regex (trainable variables), or a
+    list of them (any model variable); ".*" when not given."""
+    text = (self.warm_start_vars or ".*").strip()
+    if not text.startswith("["):
+      return text
+    try:
+      patterns = json.loads(text)
+    except ValueError:
+      patterns = None
+    if not (isinstance(patterns, list) and patterns
+            and all(isinstance(p, str) for p in patterns)):
+      raise ValueError(f"--warm_start_vars={self.warm_start_vars}: a list must be a JSON list "
+                       "of regexes, '[\"conv1/.*\", \"bn1/.*\"]'; without brackets it is "
+                       "one regex.")
+    return patterns
+
+  def validate_checkpointing(self) -> None:
+    """Raises ValueError naming the fix for a negative --keep_checkpoint_max, a warm-start
+    setting without --warm_start_from, or a --warm_start_vars that is not a regex or a
+    list of them."""
+    if self.keep_checkpoint_max is not None and self.keep_checkpoint_max < 0:
+      raise ValueError(f"--keep_checkpoint_max must be >= 0 (0 = keep all), got "
+                       f"{self.keep_checkpoint_max}.")
+    if not self.warm_start_from:
+      for name in ("warm_start_vars", "warm_start_map"):
+        if getattr(self, name):
+          raise ValueError(f"--{name} says what --warm_start_from starts: give "
+                           f"--warm_start_from too, or leave --{name} out.")
+      return
+    selection = self.warm_start_selection()
+    for pattern in [selection] if isinstance(selection, str) else selection:
+      try:
+        re.compile(pattern)
+      except re.error as e:
+        raise ValueError(f"--warm_start_vars: {pattern!r} is not a regex ({e}).") from None
+
   def validate(self, num_replicas: int = 1, find_model: bool = True) -> None:
     """Raises ValueError naming the bad setting and its fix (model_registry.SpecError for
     --model and --model_options: it imports neither TensorFlow nor the model; with
@@ -419,6 +475,7 @@ class Config:
     if self.decay_steps < 0:
       raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
     self.validate_schedule()
+    self.validate_checkpointing()
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")

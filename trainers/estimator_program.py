@@ -166,6 +166,7 @@ class Built:
     spec: the EstimatorSpec its model_fn returned.
     features: what its input_fn gave (a batch's tensors).
     variables: every global variable's name and shape (model, slots, global step).
+    trainable: the trainable ones' names.
     recipe: in "train" mode, what its train op applies; None in "eval".
   """
 
@@ -173,6 +174,7 @@ class Built:
   spec: Any
   features: Any
   variables: Dict[str, List[int]]
+  trainable: List[str]
   recipe: Optional[Recipe]
 
 
@@ -210,7 +212,8 @@ def build_graph(program: program_lib.EstimatorProgram, params: Mapping[str, Any]
           f"--estimator_program={name}: its model_fn's train op updates no variable with a "
           f"tf.compat.v1.train optimizer, which the project needs to read its rate.")
     variables = {v.op.name: v.shape.as_list() for v in tf.compat.v1.global_variables()}
-  return Built(graph, spec, features, variables, recipe)
+    trainable = [v.op.name for v in tf.compat.v1.trainable_variables()]
+  return Built(graph, spec, features, variables, trainable, recipe)
 
 
 def _call_in_graph(program: program_lib.EstimatorProgram, features: Any, labels: Any,

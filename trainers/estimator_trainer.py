@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -194,10 +194,11 @@ def _minimize(optimizer: tf.compat.v1.train.Optimizer, loss: tf.Tensor, global_s
 
 def warm_start_from(weights: model_lib.Weights, directory: str
                     ) -> tf.estimator.WarmStartSettings:
-  """Starts a canned Estimator or a team's model_fn, which take no initializer, from
-  `weights` (--init_weights):
-  they are written to a name-based checkpoint in `directory`, from which the Estimator
-  initializes each of them (trainable or not) before its first step."""
+  """Starts the Estimator's variables named in `weights` from their values (--init_weights
+  for a canned Estimator or a team's model_fn, which take no initializer, and
+  --warm_start_from's, trainers/warm_start.py): they are written to a name-based checkpoint
+  in `directory`, from which the Estimator initializes each of them (trainable or not)
+  before its first step, unless model_dir holds a checkpoint to restore."""
   with tf.Graph().as_default():
     variables = [tf.compat.v1.Variable(value, name=name) for name, value in weights.items()]
     saver = tf.compat.v1.train.Saver(variables)
@@ -336,15 +337,18 @@ class Backend(loop.Backend):
         save_checkpoints_steps=config.checkpoint_every_steps,
         save_summary_steps=config.log_every_steps,
         log_step_count_steps=config.log_every_steps,
-        keep_checkpoint_max=checkpoints.KEEP,
+        **_retention(config),
     )
+    # Training tasks start from --init_weights (a canned Estimator, or a program's model_fn,
+    # takes no initializer) and --warm_start_from's values over them.
+    weights = {**(model_lib.initial_weights(config.init_weights) or {}
+                  if (self._canned or self._program) and run.strategy is not None else {}),
+               **(run.warm_start.values if run.warm_start else {})}
     warm_start = None
-    if (self._canned or self._program) and config.init_weights and run.strategy is not None:
-      # Training tasks (a canned Estimator, or a program's model_fn, takes no initializer).
+    if weights:
       # Every task's own copy, outside model_dir, which only the chief writes.
       self._warm_start_dir = tempfile.mkdtemp(prefix="warm-start-")
-      warm_start = warm_start_from(model_lib.initial_weights(config.init_weights),
-                                   self._warm_start_dir)
+      warm_start = warm_start_from(weights, self._warm_start_dir)
     return _estimator(config, run_config, (self._losses, self._rates), warm_start)
 
   def _input_fn(self, mode: str, input_context=None) -> tf.data.Dataset:
@@ -452,14 +456,20 @@ def _estimator(config: Config, run_config: tf.estimator.RunConfig,
   record each step's rate in `records` (and `make_model_fn` the loss)."""
   losses, rates = records or ([], [])
   if config.estimator_program:
-    return tf.estimator.Estimator(
-        make_program_model_fn(config, rates),
-        config=run_config.replace(**program_lib.load(config.estimator_program).run_config),
-        warm_start_from=warm_start)
+    return tf.estimator.Estimator(make_program_model_fn(config, rates), config=run_config,
+                                  warm_start_from=warm_start)
   canned = model_lib.spec(config).canned
   if canned:
     return canned.estimator(config, run_config, warm_start)
-  return tf.estimator.Estimator(make_model_fn(config, losses, rates), config=run_config)
+  return tf.estimator.Estimator(make_model_fn(config, losses, rates), config=run_config,
+                                warm_start_from=warm_start)
+
+
+def _retention(config: Config) -> Dict[str, Any]:
+  """RunConfig's settings for the checkpoints model_dir keeps (checkpoints.retention)."""
+  most, hours = checkpoints.retention(config)
+  return {"keep_checkpoint_max": most or 0,
+          **({"keep_checkpoint_every_n_hours": hours} if hours else {})}
 
 
 def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> Optional[str]:

@@ -32,6 +32,8 @@ STEP_FIELDS = ("learning_rate_schedule", "warmup_steps", *config_lib.SCHEDULE_SE
 TRAINING_FIELDS = MODEL_FIELDS + OPTIMIZER_FIELDS + STEP_FIELDS
 # A team's own program (--estimator_program), for the tools that take one.
 PROGRAM_FIELDS = ("estimator_program", "program_params")
+# Where a run's model starts (trainers/warm_start.py).
+WARM_START_FIELDS = ("warm_start_from", "warm_start_vars", "warm_start_map")
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool,
            str: flags.DEFINE_string}
 

@@ -2,7 +2,7 @@
 
 import os
 import shutil
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -22,6 +22,7 @@ from trainers import program as program_lib
 from trainers import schedules
 from trainers import serving
 from trainers import step_duties
+from trainers import warm_start
 from trainers.config import Config
 
 
@@ -259,8 +260,9 @@ def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
 
 
 class _Checkpoints(tf_keras.callbacks.Callback):
-  """Saves model and optimizer as `model_dir/ckpt-<step>` every `every` steps and when
-  `fit` ends, keeping the newest checkpoints.KEEP, as the Estimator does.
+  """Saves model and optimizer as `model_dir/ckpt-<step>` every `every` steps, and at step 0
+  and when `fit` ends, keeping those `checkpoints.retention` keeps, as the Estimator does
+  (whose first session saves step 0 too).
 
   The evaluator task evaluates them; a finished run resumes from the last.
   The final save runs before BackupAndRestore deletes its backup, so a run
@@ -269,10 +271,12 @@ class _Checkpoints(tf_keras.callbacks.Callback):
   `directory`, a scratch directory of their own.
   """
 
-  def __init__(self, directory: str, chief: bool, every: int):
+  def __init__(self, directory: str, chief: bool, every: int,
+               retention: Tuple[Optional[int], Optional[float]]):
     super().__init__()
     self._directory = directory
     self._chief, self._every = chief, every
+    self._keep, self._hours = retention
     self._manager: Optional[tf.train.CheckpointManager] = None
     self._saved_step = -1
 
@@ -283,11 +287,17 @@ class _Checkpoints(tf_keras.callbacks.Callback):
     if self._manager is None:
       self._manager = tf.train.CheckpointManager(
           tf.train.Checkpoint(model=self.model), self._directory,
-          max_to_keep=checkpoints.KEEP, checkpoint_name=checkpoints.KERAS_PREFIX)
+          max_to_keep=self._keep, keep_checkpoint_every_n_hours=self._hours,
+          checkpoint_name=checkpoints.KERAS_PREFIX)
     path = self._manager.save(checkpoint_number=step)
     self._saved_step = step
     if self._chief:
       logging.info("Saved %s", path)
+
+  def on_train_batch_begin(self, batch, logs=None):
+    # Here, not in on_train_begin: BackupAndRestore's, after this one's, restores the step.
+    if self._saved_step < 0 and int(self.model.optimizer.iterations.numpy()) == 0:
+      self._save()
 
   def on_train_batch_end(self, batch, logs=None):
     if int(self.model.optimizer.iterations.numpy()) % self._every == 0:
@@ -312,7 +322,8 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
   """
   # The step duties run first, so nothing diverged is saved; their report last, after the
   # saves.
-  return [steps, _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps),
+  return [steps, _Checkpoints(checkpoint_dir, chief, config.checkpoint_every_steps,
+                             checkpoints.retention(config)),
           _Backup(backup_dir, config.backup_every_steps, config.keras_steps_per_execution()),
           steps.reporter]
 
@@ -437,6 +448,8 @@ class Backend(loop.Backend):
       self._model = compile_model(config)
       final = tf.train.latest_checkpoint(run.model_dir)
       restored = tf.train.Checkpoint(model=self._model).restore(final) if final else None
+      if run.warm_start:  # Only when there is nothing to resume: warm_start.for_run.
+        warm_start.assign(self._model, run.warm_start)
     backup_dir = os.path.join(run.model_dir, layout.BACKUP_SUBDIR)
     # A resumed fit must have as many steps as the fit it resumes: the backup
     # records the batch within that fit, not the step.

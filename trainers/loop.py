@@ -29,6 +29,7 @@ from trainers import inputs
 from trainers import model_dir as layout
 from trainers import preemption as preemption_lib
 from trainers import progress
+from trainers import warm_start as warm_start_lib
 from trainers.config import Config
 
 
@@ -47,6 +48,8 @@ class Run:
     preemption: where a preemption stops training; the backend's loop asks it after
       every step (or execution), `if preemption.pending and preemption.reached(step)`,
       and on True ends as at its last step, saving the step it is at.
+    warm_start: the values a training task starts its model from (--warm_start_from), or
+      None: none asked, or the run resumes.
   """
 
   config: Config
@@ -57,6 +60,7 @@ class Run:
   chief: bool
   chief_evaluates: bool
   preemption: Optional[preemption_lib.Agreement] = None
+  warm_start: Optional[warm_start_lib.Plan] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +134,7 @@ def train_and_evaluate(
       chief, what holds them has been set aside first.
     preemption_lib.Preempted: a signal stopped training, at a step that was saved (or,
       outside training, stopped this task).
+    warm_start_lib.WarmStartError: --warm_start_from cannot start this model.
   """
   task = cluster.parse_tf_config()
   input_fn = input_fn or inputs.default_input_fn(config)
@@ -144,7 +149,8 @@ def train_and_evaluate(
   strategy = strategy or distribute.create_strategy()
   run = Run(config, model_dir, input_fn, task, strategy, chief=distribute.is_chief(strategy),
             chief_evaluates=task is None or not task.has_evaluator,
-            preemption=distribute.preemption_agreement(strategy))
+            preemption=distribute.preemption_agreement(strategy),
+            warm_start=warm_start_lib.for_run(backend.name, config, model_dir))
   config.validate(strategy.num_replicas_in_sync)
   inputs.setup_determinism(config)
   trainer = backend(run)

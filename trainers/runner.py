@@ -221,6 +221,13 @@ def _check_files(config: Config, options: RunOptions) -> None:
     except (OSError, ValueError) as e:
       raise ValueError(f"--init_weights={config.init_weights} is not a .npz of weights "
                        f"({e}); give one that numpy.savez wrote, as launch.parity does.") from e
+  start = config.warm_start_from
+  if start and not os.path.isdir(start) and not os.path.exists(start + ".index"):
+    raise ValueError(f"--warm_start_from={start}: no such directory or checkpoint. Give a "
+                     "model_dir, or a checkpoint's path without its .index suffix.")
+  if config.warm_start_map and not os.path.isfile(config.warm_start_map):
+    raise ValueError(f"--warm_start_map={config.warm_start_map}: no such file. Give a JSON "
+                     'file {"new name": "name in the checkpoint"}.')
   log_dir = options.task_log_dir
   if log_dir and not os.path.isdir(log_dir) and not os.path.isdir(
       os.path.dirname(os.path.abspath(log_dir))):
@@ -255,6 +262,18 @@ def _check_program(backend: str, config: Config) -> None:
     estimator_program.check(config)
   else:
     inputs.check_fits(config, model_lib.input_shapes(config))
+
+
+def _check_warm_start(backend: str, config: Config, model_dir: Optional[str]) -> None:
+  """What --warm_start_from starts, checked before any task starts (a cluster's tasks
+  check it again, in warm_start.for_run); nothing when model_dir resumes instead.
+
+  Raises:
+    warm_start.WarmStartError: naming the flag and the fix.
+  """
+  from trainers import warm_start  # noqa: PLC0415 -- imports TensorFlow.
+  if not (model_dir and warm_start.resumes(model_dir)):
+    warm_start.plan(backend, config)
 
 
 def run(backend: str, config: Config, options: RunOptions,
@@ -317,6 +336,8 @@ def _run(backend: str, config: Config, options: RunOptions,
     ready.ensure_prepared(config.data_dir, options.mnist_idx_dir, idx_dir_flag=IDX_DIR_FLAG)
     if not launcher:
       _check_code(backend, config, task)  # A user's: its errors exit 2 before peers wait.
+    if task is None and config.warm_start_from:
+      _check_warm_start(backend, config, options.model_dir)
     if options.model_dir is not None:
       # Only the chief (or the launcher, or a lone process) writes to model_dir; the
       # lock is held until this process exits.
@@ -368,12 +389,14 @@ def _train_here(backend: str, config: Config, model_dir: str,
     trainer = importlib.import_module(BACKENDS[backend])
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
     return _error(str(e), exit_codes.USAGE)
-  from trainers import distribute, failures, loop  # noqa: PLC0415 -- they import TensorFlow.
+  # They import TensorFlow.
+  from trainers import distribute, failures, loop, warm_start  # noqa: PLC0415
   try:
     loop.train_and_evaluate(trainer.Backend, config, model_dir)
   except failures.DivergedError as e:
     return _error(str(e), exit_codes.DIVERGED)
-  except model_registry.SpecError as e:  # A program's code, checked once training started.
+  except (model_registry.SpecError, warm_start.WarmStartError) as e:
+    # A program's code, or a warm start, checked in a cluster's task once its strategy is made.
     return _error(str(e), exit_codes.USAGE)
   except Exception as e:
     full = failures.no_space_left(e)

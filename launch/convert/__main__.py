@@ -35,7 +35,7 @@ import functools
 import os
 import signal
 import sys
-from typing import Any, Dict, List, NoReturn, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -80,6 +80,16 @@ def _interrupted(signum: int, frame: object) -> None:
   del frame
   _SIGNALS.append(signum)
   raise KeyboardInterrupt  # Whatever TensorFlow code it lands in may wrap it: see main.
+
+
+def _unraisable(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+  """`hook`, quiet for _interrupted's KeyboardInterrupt raised where Python can only print
+  it (a weakref callback, a __del__): the conversion goes on, and main ends it as
+  interrupted once it is done."""
+  def quiet(unraisable: Any) -> None:
+    if not (_SIGNALS and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+      hook(unraisable)
+  return quiet
 
 
 def _fail(message: str) -> NoReturn:
@@ -148,6 +158,7 @@ def main(argv: Sequence[str]) -> None:
   if _FROM_BACKUP.value and not _FROM_KERAS.value:
     raise app.UsageError("--from_backup converts a Keras backup: give it with --from_keras.",
                          exitcode=2)
+  sys.unraisablehook = _unraisable(sys.unraisablehook)
   signal.signal(signal.SIGINT, _interrupted)
   signal.signal(signal.SIGTERM, _interrupted)
   source, target = to_keras if any(to_keras) else to_estimator
@@ -155,14 +166,21 @@ def main(argv: Sequence[str]) -> None:
     conversion = _convert(source, target, any(to_keras))
   except BaseException:
     if _SIGNALS:  # However the code it landed in wrapped it.
-      whole = os.path.isdir(target) and any(n.endswith(".index") for n in os.listdir(target))
-      print(f"error: interrupted by {signal.Signals(_SIGNALS[0]).name}; {target} was "
-            + ("already written whole." if whole else "not written."), file=sys.stderr)
-      sys.exit(128 + _SIGNALS[0])
+      _exit_interrupted(target)
     raise
   signal.signal(signal.SIGINT, signal.SIG_DFL)  # The target is whole from here on.
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  if _SIGNALS:  # Landed where Python could not raise it (_unraisable).
+    _exit_interrupted(target)
   print(conversion)
+
+
+def _exit_interrupted(target: str) -> NoReturn:
+  """Ends the process as the first signal asked, saying whether `target` was written."""
+  whole = os.path.isdir(target) and any(n.endswith(".index") for n in os.listdir(target))
+  print(f"error: interrupted by {signal.Signals(_SIGNALS[0]).name}; {target} was "
+        + ("already written whole." if whole else "not written."), file=sys.stderr)
+  sys.exit(128 + _SIGNALS[0])
 
 
 def _convert(source: str, target: str, to_keras: bool) -> str:

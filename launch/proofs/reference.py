@@ -19,6 +19,7 @@ from data import mnist
 from trainers import config as config_lib
 from trainers import inputs
 from trainers import model as model_lib
+from trainers import warm_start
 from trainers.config import Config
 
 
@@ -237,7 +238,8 @@ def train_reference(config: Config, num_workers: int,
   """Trains `config.train_steps` steps as N workers' data would.
 
   Args:
-    config: hyperparameters (init_weights, seed and data as the backends use them).
+    config: hyperparameters (init_weights, warm start, seed and data as the backends use
+      them).
     num_workers: how many worker pipelines to read, one batch of each per step.
     input_fn: defaults to the shared MNIST input_fn.
     any_batch_size: compile the step for batches of any size rather than the one it
@@ -257,6 +259,8 @@ def train_reference(config: Config, num_workers: int,
                                                                      num_workers)))
                for i in range(num_workers)]
   model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
+  if config.warm_start_from:  # As a run with nothing to resume starts.
+    warm_start.assign(model, warm_start.plan("keras", config))
   model_spec = model_lib.spec(config)
   summed = model_spec.loss_reduction == model_lib.SUM
   variables, statistics = model.trainable_variables, model.non_trainable_variables

@@ -279,6 +279,12 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
     (["--workers=2", "--init_weights=/nonexistent.npz"], {}, "--init_weights=/nonexistent.npz"),
     (["--workers=2", f"--init_weights={__file__}"], {}, "is not a .npz of weights"),
     (["--workers=2", "--task_log_dir=/nonexistent/logs"], {}, "--task_log_dir=/nonexistent/logs"),
+    (["--workers=2", "--warm_start_from=/nonexistent"], {},
+     "--warm_start_from=/nonexistent: no such directory or checkpoint"),
+    (["--workers=2", "--warm_start_from=/", "--warm_start_map=/nonexistent.json"], {},
+     "--warm_start_map=/nonexistent.json: no such file"),
+    (["--warm_start_vars=conv"], {}, "--warm_start_vars says what --warm_start_from starts"),
+    (["--workers=2", "--keep_checkpoint_max=-1"], {}, "--keep_checkpoint_max must be >= 0"),
 ])])
 def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_data_dir,
                                             tmp_path):

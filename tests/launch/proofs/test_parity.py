@@ -270,3 +270,22 @@ def test_parity_trains_with_the_specs_deterministic_options_unless_they_are_give
   given = Config(model="cnn_bn", model_options="dropout=0.1")
   assert harness.deterministic(given).model_options == "dropout=0.1"
   assert harness.deterministic(Config()).model_options == ""
+
+
+@pytest.mark.real_data
+def test_a_warm_started_run_passes_at_two_workers(real_data_dir, tmp_path):
+  # The source: a Keras run of the same model; conv and hidden start from it, logits from
+  # the initial weights both backends and the reference are given.
+  import tensorflow as tf
+  from tests.conftest import memory_input_fn
+  from trainers import keras_trainer, loop
+  source = str(tmp_path / "source")
+  loop.train_and_evaluate(keras_trainer.Backend, Config(train_steps=2, global_batch_size=16,
+                                                        checkpoint_every_steps=2, seed=5),
+                          source, strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                          input_fn=memory_input_fn(16))
+  config = Config(data_dir=real_data_dir, warm_start_from=source, warm_start_vars="conv|hidden")
+  report = parity.run_parity(config, 2, str(tmp_path / "parity"), steps=6, long_steps=0)
+  assert report.passed, [c for c in report.checks if not c.passed]
+  with open(tmp_path / "parity" / "short" / "estimator" / "run.log") as f:
+    assert "Warm starting 4 variables" in f.read()
