@@ -236,6 +236,14 @@ def assert_ends_where_the_reference_ends(config, trained, atol: float = 1e-5) ->
   assert max(diffs.values()) < atol, diffs
 
 
+def checkpoint_values(path: str) -> Dict[str, np.ndarray]:
+  """Every model variable of either backend's checkpoint, by the name it had."""
+  import tensorflow as tf
+  from trainers import warm_start
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(key) for name, key in warm_start.source_names(path).items()}
+
+
 def tamper_keras_checkpoint(model_dir: str, config, change: Callable) -> None:
   """Rewrites a Keras model_dir's newest checkpoint with `change(model, config)` applied,
   at the same step (the state a negative control or a fault starts from)."""

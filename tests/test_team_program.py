@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_module
+from tests.conftest import REPO, checkpoint_values, run_module
 
 EXAMPLES = REPO / "docs" / "examples"
 PORT_FLAGS = ["--estimator_program=team_program:PROGRAM", "--model=team_port:SPEC",
@@ -56,6 +56,30 @@ def test_the_estimator_trains_the_teams_program_as_it_is(real_data_dir, tmp_path
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert json.loads(resumed.stdout.strip().splitlines()[-1])["global_step"] == 30
   assert "Training from step 20 to 30" in resumed.stderr
+  _warm_start_from_the_programs_model_dir(str(model_dir), real_data_dir, tmp_path)
+
+
+def _warm_start_from_the_programs_model_dir(model_dir: str, data_dir: str, tmp_path) -> None:
+  """A new run of the program (by its names) and of its port (through the map of their
+  names, turned round: WarmStartSettings maps the new name to the old) start from it."""
+  import numpy as np
+  from trainers import checkpoints
+  source = checkpoint_values(checkpoints.newest(model_dir))
+  names = json.loads((EXAMPLES / "team_map.json").read_text())
+  (tmp_path / "warm_map.json").write_text(json.dumps({new: old for old, new in names.items()}))
+  for backend, flags, started in (
+      ("estimator", [PORT_FLAGS[0]], {old: old for old in names}),
+      ("keras", [*PORT_FLAGS[:2], *PORT_FLAGS[3:],
+                 f"--warm_start_map={tmp_path / 'warm_map.json'}"],
+       {new: old for old, new in names.items()})):
+    warm = tmp_path / f"warm_{backend}"
+    result = run_module(f"trainers.{backend}_main", [
+        *flags, f"--model_dir={warm}", "--train_steps=2", f"--data_dir={data_dir}",
+        f"--warm_start_from={model_dir}"], env=_env(data_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = checkpoint_values(checkpoints.find(str(warm))[0])  # Step 0, which both backends save.
+    for name, old in started.items():
+      np.testing.assert_array_equal(first[name], source[old], err_msg=f"{backend}: {name}")
 
 
 @pytest.mark.slow

@@ -258,9 +258,12 @@ def train_reference(config: Config, num_workers: int,
   pipelines = [iter(input_fn(mnist.TRAIN, tf.distribute.InputContext(num_workers, i,
                                                                      num_workers)))
                for i in range(num_workers)]
+  # As a run with nothing to resume starts; planned first, as it builds the model in a graph
+  # of its own, which leaves a model built outside it unusable.
+  started = warm_start.plan("keras", config) if config.warm_start_from else None
   model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
-  if config.warm_start_from:  # As a run with nothing to resume starts.
-    warm_start.assign(model, warm_start.plan("keras", config))
+  if started:
+    warm_start.assign(model, started)
   model_spec = model_lib.spec(config)
   summed = model_spec.loss_reduction == model_lib.SUM
   variables, statistics = model.trainable_variables, model.non_trainable_variables

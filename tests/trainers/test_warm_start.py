@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, memory_input_fn, run_module
+from tests.conftest import REPO, checkpoint_values, memory_input_fn, run_module
 from trainers import checkpoints
 from trainers import keras_trainer
 from trainers import loop
@@ -35,12 +35,6 @@ def _train(backend, config, model_dir):
   return str(model_dir)
 
 
-def _values(path):
-  """Every variable of either backend's checkpoint, by the name it had."""
-  reader = tf.train.load_checkpoint(path)
-  return {name: reader.get_tensor(key) for name, key in warm_start.source_names(path).items()}
-
-
 def _step(path, step):
   return next(p for p in checkpoints.find(path) if checkpoints.checkpoint_step(p)[1] == step)
 
@@ -60,7 +54,7 @@ def renamed(sources, tmp_path_factory):
   """The Keras source's weights under other names, in a name-based checkpoint (a team's
   program's, say): (its path, the map from this model's names to them)."""
   from trainers import estimator_trainer
-  values = _values(checkpoints.newest(sources["keras"]))
+  values = checkpoint_values(checkpoints.newest(sources["keras"]))
   model_names = model_lib.graph_model(CONFIG).shapes
   old = {name: f"team/{name.replace('/', '_')}" for name in model_names}
   directory = tmp_path_factory.mktemp("renamed")
@@ -88,13 +82,13 @@ def test_a_warm_started_runs_first_weights_are_the_sources(target, source, form,
     map_file.write_text(json.dumps(old))
     config = dataclasses.replace(CONFIG, warm_start_from=start, warm_start_vars=FORMS[form],
                                  warm_start_map=str(map_file))
-    want = {n: _values(start)[o] for n, o in old.items()}
+    want = {n: checkpoint_values(start)[o] for n, o in old.items()}
   else:
     config = dataclasses.replace(CONFIG, warm_start_from=sources[source],
                                  warm_start_vars=FORMS[form])
-    want = _values(checkpoints.newest(sources[source]))
+    want = checkpoint_values(checkpoints.newest(sources[source]))
   model_dir = _train(target, config, tmp_path / "run")
-  first = _values(_step(model_dir, 0))  # Both backends save step 0.
+  first = checkpoint_values(_step(model_dir, 0))  # Both backends save step 0.
   own = model_lib.get_weights(model_lib.build(CONFIG))  # What the seed alone starts.
   trainable = set(model_lib.graph_model(CONFIG).trainable)
   for name in own:
