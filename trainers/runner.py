@@ -221,13 +221,6 @@ def _check_files(config: Config, options: RunOptions) -> None:
     except (OSError, ValueError) as e:
       raise ValueError(f"--init_weights={config.init_weights} is not a .npz of weights "
                        f"({e}); give one that numpy.savez wrote, as launch.parity does.") from e
-  start = config.warm_start_from
-  if start and not os.path.isdir(start) and not os.path.exists(start + ".index"):
-    raise ValueError(f"--warm_start_from={start}: no such directory or checkpoint. Give a "
-                     "model_dir, or a checkpoint's path without its .index suffix.")
-  if config.warm_start_map and not os.path.isfile(config.warm_start_map):
-    raise ValueError(f"--warm_start_map={config.warm_start_map}: no such file. Give a JSON "
-                     'file {"new name": "name in the checkpoint"}.')
   log_dir = options.task_log_dir
   if log_dir and not os.path.isdir(log_dir) and not os.path.isdir(
       os.path.dirname(os.path.abspath(log_dir))):

@@ -139,15 +139,24 @@ def test_a_keras_checkpoint_is_read_by_its_variables_names_without_the_optimizer
     ({"warm_start_map": {"conv1/kernel": "conv2/kernel"}}, "conv2/kernel has shape [3, 3, 32, "
      "64] in"),
     ({"warm_start_from": "/nonexistent"}, "--warm_start_from=/nonexistent: no such directory"),
+    ({"warm_start_map": "/nonexistent.json"}, "--warm_start_map=/nonexistent.json: No such "
+     "file"),
 ])
 def test_a_warm_start_that_cannot_be_done_names_the_flag(change, message, sources, tmp_path):
-  if isinstance(change.get("warm_start_map"), dict):
+  if isinstance(change.get("warm_start_map"), dict):  # Written here.
     (tmp_path / "map.json").write_text(json.dumps(change["warm_start_map"]))
     change = {**change, "warm_start_map": str(tmp_path / "map.json")}
   config = dataclasses.replace(CONFIG, **{"warm_start_from": sources["keras"], **change})
   with pytest.raises(warm_start.WarmStartError) as raised:
     warm_start.plan("keras", config)
   assert message in str(raised.value)
+
+
+def test_a_checkpoint_that_does_not_load_names_the_flag(tmp_path):
+  (tmp_path / "model.ckpt-5.index").write_bytes(b"not a checkpoint")
+  config = dataclasses.replace(CONFIG, warm_start_from=str(tmp_path))
+  with pytest.raises(warm_start.WarmStartError, match="does not load"):
+    warm_start.plan("keras", config)
 
 
 def test_a_bad_map_exits_2_before_any_task_starts(sources, tiny_data_dir, tmp_path):
