@@ -63,7 +63,8 @@ def _error(message: str, code: int) -> int:
 
 def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer: bool,
                        workers: int, in_task: bool = False) -> Optional[run_lock.RunLock]:
-  """Checks model_dir before anything is written to it. The writer also creates it, takes
+  """Checks model_dir before anything is written to it. The writer also creates it (and its
+  missing parents), takes
   its run lock (unless its launcher holds it), repairs what a crash left (the
   `checkpoint` index, and checkpoints that do not load) and checks this start's
   settings against the run it resumes (trainers.run_record).
@@ -77,10 +78,10 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
   model_dir = options.model_dir
   path = os.path.abspath(model_dir)
   parent = os.path.dirname(path)
-  if not os.path.isdir(parent):
+  if not writer and not os.path.isdir(parent):  # The writer makes it, as `mkdir -p` does.
     raise ModelDirError(
-        f"--model_dir={model_dir}: its parent directory {parent} does not exist. Create it "
-        "first, or choose another --model_dir.")
+        f"--model_dir={model_dir}: its parent directory {parent} does not exist. Start the "
+        "chief first (it makes it), or choose another --model_dir.")
   if os.path.exists(path) and not os.path.isdir(path):
     raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
                         "choose another --model_dir.")

@@ -307,9 +307,17 @@ def test_a_busy_port_is_rejected(backend, tiny_data_dir, tmp_path):
               tiny_data_dir, tmp_path / "model")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_model_dir_without_parent_is_rejected(backend, tiny_data_dir, tmp_path):
-  _rejected(backend, [], {}, 2, "its parent directory", tiny_data_dir,
+def test_a_model_dirs_missing_parents_are_made_as_mkdir_p_makes_them(tiny_data_dir, tmp_path):
+  model_dir = tmp_path / "runs" / "keras"
+  result = run_module("trainers.keras_main", [f"--model_dir={model_dir}",
+                                              *_flags(TINY, tiny_data_dir)])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (model_dir / "summary.json").exists()
+
+
+def test_a_worker_whose_model_dir_has_no_parent_is_rejected(tiny_data_dir, tmp_path):
+  # Only the writer makes model_dir; a worker started before its chief says so.
+  _rejected("keras", [], _tf_config("worker", 0), 2, "its parent directory", tiny_data_dir,
             tmp_path / "missing" / "model")
   assert not (tmp_path / "missing").exists()
 
