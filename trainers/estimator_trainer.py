@@ -467,8 +467,9 @@ def _estimator(config: Config, run_config: tf.estimator.RunConfig,
 
 def _retention(config: Config) -> Dict[str, Any]:
   """RunConfig's settings for the checkpoints model_dir keeps (checkpoints.retention)."""
-  most, hours = checkpoints.retention(config)
-  return {"keep_checkpoint_max": most or 0,
+  most, hours = checkpoints.retention(config)  # RunConfig's None keeps all, as the manager's.
+  # None is not the Saver's "never": it multiplies the hours.
+  return {"keep_checkpoint_max": most,
           **({"keep_checkpoint_every_n_hours": hours} if hours else {})}
 
 

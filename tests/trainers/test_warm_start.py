@@ -3,6 +3,7 @@ strategy and memory data) start from another run's checkpoint, and keep the same
 
 import dataclasses
 import json
+import types
 
 import numpy as np
 import pytest
@@ -188,3 +189,23 @@ def test_retention_is_the_flag_else_the_programs_else_3(monkeypatch):
   program = Config(estimator_program="team_program:PROGRAM", model="team_port:SPEC")
   assert checkpoints.retention(program) == (5, None)
   assert checkpoints.retention(dataclasses.replace(program, keep_checkpoint_max=1)) == (1, None)
+
+
+def test_a_programs_hours_rule_reaches_both_backends(tmp_path, monkeypatch):
+  # keep_checkpoint_every_n_hours keeps by wall time, so no run compares its steps: each
+  # backend is shown to be given it (the Saver and CheckpointManager apply the same rule).
+  (tmp_path / "hourly_program.py").write_text(
+      "from trainers.program import EstimatorProgram\n"
+      "PROGRAM = EstimatorProgram(model_fn=lambda features, labels, mode: None,\n"
+      "                           run_config={'keep_checkpoint_every_n_hours': 2})\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  config = Config(estimator_program="hourly_program:PROGRAM", keep_checkpoint_max=4)
+  assert checkpoints.retention(config) == (4, 2)
+  steps = types.SimpleNamespace(reporter=None)  # Only the callbacks' list is read.
+  saves = keras_trainer.training_callbacks(config, str(tmp_path / "backup"),
+                                           str(tmp_path / "model"), True, steps)[1]
+  assert (saves._keep, saves._hours) == (4, 2)  # pylint: disable=protected-access
+  if tf.__version__.startswith("2.15"):
+    from trainers import estimator_trainer
+    assert estimator_trainer._retention(config) == {  # pylint: disable=protected-access
+        "keep_checkpoint_max": 4, "keep_checkpoint_every_n_hours": 2}

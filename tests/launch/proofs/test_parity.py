@@ -284,8 +284,12 @@ def test_a_warm_started_run_passes_at_two_workers(real_data_dir, tmp_path):
                                                         checkpoint_every_steps=2, seed=5),
                           source, strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
                           input_fn=memory_input_fn(16))
-  config = Config(data_dir=real_data_dir, warm_start_from=source, warm_start_vars="conv|hidden")
-  report = parity.run_parity(config, 2, str(tmp_path / "parity"), steps=6, long_steps=0)
-  assert report.passed, [c for c in report.checks if not c.passed]
+  result = run_module("launch.parity", [
+      "--workers=2", "--train_steps=6", "--long_steps=0", f"--warm_start_from={source}",
+      "--warm_start_vars=conv|hidden", f"--data_dir={real_data_dir}",
+      f"--out={tmp_path / 'parity'}"], timeout=1200)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads((tmp_path / "parity" / "parity_report.json").read_text())
+  assert report["passed"], [c for c in report["checks"] if not c["passed"]]
   with open(tmp_path / "parity" / "short" / "estimator" / "run.log") as f:
     assert "Warm starting 4 variables" in f.read()
