@@ -345,7 +345,9 @@ def test_a_ray_node_lost_mid_run_is_replaced_and_the_run_ends_at_its_final_step(
     launcher = _launch_ray(hosts, head, env, log_dir, backend, str(model_dir), config,
                            "--max_restarts=2")
     deadline = time.monotonic() + 300
-    while not any(r.get("step", 0) >= 100 for r in runs.read_progress(str(model_dir))):
+    # Step 110, not 100: the chief records step 100's progress before its step-100
+    # checkpoint or backup is written; by step 110 that save has ended.
+    while not any(r.get("step", 0) >= 110 for r in runs.read_progress(str(model_dir))):
       assert time.monotonic() < deadline and launcher.poll() is None, _tail(log_dir)
       time.sleep(0.5)
     hosts.kill(1)
