@@ -74,6 +74,24 @@ SCHEDULE_SETTINGS = ("decay_rate", "staircase", "end_learning_rate", "power", "c
                      "boundaries", "values")
 
 
+# The tasks (trainers/heads.py): what the model learns of each MNIST example, each with the
+# canned Estimator head that reports it.
+MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
+TASKS = (MULTICLASS, f"{BINARY}:D", REGRESSION)
+
+
+def parse_task(task: str) -> Tuple[str, Optional[int]]:
+  """--task as (kind, the positive digit of a binary task, else None); ValueError naming
+  the fix if it is none of `TASKS`."""
+  kind, _, digit = task.partition(":")
+  if kind == BINARY and digit.isdigit() and 0 <= int(digit) <= 9 and digit == str(int(digit)):
+    return kind, int(digit)
+  if kind in (MULTICLASS, REGRESSION) and not digit and task == kind:
+    return kind, None
+  raise ValueError(f"--task={task} is not one of {MULTICLASS}, {BINARY}:D with D a digit "
+                   f"0 to 9 ({BINARY}:7: is it a 7?), {REGRESSION}.")
+
+
 def widths(hidden_units: str) -> List[int]:
   """A --hidden_units value ("128,64") as the layers' widths."""
   return [int(u) for u in hidden_units.split(",")]
@@ -117,6 +135,10 @@ class Config:
       "on it); default: none.")
   program_params: str = _field("", "With --estimator_program: NAME=VALUE,... over its params "
                                "(dropout=0); default: the program's.")
+  task: str = _field(MULTICLASS, "What the model learns, with the canned head that reports "
+                     "it (docs/training.md, \"Tasks\"): multiclass (the digit, 10 classes), "
+                     "binary:D (whether the digit is D), regression (the image's ink, the "
+                     "mean of its pixels).")
   train_steps: int = _field(1500, "Optimizer steps; each consumes one global batch.")
   global_batch_size: int = _field(96, "Examples per step, summed over all workers; must be "
                                   "divisible by the workers (96 divides 1 to 4).")
@@ -440,6 +462,20 @@ class Config:
                        "one regex.")
     return patterns
 
+  def validate_task(self) -> None:
+    """Raises ValueError naming the fix for a --task that is none of `TASKS`, or one the
+    model cannot take: a team's program's model_fn has its own head, and the canned
+    models here are classifiers of the ten digits."""
+    if parse_task(self.task)[0] == MULTICLASS:
+      return
+    if self.estimator_program:
+      raise ValueError(f"--task={self.task}: --estimator_program's model_fn has its own head "
+                       "and its input_fn its own labels; leave --task out.")
+    if self.canned_settings():
+      raise ValueError(f"--task={self.task}: --model={self.model} is a canned classifier of "
+                       f"the ten digits here, not yet its binary or regressor kind; train "
+                       f"--task={MULTICLASS}, or --model=cnn or a spec of your own.")
+
   def validate_checkpointing(self) -> None:
     """Raises ValueError naming the fix for a negative --keep_checkpoint_max, a warm-start
     setting without --warm_start_from, or a --warm_start_vars that is not a regex or a
@@ -470,6 +506,7 @@ class Config:
                  "checkpoint_every_steps", "backup_every_steps"):
       if getattr(self, name) <= 0:
         raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
+    self.validate_task()
     self.validate_optimizer()
     self.validate_canned()
     if self.decay_steps < 0:

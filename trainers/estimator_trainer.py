@@ -21,6 +21,7 @@ from trainers import checkpoints
 from trainers import distribute
 from trainers import evaluation
 from trainers import failures
+from trainers import heads
 from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
@@ -79,7 +80,7 @@ def update_ops(model: tf_keras.Model, features: tf.Tensor) -> List[tf.Operation]
 
 def make_model_fn(config: Config, losses: Optional[List[float]] = None,
                   rates: Optional[List[float]] = None):
-  """The Estimator model_fn: the shared Keras model, a v1 optimizer, v1 metrics.
+  """The Estimator model_fn: the shared Keras model, a v1 optimizer, the head's metrics.
 
   Args:
     config: hyperparameters.
@@ -91,17 +92,18 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
   losses = [] if losses is None else losses
   rates = [] if rates is None else rates
 
+  head = heads.head(config)
+
   def model_fn(features, labels, mode):
     model = model_lib.build(config, initial_weights)
     logits = model(features, training=mode == _ModeKeys.TRAIN)
     if mode == _ModeKeys.PREDICT:
-      predicted = serving.predictions(logits)
-      return tf.estimator.EstimatorSpec(
-          mode, predictions=predicted, export_outputs=serving.estimator_export_outputs(predicted))
+      predicted = serving.predictions(logits, head)
+      return tf.estimator.EstimatorSpec(mode, predictions=predicted,
+                                        export_outputs=serving.estimator_export_outputs(
+                                            predicted, head))
     if mode == _ModeKeys.EVAL:
-      loss = model_lib.v1_loss(config, labels, logits, reduction=model_lib.MEAN)
-      accuracy = tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, axis=-1))
-      return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
+      return _eval_spec(config, head, features, labels, logits)
     loss = model_lib.v1_loss(config, labels, logits)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = schedules.v1_rate(config, global_step)
@@ -125,6 +127,18 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
                                       training_chief_hooks=chief_hooks)
 
   return model_fn
+
+
+def _eval_spec(config: Config, head: heads.Head, features: Any, labels: tf.Tensor,
+               logits: tf.Tensor) -> tf.estimator.EstimatorSpec:
+  """EVAL: the loss (the spec's mean) and the head's metrics, updated by the canned head
+  itself (trainers/heads.py); a spec's own loss is not the head's `average_loss`."""
+  loss = model_lib.v1_loss(config, labels, logits, reduction=model_lib.MEAN)
+  canned = head.estimator_head()
+  features = features if isinstance(features, dict) else {serving.IMAGE: features}
+  metrics = canned.update_metrics(canned.metrics(), features, logits, labels)
+  metrics = {k: v for k, v in metrics.items() if k in model_lib.metric_keys(config)}
+  return tf.estimator.EstimatorSpec(_ModeKeys.EVAL, loss=loss, eval_metric_ops=metrics)
 
 
 def _check_weights_after(train_op: tf.Operation, global_step: tf.Variable,

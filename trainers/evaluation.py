@@ -1,6 +1,6 @@
 """Evaluation results in `model_dir/eval`: written as the Estimator's evaluator writes them
-(`accuracy` and `loss` at the checkpoint's step; a team's program writes its every
-eval_metric_ops value), read back by step, and waited for."""
+(the head's metrics at the checkpoint's step, trainers/heads.py; a team's program writes its
+every eval_metric_ops value), read back by step, and waited for."""
 
 import glob
 import os
@@ -13,7 +13,6 @@ from absl import logging
 from trainers import model_dir as layout
 
 RESULT_WAIT_SECONDS = 600.0  # How long a chief waits for the evaluator's final result.
-METRICS = ("accuracy", "loss")
 _MEAN_LOSS = "average_loss"
 
 
@@ -24,14 +23,15 @@ def log_result(step: int, metrics: Mapping[str, float]) -> None:
 
 
 def write_result(model_dir: str, step: int, metrics: Mapping[str, float]) -> None:
-  """Writes one evaluation's `accuracy` and `loss` to `model_dir/eval` at `step`.
+  """Writes one evaluation's metrics (the head's: trainers/heads.py) to `model_dir/eval` at
+  `step`, `loss` last (`read_results` counts a step once its loss is there).
 
   A writer per result, closed at once: a chief may be waiting for it, and a
   writer kept open did not flush it before the process exited.
   """
   writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.EVAL_SUBDIR))
   with writer.as_default(step=step):
-    for name in METRICS:
+    for name in sorted(metrics, key=lambda name: name == "loss"):
       tf.summary.scalar(name, float(metrics[name]))
   writer.close()
 

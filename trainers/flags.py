@@ -114,6 +114,8 @@ def config_settings(holders: ConfigFlags, **values: Any) -> Dict[str, Any]:
     if "model" in settings:
       model_registry.check(config.model, config.model_options)
       config.validate_canned()
+    if "task" in settings:
+      config.validate_task()
     if "optimizer" in settings:
       config.validate_optimizer()
     if "learning_rate_schedule" in settings:

@@ -7,15 +7,17 @@ import tensorflow as tf
 
 from data import mnist
 from data.mnist import pipeline
+from trainers import heads
 from trainers import program
-from trainers.config import Config
+from trainers.config import MULTICLASS, Config
 
 InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 
 
 def default_input_fn(config: Config) -> InputFn:
   """The run's input: the input_fn of its --estimator_program if it has one, else the shared
-  MNIST input_fn, bound to the config's batch sizes, data and seed."""
+  MNIST input_fn, bound to the config's batch sizes, data and seed, its labels the task's
+  (trainers/heads.py)."""
   if config.estimator_program:
     own = program.load(config.estimator_program).input_fn
     if own is not None:
@@ -23,9 +25,11 @@ def default_input_fn(config: Config) -> InputFn:
 
   def input_fn(mode: str, input_context: Optional[tf.distribute.InputContext] = None):
     batch = config.global_batch_size if mode == mnist.TRAIN else config.eval_batch_size
+    head = heads.head(config)
     return pipeline.input_fn(mode, input_context, global_batch_size=batch,
                              data_dir=config.data_dir, seed=config.seed,
-                             record_dir=config.record_dir)
+                             record_dir=config.record_dir,
+                             label=None if head.kind == MULTICLASS else head.label)
 
   return input_fn
 

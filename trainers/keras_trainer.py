@@ -13,6 +13,7 @@ from trainers import checkpoints
 from trainers import evaluation
 from trainers import export
 from trainers import failures
+from trainers import heads
 from trainers import inputs
 from trainers import loop
 from trainers import model as model_lib
@@ -60,16 +61,17 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
   reduction = (tf_keras.losses.Reduction.SUM if summed
                else tf_keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
   if model_spec.loss is model_lib.sparse_softmax_cross_entropy:
-    # Keras's own, the same numbers: an export compiled with it loads in
+    # The head's, as Keras's own class computes it: an export compiled with it loads in
     # tf_keras.models.load_model, which cannot rebuild a SpecLoss.
-    return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
-  return SpecLoss(model_spec.loss, reduction)
+    return heads.head(config).keras_loss(reduction)
+  return SpecLoss(model_lib.example_loss(config), reduction)
 
 
 def _loss_and_metrics(config: Config) -> Dict[str, Any]:
-  """What evaluation compiles with: the loss (the mean), and the accuracy it reports."""
+  """What evaluation compiles with: the loss (the mean), and the head's metrics."""
+  keys = model_lib.metric_keys(config)
   return {"loss": make_loss(config, training=False),
-          "metrics": [tf_keras.metrics.SparseCategoricalAccuracy("accuracy")]}
+          "metrics": [m for m in heads.head(config).keras_metrics() if m.name in keys]}
 
 
 class _OneCollectiveModel(tf_keras.Model):
@@ -140,8 +142,8 @@ def compile_model(config: Config) -> tf_keras.Model:
 
 def evaluate_weights(config: Config, weights: model_lib.Weights,
                      input_fn: Optional[inputs.InputFn] = None) -> Dict[str, float]:
-  """Keras `evaluate` of the given weights on the whole test split, in this process: its
-  "accuracy" and "loss"."""
+  """Keras `evaluate` of the given weights on the whole test split, in this process: the
+  head's metrics (model.metric_keys)."""
   model = model_lib.build(config, weights)
   model.compile(**_loss_and_metrics(config))
   input_fn = input_fn or inputs.default_input_fn(config)
@@ -329,8 +331,8 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
 
 
 class _EvalSummaries(tf_keras.callbacks.Callback):
-  """The evaluator task's results, as the Estimator's evaluator writes them:
-  `accuracy` and `loss` in `model_dir/eval`, at the checkpoint's step."""
+  """The evaluator task's results, as the Estimator's evaluator writes them: the head's
+  metrics in `model_dir/eval`, at the checkpoint's step."""
 
   def __init__(self, model_dir: str):
     super().__init__()
@@ -373,13 +375,13 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.Inpu
 
 class _PeriodicEval(tf_keras.callbacks.Callback):
   """Chief only: evaluates the whole test split every `every` steps, as the Estimator's
-  evaluator does for each checkpoint, and writes `accuracy`/`loss` to `model_dir/eval`.
+  evaluator does for each checkpoint, and writes the head's metrics to `model_dir/eval`.
 
   The evaluation model is built before `fit`, outside the strategy (as in
   `evaluate_weights`), and gets the training weights copied in; the final step
   is left to the end-of-training evaluation. Callbacks run inside fit's
   strategy scope, where Keras `evaluate` would shard the test set across the
-  workers, so a plain loop computes the same per-example mean loss and accuracy.
+  workers, so a plain loop updates the metrics `evaluate` would.
   """
 
   def __init__(self, config: Config, eval_model: Optional[tf_keras.Model],
@@ -388,8 +390,21 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
     self._eval_model, self._dataset = eval_model, dataset
     self._every, self._total = config.checkpoint_every_steps, config.train_steps
     self._model_dir = model_dir
-    loss = model_lib.spec(config).loss
-    self._sums = tf.function(lambda x, y: model_lib.eval_sums(eval_model, loss, x, y))
+    if eval_model is None:
+      return
+    loss = model_lib.example_loss(config)
+    # As Keras's compiled loss tracks it: each batch's mean, weighted by its size.
+    self._metrics = [tf_keras.metrics.Mean("loss"), *_loss_and_metrics(config)["metrics"]]
+
+    @tf.function
+    def update(images, labels):
+      logits = eval_model(images, training=False)
+      self._metrics[0].update_state(tf.reduce_mean(loss(labels, logits)),
+                                    sample_weight=tf.shape(labels)[0])
+      for metric in self._metrics[1:]:
+        metric.update_state(labels, logits)
+
+    self._update = update
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Global, also after a resume.
@@ -401,8 +416,11 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
     if self._eval_model is None:  # Not the chief.
       return
     self._eval_model.set_weights(weights)
-    loss, correct, count = sum(self._sums(x, y).numpy().astype(float) for x, y in self._dataset)
-    metrics = {"loss": loss / count, "accuracy": correct / count}
+    for metric in self._metrics:
+      metric.reset_state()
+    for images, labels in self._dataset:
+      self._update(images, labels)
+    metrics = {m.name: float(m.result()) for m in self._metrics}
     evaluation.log_result(step, metrics)
     evaluation.write_result(self._model_dir, step, metrics)
 
@@ -415,7 +433,7 @@ def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
   def save(directory: str) -> None:
     model.save(directory, save_format="tf",
                signatures=own(model) if own else serving.keras_signatures(
-                   model, serving.feature_name(config)))
+                   model, serving.feature_name(config), heads.head(config)))
     serving.mark_methods(directory)
 
   return export.write_staged(model_dir, save)

@@ -21,13 +21,15 @@ Writing a spec (docs/MIGRATION.md, "Bring your model"):
     SPEC = ModelSpec(name="mlp", build=build, options={"dropout": 0.5})
 
 `build(seed, init, **options)` returns an uncompiled Keras model from float images
-(B, 28, 28, 1) to logits (B, 10). Give every layer a fixed name (a weight's name,
+(B, 28, 28, 1) to logits (B, 10); a build that takes `outputs` trains for every `--task`,
+its logits then (B, outputs) (trainers/heads.py). Give every layer a fixed name (a weight's name,
 "hidden/kernel", is then the same in Keras and in the Estimator's checkpoints) and
 every weight the initializer `init(name, default)` returns: `default` when the run
 starts from `--seed`, the given value when it starts from `--init_weights`.
 """
 
 import dataclasses
+import inspect
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
 
@@ -35,8 +37,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from data import mnist
+from trainers import heads
 from trainers import model_registry
-from trainers.config import Config
+from trainers.config import MULTICLASS, Config
 
 Weights = Dict[str, np.ndarray]
 # init(weight_name, default_initializer) -> the initializer to give that weight.
@@ -87,7 +91,8 @@ class ModelSpec:
   Attributes:
     name: how runs and reports name it.
     build: `build(seed, init, **options)` -> an uncompiled `tf_keras.Model` from
-      images to logits (see the module docstring).
+      images to logits (see the module docstring); with `outputs=` the width of the
+      run's head (trainers/heads.py) when it takes that keyword.
     options: the model's own settings (`--model_options=NAME=VALUE,...`) and their
       defaults, passed to `build` as keyword arguments.
     loss: `loss(labels, logits)` -> each example's loss, a (B,) float tensor.
@@ -163,6 +168,14 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
              **model_registry.parse_options(config.model_options, model_spec.options,
                                             f"model {model_spec.name}"),
              **(config.canned_settings() if model_spec.canned else {})}
+  width = heads.head(config).logits_dimension
+  if "outputs" in inspect.signature(model_spec.build).parameters:
+    options["outputs"] = width
+  elif width != mnist.NUM_CLASSES:
+    raise model_registry.SpecError(
+        f"--task={config.task} needs {width} output, and model {model_spec.name}'s build "
+        f"makes 10 logits: give its build an `outputs` keyword, the width of its last layer "
+        f"(trainers/heads.py), or train --task=multiclass.")
   asked: Set[str] = set()
 
   def init(name: str, default) -> tf_keras.initializers.Initializer:
@@ -176,6 +189,12 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
     return tf_keras.initializers.Constant(initial_weights[name])
 
   model, weights = _build_tracking_weights(lambda: model_spec.build(config.seed, init, **options))
+  made = model.outputs[0].shape[-1] if len(model.outputs) == 1 else None
+  if made != width:
+    raise model_registry.SpecError(
+        f"model {model_spec.name}'s build makes {len(model.outputs)} output(s) of shape "
+        f"{[tuple(o.shape) for o in model.outputs]}; --task={config.task} needs one of "
+        f"(batch, {width}): the logits.")
   names = {weight_name(w) for w in weights}
   missing = sorted(names - asked)
   if missing:
@@ -293,10 +312,36 @@ def v1_loss(config: Config, labels: tf.Tensor, logits: tf.Tensor,
   """
   model_spec = spec(config)
   return tf.compat.v1.losses.compute_weighted_loss(
-      model_spec.loss(labels, logits),
+      example_loss(config)(labels, logits),
       reduction=(tf.compat.v1.losses.Reduction.SUM
                  if (reduction or model_spec.loss_reduction) == SUM
                  else tf.compat.v1.losses.Reduction.SUM_BY_NONZERO_WEIGHTS))
+
+
+def example_loss(config: Config) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Each example's loss: the spec's own (`ModelSpec.loss`), or the run's head's.
+
+  Raises:
+    model_registry.SpecError: the spec has its own loss and the task is not multiclass.
+  """
+  model_spec = spec(config)
+  if model_spec.loss is sparse_softmax_cross_entropy:
+    return heads.head(config).loss
+  if config.task != MULTICLASS:
+    raise model_registry.SpecError(
+        f"model {model_spec.name} has a loss of its own (ModelSpec.loss), and --task="
+        f"{config.task} trains with its head's: take the loss out of the spec, or train "
+        f"--task={MULTICLASS}.")
+  return model_spec.loss
+
+
+def metric_keys(config: Config) -> Tuple[str, ...]:
+  """What evaluation reports: the head's metrics, without `average_loss` (the head's loss,
+  not the spec's) for a spec with a loss of its own."""
+  keys = heads.head(config).metric_keys
+  if spec(config).loss is sparse_softmax_cross_entropy:
+    return keys
+  return tuple(k for k in keys if k != "average_loss")
 
 
 def eval_sums(model: tf_keras.Model, loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],

@@ -4,7 +4,7 @@ The layout (both backends; only the chief writes, the evaluator task adds `eval/
 
   checkpoint, ckpt-<step>.* (Keras) or model.ckpt-<step>.* (the Estimator)
   backup/        Keras BackupAndRestore's state while training runs
-  eval/          the evaluator's `accuracy` and `loss` events, by step
+  eval/          the evaluator's metrics (the head's: trainers/heads.py), by step
   export/<time>/ SavedModels, as the Estimator names them
   progress.jsonl one JSON record a line: start, step (trainers.progress)
   summary.json   the finished run's figures (write_summary)

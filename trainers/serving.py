@@ -26,7 +26,7 @@ receiver instead; its port's spec gives the same signatures (`ModelSpec.signatur
 """
 
 import os
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -35,6 +35,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.saved_model import fingerprinting_utils
 
 from data import mnist
+from trainers import heads
 from trainers.config import Config
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -42,10 +43,18 @@ CLASSIFICATION = "classification"
 PREDICT = "predict"
 IMAGE = "image"  # The float signature's input, and its receiver's name.
 IMAGE_PREDICT = f"{IMAGE}:{PREDICT}"
+REGRESSION = "regression"
 CLASSIFY_SIGNATURES = (SERVING_DEFAULT, CLASSIFICATION)
-SIGNATURES = (SERVING_DEFAULT, CLASSIFICATION, PREDICT, IMAGE_PREDICT)
+SIGNATURES = (SERVING_DEFAULT, CLASSIFICATION, PREDICT, IMAGE_PREDICT)  # The ten digits'.
+# Every signature a head's export may have, in the order a client's requests go.
+CONTRACT_ORDER = (SERVING_DEFAULT, CLASSIFICATION, REGRESSION, PREDICT, IMAGE_PREDICT)
 CLASSIFY_INPUT = "inputs"  # tf.saved_model.CLASSIFY_INPUTS: Classify's one input.
 PREDICT_INPUT = "examples"  # The parsing receiver's name for the serialized protos.
+
+
+def signature_keys(head: heads.Head) -> Tuple[str, ...]:
+  """The signatures an export for `head` has: the head's and `image:predict`."""
+  return (*head.signatures, IMAGE_PREDICT)
 
 
 def feature_name(config: Config) -> str:
@@ -64,35 +73,28 @@ def parse_images(serialized: tf.Tensor, feature: str) -> tf.Tensor:
   return tf.io.parse_example(serialized, feature_spec(feature))[feature]
 
 
-def predictions(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
-  """The six predictions of a canned classifier's head (without a label vocabulary), by the
-  ops it uses (tensorflow_estimator's multi_class_head.predictions)."""
-  class_ids = tf.expand_dims(tf.argmax(logits, axis=-1), axis=-1)
-  every_row = [tf.shape(logits)[0], 1]
-  all_class_ids = tf.tile(tf.expand_dims(tf.range(mnist.NUM_CLASSES), 0), every_row)
-  return {
-      "logits": logits,
-      "probabilities": tf.nn.softmax(logits),
-      "class_ids": class_ids,
-      "classes": tf.strings.as_string(class_ids),
-      "all_class_ids": all_class_ids,
-      "all_classes": tf.tile(tf.strings.as_string(
-          tf.expand_dims(tf.range(mnist.NUM_CLASSES), 0)), every_row),
-  }
+def predictions(logits: tf.Tensor, head: heads.Head = heads.DIGITS
+                ) -> Dict[str, tf.Tensor]:
+  """The head's predictions (a canned classifier's, without a label vocabulary, by default),
+  by the ops it uses (tensorflow_estimator's head/*_head.py predictions)."""
+  return head.predictions(logits)
 
 
 def classify_outputs(predicted: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   """Classify's outputs: every class's label and score, as the head's ClassificationOutput."""
-  return {"classes": predicted["all_classes"], "scores": predicted["probabilities"]}
+  return heads.DIGITS.signature_outputs(predicted, heads.CLASSIFY)
 
 
-def estimator_export_outputs(predicted: Dict[str, tf.Tensor]) -> Dict[str, object]:
-  """A model_fn's `export_outputs` (tf.estimator.export.ExportOutputs): the canned head's."""
-  outputs = classify_outputs(predicted)
-  classify = tf.estimator.export.ClassificationOutput(scores=outputs["scores"],
-                                                      classes=outputs["classes"])
-  return {SERVING_DEFAULT: classify, CLASSIFICATION: classify,
-          PREDICT: tf.estimator.export.PredictOutput(predicted)}
+def estimator_export_outputs(predicted: Dict[str, tf.Tensor],
+                             head: heads.Head = heads.DIGITS) -> Dict[str, object]:
+  """A model_fn's `export_outputs` (tf.estimator.export.ExportOutputs): the head's."""
+  export = tf.estimator.export
+  made = {heads.CLASSIFY: lambda o: export.ClassificationOutput(scores=o["scores"],
+                                                                classes=o["classes"]),
+          heads.REGRESS: lambda o: export.RegressionOutput(value=o["outputs"]),
+          heads.PREDICT: export.PredictOutput}
+  return {key: made[method](head.signature_outputs(predicted, method))
+          for key, method in head.signatures.items()}
 
 
 def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
@@ -118,26 +120,29 @@ def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
   return receiver
 
 
-def keras_signatures(model: tf_keras.Model, feature: str) -> Dict[str, Callable]:
-  """The signatures of the contract, for `tf.saved_model.save` (then run `mark_methods` on
-  what it wrote)."""
+def keras_signatures(model: tf_keras.Model, feature: str,
+                     head: heads.Head = heads.DIGITS) -> Dict[str, Callable]:
+  """The signatures of the contract for the run's head, for `tf.saved_model.save` (then run
+  `mark_methods` on what it wrote): Classify and Regress take `inputs`, Predict `examples`."""
 
-  def serve(images: tf.Tensor) -> Dict[str, tf.Tensor]:
-    return predictions(model(images, training=False))
+  def serve(images: tf.Tensor, method: str) -> Dict[str, tf.Tensor]:
+    return head.signature_outputs(head.predictions(model(images, training=False)), method)
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, CLASSIFY_INPUT)])
-  def classify(inputs):
-    return classify_outputs(serve(parse_images(inputs, feature)))
+  def signature(method: str) -> Callable:
+    name = PREDICT_INPUT if method == heads.PREDICT else CLASSIFY_INPUT
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, PREDICT_INPUT)])
-  def predict(examples):
-    return serve(parse_images(examples, feature))
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name)])
+    def answer(serialized):
+      return serve(parse_images(serialized, feature), method)
+
+    return answer
 
   @tf.function(input_signature=[tf.TensorSpec((None,) + mnist.IMAGE_SHAPE, tf.float32, IMAGE)])
   def predict_image(image):
-    return serve(image)
+    return serve(image, heads.PREDICT)
 
-  return {SERVING_DEFAULT: classify, CLASSIFICATION: classify, PREDICT: predict,
+  by_method = {method: signature(method) for method in set(head.signatures.values())}
+  return {**{key: by_method[method] for key, method in head.signatures.items()},
           IMAGE_PREDICT: predict_image}
 
 

@@ -8,7 +8,7 @@ only its shard and batches per replica.
 import hashlib
 import json
 import os
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -69,6 +69,10 @@ def _scale(image: tf.Tensor, label: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   return tf.cast(image, tf.float32) / 255.0, label
 
 
+def _labelled(image: tf.Tensor, digit: tf.Tensor, label) -> Tuple[tf.Tensor, tf.Tensor]:
+  return image, label(image, digit)
+
+
 def input_fn(
     mode: str,
     input_context: Optional[tf.distribute.InputContext] = None,
@@ -77,6 +81,7 @@ def input_fn(
     data_dir: Optional[str] = None,
     seed: int = 0,
     record_dir: Optional[str] = None,
+    label: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
 ) -> tf.data.Dataset:
   """Builds one input pipeline of (image, label) batches for both backends.
 
@@ -91,10 +96,12 @@ def input_fn(
     seed: shuffle seed.
     record_dir: in "train" mode, also write this pipeline's example
       fingerprints to `<record_dir>/shard-<id>-of-<n>.json` (parity checks).
+    label: `label(image, digit)` -> one example's label (a task's: trainers/heads.py),
+      from its scaled image and its digit; None: the digit.
 
   Returns:
     A `tf.data.Dataset` of (float32 images in [0, 1] of shape (B, 28, 28, 1),
-    int64 labels of shape (B,)).
+    labels of shape (B,): int64 digits, or what `label` gives).
   """
   if mode not in SPLIT_FOR_MODE:
     raise ValueError(f"mode must be one of {sorted(SPLIT_FOR_MODE)}, got {mode!r}")
@@ -111,7 +118,9 @@ def input_fn(
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     # Each pipeline feeds its worker's replicas one batch each per step.
     batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-  ds = ds.map(_scale, num_parallel_calls=os.cpu_count() or 1).cache()
+  scale = _scale if label is None else lambda image, digit: _labelled(*_scale(image, digit),
+                                                                      label)
+  ds = ds.map(scale, num_parallel_calls=os.cpu_count() or 1).cache()
   if training:
     ds = ds.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
   # Training drops partial batches so every step has the same global batch,

@@ -85,6 +85,7 @@ class _Step:
 
   def __init__(self, config: Config):
     self._config, self._spec = config, model_lib.spec(config)
+    self._loss = model_lib.example_loss(config)
     self.model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
     rule_of = reference.rules(config)
@@ -97,7 +98,7 @@ class _Step:
   def gradients(self, images: tf.Tensor, labels: tf.Tensor):
     with tf.GradientTape() as tape:
       logits = self.model(images, training=True)
-      loss = tf.reduce_sum(self._spec.loss(labels, logits))
+      loss = tf.reduce_sum(self._loss(labels, logits))
       if self._spec.loss_reduction == model_lib.MEAN:
         loss /= self._config.global_batch_size
     gradients = tape.gradient(loss, self.variables)
@@ -195,7 +196,7 @@ def train_ceiling_loop(config: Config, model_dir: str,
   loops = _Loops(config, strategy, input_fn)
   k = loops.steps_per_call
   train_call = loops.train(k)
-  loss = model_lib.spec(config).loss
+  loss = model_lib.example_loss(config)
   eval_step = tf.function(lambda images, labels: model_lib.eval_sums(loops.step.model, loss,
                                                                      images, labels))
 

@@ -13,7 +13,7 @@ import itertools
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -81,6 +81,14 @@ def prepare(config: Config, out_dir: str) -> Config:
   return dataclasses.replace(config, init_weights=path, deterministic=True)
 
 
+def headline(summary: Dict[str, Any]) -> Tuple[str, float]:
+  """What a run's summary.json says first of its test: its accuracy, or a regression's
+  loss."""
+  if summary["test_accuracy"] is None:
+    return "test loss", summary["test_loss"]
+  return "test accuracy", summary["test_accuracy"]
+
+
 class Runs:
   """Trainer runs by name, each in `<out_dir>/<name>/`: `model/`, `run.log` and `losses.json`.
 
@@ -120,8 +128,8 @@ class Runs:
                                log_path=os.path.join(self.run_dir(name), "run.log"),
                                timeout=self.timeout, extra_flags=extra_flags, python=python,
                                engine=engine)
-    logging.info("Trained %s in %.0f s: step %d, test accuracy %.4f.", name,
-                 time.monotonic() - started, summary["global_step"], summary["test_accuracy"])
+    logging.info("Trained %s in %.0f s: step %d, %s %.4f.", name, time.monotonic() - started,
+                 summary["global_step"], *headline(summary))
     return summary
 
   def losses(self, name: str) -> List[float]:

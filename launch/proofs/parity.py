@@ -27,7 +27,9 @@ from launch.proofs import program_probe
 from launch.proofs import reference
 from launch.proofs import runs
 from launch.proofs import serving_check
+from trainers import config as config_lib
 from trainers import evaluation
+from trainers import heads
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
@@ -45,7 +47,7 @@ class Tolerances:
   loss_rtol: float = 1e-5
   accuracy_pp: float = 0.3
   curve_rtol: float = 0.05
-  eval_loss_atol: float = 1e-6
+  eval_atol: float = 1e-6  # Every metric of the head but accuracy, which must be equal.
   prediction_atol: float = 1e-5
   # The reference's weight limit, if above weight_atol: this many times its rounding floor.
   reference_floor_factor: float = 2.0
@@ -58,13 +60,15 @@ class Report:
   long_steps: int
   checks: List[Check]
   losses: Dict[str, List[float]]  # "short/keras", "long/estimator", ...
-  # Reported, not checked: each measured run's test accuracy ("seed 2, keras").
+  # Reported, not checked: each measured run's test accuracy, or a regression's test loss
+  # ("seed 2, keras").
   measured: Dict[str, float] = dataclasses.field(default_factory=dict)
   reference_floor: float = 0.0  # reference_floor's measure.
   model: str = ""
   optimizer: str = ""
   engine: str = "local"  # Another engine the short runs were repeated on, or "local".
   program: str = ""  # A team's program the Estimator ran (--estimator_program), or "".
+  task: str = config_lib.MULTICLASS  # The head's kind (trainers/heads.py).
   notes: List[str] = dataclasses.field(default_factory=list)  # What was not compared, and why.
 
   @property
@@ -150,8 +154,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     long_checks, summaries = run.long(long_steps)
     checks += long_checks
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
-                                       tolerances.eval_loss_atol))
-  checks += _eval_parity(config, summaries["estimator"], tolerances.eval_loss_atol,
+                                       tolerances.eval_atol))
+  checks += _eval_parity(config, summaries["estimator"], tolerances.eval_atol,
                          run.assignment_map)
   notes = _program_notes(program) if program else []
   # The short run's exports: its weights agree to weight_atol, the long run's only in accuracy.
@@ -159,7 +163,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     checks += serving_check.compare(
         short["estimator"]["export_dir"], short["keras"]["export_dir"],
         lambda: serving_check.test_images(config), serving.feature_name(config),
-        tolerances.prediction_atol)
+        tolerances.prediction_atol, required=serving.signature_keys(heads.head(config)))
   elif program.exports:
     checks += serving_check.compare_exports(
         short["estimator"]["export_dir"], short["keras"]["export_dir"],
@@ -170,7 +174,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks,
                 losses=run.losses, measured=measured, reference_floor=floor,
                 model=config.model, optimizer=config.optimizer_label(), engine=engine,
-                program=config.estimator_program or "", notes=notes)
+                program=config.estimator_program or "", notes=notes,
+                task=config_lib.parse_task(config.task)[0])
 
 
 def _program_notes(program: program_probe.Probe) -> List[str]:
@@ -272,9 +277,15 @@ class _Phases:
     # Four checkpoints, so both evaluators have several steps to agree on.
     summaries = self.train_both("long", train_steps=long_steps,
                                 checkpoint_every_steps=max(1, long_steps // 4))
-    gap = 100 * abs(summaries["keras"]["test_accuracy"] - summaries["estimator"]["test_accuracy"])
-    checks = [Check("test accuracy gap (pp), long run", gap <= tolerances.accuracy_pp, gap,
-                    tolerances.accuracy_pp, f"step {long_steps}")]
+    keras, estimator = summaries["keras"], summaries["estimator"]
+    if estimator["test_accuracy"] is None:  # A regression head: its loss.
+      gap = abs(keras["test_loss"] - estimator["test_loss"]) / estimator["test_loss"]
+      checks = [Check("test loss rel diff, long run", gap <= tolerances.curve_rtol, gap,
+                      tolerances.curve_rtol, f"step {long_steps}")]
+    else:
+      gap = 100 * abs(keras["test_accuracy"] - estimator["test_accuracy"])
+      checks = [Check("test accuracy gap (pp), long run", gap <= tolerances.accuracy_pp, gap,
+                      tolerances.accuracy_pp, f"step {long_steps}")]
     for backend in BACKENDS:
       losses[f"long/{backend}"] = self.runs.losses(f"long/{backend}")
     checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
@@ -290,7 +301,7 @@ class _Phases:
       for backend, summary in self.train_both(
           f"seed-{seed}", train_steps=steps, seed=seed, init_weights=None,
           model_options=model_options, record=False).items():
-        measured[f"seed {seed}, {backend}"] = summary["test_accuracy"]
+        measured[f"seed {seed}, {backend}"] = harness.headline(summary)[1]
     return measured
 
 
@@ -323,7 +334,7 @@ def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
         if name == "variable mapping" else name)
     checks.append(checkpoint_eval_parity({backend: local[backend]["model_dir"],
                                           label: summary["model_dir"]},
-                                         tolerances.eval_loss_atol))
+                                         tolerances.eval_atol))
   return checks
 
 
@@ -411,9 +422,10 @@ def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],
                where != "no progress records" and worst <= rtol, worst, rtol, where)
 
 
-def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Check:
+def checkpoint_eval_parity(model_dirs: Dict[str, str], atol: float) -> Check:
   """Each backend's evaluator (or, in one process, its own evaluation), checkpoint by
-  checkpoint: at every step both evaluated, accuracy equal and loss within `loss_atol`.
+  checkpoint: at every step both evaluated, accuracy equal and every other metric of the
+  head (the loss too) within `atol`.
 
   An evaluator takes the newest checkpoint each time it looks, so it may skip
   some: `where` lists the steps each side evaluated. The final step must be
@@ -429,21 +441,28 @@ def checkpoint_eval_parity(model_dirs: Dict[str, str], loss_atol: float) -> Chec
   if not common_steps or common_steps[-1] != final:
     return Check(name, False, float(len(common_steps)), 1.0,
                  f"final step {final} not evaluated by both: {evaluated}")
-  gaps = {s: (abs(ra[s]["accuracy"] - rb[s]["accuracy"]), abs(ra[s]["loss"] - rb[s]["loss"]))
-          for s in common_steps}
-  worst = max(common_steps, key=lambda s: gaps[s][1])
-  passed = all(acc == 0.0 and loss <= loss_atol for acc, loss in gaps.values())
-  wrong_accuracy = [s for s in common_steps if gaps[s][0]]
-  return Check(name, passed, gaps[worst][1], loss_atol,
-               f"loss gap worst at step {worst}; accuracy differs at steps {wrong_accuracy}; "
-               f"{evaluated}" if wrong_accuracy else
-               f"loss gap worst at step {worst}; accuracy equal at all {len(common_steps)} "
-               f"common steps; {evaluated}")
+  gaps = {s: metric_gaps(ra[s], rb[s]) for s in common_steps}
+  worst = max(common_steps, key=lambda s: max(gaps[s].values()))
+  worst_metric = max(gaps[worst], key=gaps[worst].get)
+  wrong_accuracy = [s for s in common_steps if gaps[s].get("accuracy")]
+  passed = not wrong_accuracy and all(max(g.values()) <= atol for g in gaps.values())
+  return Check(name, passed, gaps[worst][worst_metric], atol,
+               f"{len(gaps[worst])} metrics ({', '.join(sorted(gaps[worst]))}), the widest gap "
+               f"{worst_metric} at step {worst}; accuracy "
+               + (f"differs at steps {wrong_accuracy}" if wrong_accuracy else
+                  f"equal at all {len(common_steps)} common steps") + f"; {evaluated}")
 
 
-def _eval_parity(config: Config, summary: Dict, loss_atol: float,
+def metric_gaps(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, float]:
+  """|a - b| of each metric both evaluations report (a head's: trainers/heads.py; a team's
+  program's others have no counterpart in its port's)."""
+  return {k: abs(a[k] - b[k]) for k in sorted(set(a) & set(b))}
+
+
+def _eval_parity(config: Config, summary: Dict, atol: float,
                  assignment_map: Optional[Dict[str, Optional[str]]] = None) -> List[Check]:
-  """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's."""
+  """The Estimator evaluator's numbers for its final checkpoint, and Keras evaluate's: each
+  metric of the head, accuracy equal, the others within `atol`."""
   step = summary["global_step"]
   estimator_metrics = evaluation.read_result(
       os.path.join(summary["model_dir"], layout.EVAL_SUBDIR), step)
@@ -451,13 +470,13 @@ def _eval_parity(config: Config, summary: Dict, loss_atol: float,
     return [Check("evaluation parity", False, float("nan"), 0.0, f"no eval events at step {step}")]
   keras_metrics = keras_trainer.evaluate_weights(
       config, harness.backend_weights("estimator", summary, config, assignment_map))
-  acc_gap = abs(keras_metrics["accuracy"] - estimator_metrics["accuracy"])
-  loss_gap = abs(keras_metrics["loss"] - estimator_metrics["loss"])
-  where = f"checkpoint step {step}: accuracy {estimator_metrics['accuracy']:.4f}"
-  return [Check("eval accuracy, Estimator evaluator vs Keras evaluate", acc_gap == 0.0, acc_gap,
-                0.0, where),
-          Check("eval loss, Estimator evaluator vs Keras evaluate", loss_gap <= loss_atol,
-                loss_gap, loss_atol, where)]
+  gaps = metric_gaps(keras_metrics, estimator_metrics)
+  where = f"checkpoint step {step}: " + ", ".join(
+      f"{k} {estimator_metrics[k]:.4f}" for k in gaps if k != "loss")
+  return [Check(f"eval {k}, Estimator evaluator vs Keras evaluate",
+                gap == 0.0 if k == "accuracy" else gap <= atol, gap,
+                0.0 if k == "accuracy" else atol, where)
+          for k, gap in gaps.items()]
 
 
 def format_table(report: Report) -> str:
@@ -471,9 +490,10 @@ def format_table(report: Report) -> str:
     table += "\n\nNot compared:\n" + "\n".join(f"- {note}" for note in report.notes)
   if not report.measured:
     return table
-  rows = ["", "Test accuracy by seed (measured, not checked: dropout on, which the "
-          "reference cannot follow)", "| run | test accuracy |", "| --- | --- |"]
-  rows += [f"| {run} | {accuracy:.4f} |" for run, accuracy in report.measured.items()]
+  what = "test loss" if report.task == config_lib.REGRESSION else "test accuracy"
+  rows = ["", f"{what.capitalize()} by seed (measured, not checked: dropout on, which the "
+          "reference cannot follow)", f"| run | {what} |", "| --- | --- |"]
+  rows += [f"| {run} | {value:.4f} |" for run, value in report.measured.items()]
   for backend in BACKENDS:
     values = [v for run, v in report.measured.items() if run.endswith(f", {backend}")]
     rows.append(f"| mean, {backend} | {np.mean(values):.4f} |")

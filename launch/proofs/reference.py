@@ -264,8 +264,8 @@ def train_reference(config: Config, num_workers: int,
   model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
   if started:
     warm_start.assign(model, started)
-  model_spec = model_lib.spec(config)
-  summed = model_spec.loss_reduction == model_lib.SUM
+  summed = model_lib.spec(config).loss_reduction == model_lib.SUM
+  example_loss = model_lib.example_loss(config)
   variables, statistics = model.trainable_variables, model.non_trainable_variables
   rule_of = rules(config)
   variable_rules = [rule_of(model_lib.weight_name(v)) for v in variables]
@@ -286,9 +286,9 @@ def train_reference(config: Config, num_workers: int,
       with tf.GradientTape() as tape:
         logits = model(images, training=True)
         if summed:
-          loss = scaled = tf.reduce_sum(model_spec.loss(labels, logits))
+          loss = scaled = tf.reduce_sum(example_loss(labels, logits))
         else:
-          loss = tf.reduce_mean(model_spec.loss(labels, logits))
+          loss = tf.reduce_mean(example_loss(labels, logits))
           scaled = loss / len(batches)
       gradients = tape.gradient(scaled, variables)
       if config.clip_global_norm and not clip_after_all_reduce:  # Each replica's, as v1 does.

@@ -34,6 +34,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import classification_pb2
 from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import regression_pb2
 
 from data import mnist
 from launch.convert import source
@@ -114,22 +115,28 @@ def examples(images: np.ndarray, feature: str) -> List[tf.train.Example]:
       for image in images]
 
 
-def requests(images: np.ndarray, feature: str) -> List[object]:
-  """A client's requests for `images`: a Classify request to each Classify signature, and a
-  Predict request to `predict` (serialized tf.Examples) and to `image:predict`."""
+def requests(images: np.ndarray, feature: str, loaded: Any) -> List[object]:
+  """A client's requests for `images` to each signature of the contract an export
+  (`loaded`) has, by what it takes and gives: a Classify request to one of `inputs` giving
+  `classes` and `scores`, a Regress request to one of `inputs` giving `outputs`, a Predict
+  request to `predict` (serialized tf.Examples) and to `image:predict`."""
   batch = examples(images, feature)
   made: List[object] = []
-  for name in serving.CLASSIFY_SIGNATURES:
-    request = classification_pb2.ClassificationRequest()
+  for name in serving.CONTRACT_ORDER:
+    if name not in loaded.signatures:  # compare_signatures reports it.
+      continue
+    _, takes = loaded.signatures[name].structured_input_signature
+    gives = set(loaded.signatures[name].structured_outputs)
+    if set(takes) == {serving.CLASSIFY_INPUT}:
+      request = (regression_pb2.RegressionRequest() if gives == {"outputs"}
+                 else classification_pb2.ClassificationRequest())
+      request.input.example_list.examples.extend(batch)
+    else:
+      request = predict_pb2.PredictRequest()
+      key = serving.IMAGE if set(takes) == {serving.IMAGE} else serving.PREDICT_INPUT
+      request.inputs[key].CopyFrom(tf.make_tensor_proto(
+          images if key == serving.IMAGE else [e.SerializeToString() for e in batch]))
     request.model_spec.signature_name = name
-    request.input.example_list.examples.extend(batch)
-    made.append(request)
-  for name, key, value in (
-      (serving.PREDICT, serving.PREDICT_INPUT, [e.SerializeToString() for e in batch]),
-      (serving.IMAGE_PREDICT, serving.IMAGE, images)):
-    request = predict_pb2.PredictRequest()
-    request.model_spec.signature_name = name
-    request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
     made.append(request)
   return made
 
@@ -138,9 +145,15 @@ def respond(loaded: object, request: object) -> object:
   """Answers `request` from a loaded SavedModel as TF Serving would: the request's examples
   or tensors fed to the signature it names, and the response a client reads."""
   signature = loaded.signatures[request.model_spec.signature_name]
-  if isinstance(request, classification_pb2.ClassificationRequest):
+  if isinstance(request, (classification_pb2.ClassificationRequest,
+                          regression_pb2.RegressionRequest)):
     serialized = [e.SerializeToString() for e in request.input.example_list.examples]
     out = signature(**{serving.CLASSIFY_INPUT: tf.constant(serialized)})
+    if isinstance(request, regression_pb2.RegressionRequest):
+      response = regression_pb2.RegressionResponse()
+      for value in out["outputs"].numpy().reshape(-1):
+        response.result.regressions.add(value=value)
+      return response
     response = classification_pb2.ClassificationResponse()
     for labels, scores in zip(out["classes"].numpy(), out["scores"].numpy()):
       classification = response.result.classifications.add()
@@ -157,6 +170,9 @@ def respond(loaded: object, request: object) -> object:
 
 def read_response(name: str, response: object) -> Answers:
   """What a client reads from a response to signature `name`, by `<name>/<output>`."""
+  if isinstance(response, regression_pb2.RegressionResponse):
+    return {f"{name}/outputs": np.array([r.value for r in response.result.regressions],
+                                        np.float32)}
   if isinstance(response, classification_pb2.ClassificationResponse):
     classifications = response.result.classifications
     return {f"{name}/labels": np.array([[c.label for c in r.classes] for r in classifications]),
@@ -173,10 +189,8 @@ def answers(loaded: Any, image_batches: Iterable[np.ndarray], feature: str) -> A
   every image."""
   parts: Dict[str, List[np.ndarray]] = {}
   for images in image_batches:
-    for request in requests(np.asarray(images), feature):
+    for request in requests(np.asarray(images), feature, loaded):
       name = request.model_spec.signature_name
-      if name not in loaded.signatures:  # compare_signatures reports it.
-        continue
       for key, value in read_response(name, respond(loaded, request)).items():
         parts.setdefault(key, []).append(value)
   return {key: np.concatenate(values) for key, values in parts.items()}

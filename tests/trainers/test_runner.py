@@ -87,7 +87,9 @@ def test_run_writes_a_valid_summary(run):
   assert (summary["backend"], summary["workers"], summary["global_step"]) == (
       backend, workers, STEPS)
   assert 0.0 <= summary["test_accuracy"] <= 1.0 and summary["test_loss"] > 0
+  # The multiclass head's metrics; the loss its average_loss.
   assert summary["test_metrics"] == {"accuracy": summary["test_accuracy"],
+                                     "average_loss": summary["test_loss"],
                                      "loss": summary["test_loss"]}
   assert summary["train_seconds"] > 0 and summary["examples_per_second"] > 0
   assert json.loads(result.stdout.strip().splitlines()[-1]) == summary
@@ -151,8 +153,7 @@ def test_the_evaluator_task_evaluates_the_final_checkpoint_for_the_chief(run):
   with open(os.path.join(model_dir, "summary.json")) as f:
     summary = json.load(f)
   # The summary's metrics are those of the final step's evaluation, wherever it ran.
-  assert results[STEPS] == pytest.approx({"accuracy": summary["test_accuracy"],
-                                          "loss": summary["test_loss"]}, abs=1e-6)
+  assert results[STEPS] == pytest.approx(summary["test_metrics"], abs=1e-6)
   if workers == 1:
     return
   chief_log = (pathlib.Path(model_dir) / "logs" / "chief-0.log").read_text()
@@ -432,7 +433,7 @@ def _run_platform_tasks(backend, configs, tasks, data_dir, model_dir):
   summary = json.loads(results[0].stdout.strip().splitlines()[-1])
   assert (summary["workers"], summary["global_step"]) == (2, STEPS)
   assert evaluation.read_result(str(model_dir / "eval"), STEPS) == pytest.approx(
-      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-5)
+      summary["test_metrics"], abs=1e-5)
   return results[0].stderr
 
 

@@ -6,8 +6,9 @@ from data import mnist
 from trainers import model
 
 
-def build(seed: int, init: model.Init) -> tf_keras.Model:
-  """The CNN; each layer's kernel seeded by `seed` plus its position, biases zero."""
+def build(seed: int, init: model.Init, outputs: int = mnist.NUM_CLASSES) -> tf_keras.Model:
+  """The CNN, `outputs` logits (the head's width); each layer's kernel seeded by `seed` plus
+  its position, biases zero."""
   layers = tf_keras.layers
 
   def weights(layer: str, offset: int):
@@ -20,7 +21,7 @@ def build(seed: int, init: model.Init) -> tf_keras.Model:
   x = layers.MaxPooling2D(name="pool")(x)
   x = layers.Flatten(name="flatten")(x)
   x = layers.Dense(64, activation="relu", name="hidden", **weights("hidden", 1))(x)
-  logits = layers.Dense(mnist.NUM_CLASSES, name="logits", **weights("logits", 2))(x)
+  logits = layers.Dense(outputs, name="logits", **weights("logits", 2))(x)
   return tf_keras.Model(inputs, logits, name="mnist_cnn")
 
 

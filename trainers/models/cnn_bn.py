@@ -16,8 +16,10 @@ from trainers import model
 BN_MOMENTUM = 0.9  # Keras's 0.99 averages over ~100 steps: too slow for a 1,500-step run.
 
 
-def build(seed: int, init: model.Init, dropout: float = 0.25) -> tf_keras.Model:
-  """The model; kernels seeded by `seed` plus their position, BatchNorm from 1 and 0."""
+def build(seed: int, init: model.Init, dropout: float = 0.25,
+          outputs: int = mnist.NUM_CLASSES) -> tf_keras.Model:
+  """The model, `outputs` logits (the head's width); kernels seeded by `seed` plus their
+  position, BatchNorm from 1 and 0."""
   layers = tf_keras.layers
 
   def kernel(layer: str, offset: int):
@@ -38,7 +40,7 @@ def build(seed: int, init: model.Init, dropout: float = 0.25) -> tf_keras.Model:
   x = layers.Dense(128, use_bias=False, name="hidden", kernel_initializer=kernel("hidden", 2))(x)
   x = batch_norm(x, "bn_hidden")
   x = layers.Dropout(dropout, seed=seed, name="dropout")(x)
-  logits = layers.Dense(mnist.NUM_CLASSES, name="logits", kernel_initializer=kernel("logits", 3),
+  logits = layers.Dense(outputs, name="logits", kernel_initializer=kernel("logits", 3),
                         bias_initializer=init("logits/bias", "zeros"))(x)
   return tf_keras.Model(inputs, logits, name="mnist_cnn_bn")
 

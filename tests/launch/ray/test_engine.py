@@ -97,7 +97,7 @@ def _check_trained_and_evaluated(model_dir, stdout: str, config: Config) -> None
   summary = json.loads((model_dir / "summary.json").read_text())
   assert (summary["workers"], summary["global_step"]) == (2, config.train_steps)
   assert evaluation.read_result(str(model_dir / "eval"), config.train_steps) == pytest.approx(
-      {"accuracy": summary["test_accuracy"], "loss": summary["test_loss"]}, abs=1e-6)
+      summary["test_metrics"], abs=1e-6)
   assert json.loads(stdout.strip().splitlines()[-1])["global_step"] == config.train_steps
   logs = model_dir / "logs"
   assert sorted(p.name for p in logs.glob("*.log")) == ["evaluator-0.log", "worker-0.log",

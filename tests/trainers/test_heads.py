@@ -1,0 +1,113 @@
+"""trainers.heads: each task's head computes in Keras what the canned Estimator's head does:
+its loss, predictions, export outputs and every metric, under the same keys."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from trainers import heads
+from trainers.config import Config
+
+estimator = pytest.importorskip("tensorflow_estimator", reason="tf.estimator (TF 2.15)")
+
+TASKS = ("multiclass", "binary:3", "regression")
+
+
+def _batches(head: heads.Head, count: int = 3, size: int = 64):
+  """Random (labels, logits) batches as the input and the model give them, (B,) labels."""
+  rng = np.random.default_rng(0)
+  for _ in range(count):
+    logits = rng.normal(size=(size, head.logits_dimension)).astype(np.float32) * 3
+    if head.kind == "regression":
+      labels = rng.uniform(size=size).astype(np.float32)
+    else:
+      labels = rng.integers(0, head.logits_dimension if head.kind == "multiclass" else 2,
+                            size=size).astype(np.int64)
+    yield tf.constant(labels), tf.constant(logits)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_metric_is_the_canned_heads_under_its_key(task):
+  head = heads.head(Config(task=task))
+  canned = head.estimator_head()
+  theirs = canned.metrics()
+  ours = head.keras_metrics()
+  for labels, logits in _batches(head):
+    canned.update_metrics(theirs, {"image": logits}, logits, labels)
+    for metric in ours:
+      metric.update_state(labels, logits)
+  got = {m.name: float(m.result()) for m in ours}
+  want = {k: float(m.result()) for k, m in theirs.items()}
+  assert sorted([*got, "loss"]) == sorted([*want, "loss"]) == list(head.metric_keys)
+  assert got == pytest.approx(want, abs=1e-7, rel=0)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_loss_and_the_predictions_are_the_canned_heads(task):
+  head = heads.head(Config(task=task))
+  canned = head.estimator_head()
+  labels, logits = next(_batches(head))
+  want_loss = canned.loss(labels, logits, features={"image": logits})
+  assert float(tf.reduce_mean(head.loss(labels, logits))) == pytest.approx(
+      float(want_loss), rel=1e-7)
+  loss = head.keras_loss(tf_keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
+  assert float(loss(labels, logits)) == pytest.approx(float(want_loss), rel=1e-6)
+  got, want = head.predictions(logits), canned.predictions(logits)
+  assert sorted(got) == sorted(want)
+  for key in want:
+    np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+
+
+@pytest.mark.parametrize("task,signatures", [
+    ("multiclass", {"serving_default": "classify", "classification": "classify",
+                    "predict": "predict"}),
+    ("binary:3", {"serving_default": "classify", "classification": "classify",
+                  "regression": "regress", "predict": "predict"}),
+    ("regression", {"serving_default": "regress", "regression": "regress",
+                    "predict": "predict"}),
+])
+def test_each_head_exports_the_canned_heads_signatures(task, signatures):
+  head = heads.head(Config(task=task))
+  assert head.signatures == signatures
+  labels, logits = next(_batches(head))
+  spec = head.estimator_head().create_estimator_spec(
+      features={"image": logits}, mode=tf.estimator.ModeKeys.PREDICT, logits=logits)
+  assert sorted(spec.export_outputs) == sorted(signatures)
+  predicted = head.predictions(logits)
+  for key, method in signatures.items():
+    want = _outputs(spec.export_outputs[key])
+    got = head.signature_outputs(predicted, method)
+    assert sorted(got) == sorted(want), key
+    for name in want:
+      np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=key)
+
+
+def _outputs(export_output):
+  """An Estimator export output's tensors, as its signature names them."""
+  if isinstance(export_output, tf.estimator.export.ClassificationOutput):
+    return {"classes": export_output.classes, "scores": export_output.scores}
+  if isinstance(export_output, tf.estimator.export.RegressionOutput):
+    return {"outputs": export_output.value}
+  return export_output.outputs
+
+
+def test_labels_are_the_tasks():
+  image = tf.constant(np.linspace(0, 1, 784, dtype=np.float32).reshape(28, 28, 1))
+  seven, three = tf.constant(7, tf.int64), tf.constant(3, tf.int64)
+  assert int(heads.head(Config()).label(image, seven)) == 7
+  binary = heads.head(Config(task="binary:3"))
+  assert [int(binary.label(image, digit)) for digit in (seven, three)] == [0, 1]
+  assert float(heads.head(Config(task="regression")).label(image, seven)) == pytest.approx(0.5)
+
+
+def test_a_compiled_export_loads_its_head_metrics_by_name(tmp_path):
+  inputs = tf_keras.Input((4,))
+  model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(inputs))
+  head = heads.head(Config(task="binary:3"))
+  model.compile(loss=head.keras_loss("auto"), metrics=head.keras_metrics())
+  x, y = np.ones((8, 4), np.float32), np.array([0, 1] * 4)
+  want = model.evaluate(x, y, verbose=0, return_dict=True)
+  model.save(str(tmp_path / "m"), save_format="tf")
+  loaded = tf_keras.models.load_model(str(tmp_path / "m"))
+  assert loaded.evaluate(x, y, verbose=0, return_dict=True) == pytest.approx(want)

@@ -1,0 +1,227 @@
+"""The task a run trains for (`--task`) and its head, as a canned Estimator's head has it:
+the labels, the model's output width, each example's loss, the metrics evaluation reports,
+the predictions and the outputs of the serving signatures.
+
+| --task | label | logits | loss | tensorflow_estimator head |
+| --- | --- | --- | --- | --- |
+| multiclass | the digit | 10 | softmax cross-entropy | `MultiClassHead(10)` |
+| binary:D | 1 if the digit is D, else 0 | 1 | sigmoid cross-entropy | `BinaryClassHead()` |
+| regression | the image's ink, the mean of its pixels | 1 | squared error | `RegressionHead()` |
+
+Each head's metrics (`METRIC_KEYS`) are the head's own: the Estimator evaluates with the
+head itself (`estimator_head`), Keras with `keras_metrics`, the same Keras metric classes the
+TF2 heads update, fed the same values (class ids, the logistic, the labels), so both report
+the same names and values. Their `loss` is the per-example mean (trainers/evaluation.py).
+
+A spec's `build` makes the head's width when it takes `outputs` (`build(seed, init,
+outputs=1)`); `trainers/model.py` passes it and checks the model's output.
+"""
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Tuple
+
+import tensorflow as tf
+import tf_keras
+
+from data import mnist
+from trainers.config import BINARY, MULTICLASS, REGRESSION, Config, parse_task
+
+# tensorflow_estimator's metric_keys.MetricKeys, each head's, sorted as its results are.
+METRIC_KEYS = {
+    MULTICLASS: ("accuracy", "average_loss", "loss"),
+    BINARY: ("accuracy", "accuracy_baseline", "auc", "auc_precision_recall", "average_loss",
+             "label/mean", "loss", "precision", "prediction/mean", "recall"),
+    REGRESSION: ("average_loss", "label/mean", "loss", "prediction/mean"),
+}
+# The serving methods, by the export output the head gives a signature.
+CLASSIFY, REGRESS, PREDICT = "classify", "regress", "predict"
+
+
+@tf_keras.utils.register_keras_serializable(package="trainers")
+class HeadMetric(tf_keras.metrics.Metric):
+  """One of a head's metrics in Keras, `key` of `--task=task`, updated from (labels,
+  logits) as the head updates its own. Registered: a SavedModel compiled with it loads in
+  `tf_keras.models.load_model` once this module is imported."""
+
+  def __init__(self, task: str, key: str, name: Optional[str] = None, dtype=None):
+    super().__init__(name=name or key, dtype=dtype)
+    self._task, self._key = task, key
+    self._metric, self._update = Head(*parse_task(task))._metric(key)
+
+  def update_state(self, y_true, y_pred, sample_weight=None):
+    del sample_weight  # Keras's padding mask: evaluation here has none.
+    return self._metric.update_state(**self._update(y_true, y_pred))
+
+  def result(self):
+    return self._metric.result()
+
+  def reset_state(self):
+    self._metric.reset_state()
+
+  def get_config(self):
+    return {**super().get_config(), "task": self._task, "key": self._key}
+
+
+class _Baseline(tf_keras.metrics.Mean):
+  """`accuracy_baseline`: the accuracy of always predicting the more frequent class, from the
+  labels' mean, as BinaryClassHead computes it (max(total, count - total) / count)."""
+
+  def result(self):
+    return tf.math.divide_no_nan(tf.maximum(self.total, self.count - self.total), self.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+  """A task's head (see the module docstring). `positive`: binary's digit D."""
+
+  kind: str
+  positive: Optional[int] = None
+
+  @property
+  def logits_dimension(self) -> int:
+    return mnist.NUM_CLASSES if self.kind == MULTICLASS else 1
+
+  @property
+  def metric_keys(self) -> Tuple[str, ...]:
+    return METRIC_KEYS[self.kind]
+
+  def label(self, image: tf.Tensor, digit: tf.Tensor) -> tf.Tensor:
+    """One example's label for the task, from its scaled image and its digit."""
+    if self.kind == BINARY:
+      return tf.cast(tf.equal(digit, self.positive), tf.int64)
+    if self.kind == REGRESSION:
+      return tf.reduce_mean(image)
+    return digit
+
+  def _labels(self, labels: tf.Tensor) -> tf.Tensor:
+    """Labels as the head processes them: int64 (B, 1) ids, float32 (B, 1) otherwise."""
+    labels = tf.reshape(labels, [-1, 1])
+    return tf.cast(labels, tf.int64 if self.kind == MULTICLASS else tf.float32)
+
+  def _unweighted_loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Each example's loss, (B, 1), by the head's own op."""
+    labels = self._labels(labels)
+    if self.kind == MULTICLASS:
+      return tf.expand_dims(tf.nn.sparse_softmax_cross_entropy_with_logits(
+          labels=tf.squeeze(labels, -1), logits=logits), -1)
+    if self.kind == BINARY:
+      return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+    return tf.math.squared_difference(logits, labels)
+
+  def loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Each example's loss, (B,): a `ModelSpec.loss`."""
+    return tf.squeeze(self._unweighted_loss(labels, logits), -1)
+
+  def keras_loss(self, reduction: str) -> tf_keras.losses.Loss:
+    """The loss as Keras's own class computes it (an export compiled with one loads in
+    `tf_keras.models.load_model`): the same values as `loss`."""
+    if self.kind == MULTICLASS:
+      return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                           reduction=reduction)
+    if self.kind == BINARY:
+      return tf_keras.losses.BinaryCrossentropy(from_logits=True, reduction=reduction)
+    return tf_keras.losses.MeanSquaredError(reduction=reduction)
+
+  def predictions(self, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """The head's predictions (without a label vocabulary), by the ops it uses."""
+    if self.kind == REGRESSION:
+      return {"predictions": logits}
+    every_row = [tf.shape(logits)[0], 1]
+    n_classes = max(2, self.logits_dimension)
+    class_range = tf.expand_dims(tf.range(n_classes), 0)
+    predicted = {"logits": logits}
+    if self.kind == BINARY:
+      predicted["logistic"] = tf.math.sigmoid(logits)
+      logits = tf.concat((tf.zeros_like(logits), logits), axis=-1)
+    class_ids = tf.expand_dims(tf.argmax(logits, axis=-1), axis=-1)
+    return {**predicted,
+            "probabilities": tf.nn.softmax(logits),
+            "class_ids": class_ids,
+            "classes": tf.strings.as_string(class_ids),
+            "all_class_ids": tf.tile(class_range, every_row),
+            "all_classes": tf.tile(tf.strings.as_string(class_range), every_row)}
+
+  @property
+  def signatures(self) -> Dict[str, str]:
+    """Each signature of the head's export, by key, and its method."""
+    if self.kind == REGRESSION:
+      return {"serving_default": REGRESS, "regression": REGRESS, "predict": PREDICT}
+    regress = {"regression": REGRESS} if self.kind == BINARY else {}
+    return {"serving_default": CLASSIFY, "classification": CLASSIFY, **regress,
+            "predict": PREDICT}
+
+  def signature_outputs(self, predicted: Dict[str, tf.Tensor], method: str
+                        ) -> Dict[str, tf.Tensor]:
+    """A signature's outputs by its method, as TF Serving names them: Classify's `classes`
+    and `scores`, Regress's `outputs` (a binary head's logistic), Predict's every
+    prediction."""
+    if method == CLASSIFY:
+      return {"classes": predicted["all_classes"], "scores": predicted["probabilities"]}
+    if method == REGRESS:
+      return {"outputs": predicted["predictions" if self.kind == REGRESSION else "logistic"]}
+    return dict(predicted)
+
+  @property
+  def task(self) -> str:
+    """The --task of this head."""
+    return f"{BINARY}:{self.positive}" if self.kind == BINARY else self.kind
+
+  def keras_metrics(self) -> List[tf_keras.metrics.Metric]:
+    """The head's metrics but `loss` (which Keras's compiled loss reports), each a
+    `HeadMetric` of `(labels, logits)`."""
+    return [HeadMetric(self.task, key) for key in self.metric_keys if key != "loss"]
+
+  def _metric(self, key: str) -> Tuple[tf_keras.metrics.Metric,
+                                       Callable[[tf.Tensor, tf.Tensor], Dict]]:
+    """The Keras metric the head updates as `key`, and its update_state arguments from
+    (labels, logits): the same values as the head's (its weight without a weight_column is
+    1.0; where it broadcasts that weight, ones)."""
+    metrics = tf_keras.metrics
+
+    def mean(of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], broadcast: bool = True):
+      def update(labels, logits):
+        value = tf.cast(of(labels, logits), tf.float32)
+        return {"values": value, "sample_weight": tf.ones_like(value) if broadcast else 1.0}
+      return update
+
+    def ids(labels, logits):
+      return {"y_true": self._labels(labels), "y_pred": self.predictions(logits)["class_ids"],
+              "sample_weight": 1.0}
+
+    def logistic(labels, logits):
+      value = tf.math.sigmoid(logits)
+      return {"y_true": self._labels(labels), "y_pred": value,
+              "sample_weight": tf.ones_like(value)}
+
+    labels = mean(lambda y, _: self._labels(y))
+    made = {
+        "average_loss": (metrics.Mean(), mean(self._unweighted_loss, broadcast=False)),
+        "accuracy": (metrics.Accuracy(), ids),
+        "precision": (metrics.Precision(), ids),
+        "recall": (metrics.Recall(), ids),
+        "prediction/mean": (metrics.Mean(), mean(lambda _, z: self.predictions(z).get(
+            "logistic", z))),
+        "label/mean": (metrics.Mean(), labels),
+        "accuracy_baseline": (_Baseline(), labels),
+        "auc": (metrics.AUC(), logistic),
+        "auc_precision_recall": (metrics.AUC(curve="PR"), logistic),
+    }
+    if self.kind == REGRESSION:  # Its label mean reads the labels as the input gives them.
+      made["label/mean"] = (metrics.Mean(), mean(lambda y, _: y, broadcast=False))
+    return made[key]
+
+  def estimator_head(self):
+    """The tensorflow_estimator head itself (TensorFlow 2.15: tf.estimator)."""
+    if self.kind == MULTICLASS:
+      return tf.estimator.MultiClassHead(mnist.NUM_CLASSES)
+    if self.kind == BINARY:
+      return tf.estimator.BinaryClassHead()
+    return tf.estimator.RegressionHead()
+
+
+DIGITS = Head(MULTICLASS)  # The default task's: a canned classifier of the ten digits.
+
+
+def head(config: Config) -> Head:
+  """The head of the run's --task."""
+  return Head(*parse_task(config.task))
