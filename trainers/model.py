@@ -266,8 +266,10 @@ def graph_model(config: Config) -> GraphModel:
 
 def check(config: Config) -> None:
   """Raises SpecError unless `config.model` loads and builds with `config.model_options`
-  (`graph_model`: no eager state, nothing left behind)."""
+  (`graph_model`: no eager state, nothing left behind) for the run's head, and its loss is
+  one the head can take (`example_loss`)."""
   graph_model(config)
+  example_loss(config)
 
 
 def input_shapes(config: Config) -> Dict[str, Tuple[Optional[int], ...]]:

@@ -76,6 +76,14 @@ from trainers.config import Config
      "Estimator does, which clips no gradient"),
     ({"model": "dnn", "warmup_steps": 10}, "--model=dnn trains at the canned Estimator's "
      "constant rates"),
+    ({"task": "binary:12"}, "--task=binary:12 is not one of multiclass, binary:D with D a "
+     "digit 0 to 9"),
+    ({"task": "binary:03"}, "--task=binary:03 is not one of"),
+    ({"task": "binary"}, "--task=binary is not one of"),
+    ({"task": "regression:1"}, "--task=regression:1 is not one of"),
+    ({"task": "Multiclass"}, "--task=Multiclass is not one of"),
+    ({"task": "regression", "model": "linear"}, "--model=linear is a canned classifier of the "
+     "ten digits here, not yet its binary or regressor kind"),
 ])
 def test_bad_settings_are_named(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):
@@ -119,3 +127,9 @@ def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
   assert Config(model="dnn", hidden_units="32, 16").hidden_units_list() == [32, 16]
   Config(model="dnn", hidden_units="32,16", dropout=0.5, batch_norm=True,
          activation="tanh", dnn_optimizer="adam", dnn_learning_rate=0.01).validate()
+
+
+def test_a_teams_program_keeps_its_own_head():
+  with pytest.raises(ValueError, match="--estimator_program's model_fn has its own head"):
+    Config(estimator_program="team_program:PROGRAM", task="binary:1").validate_task()
+  Config(estimator_program="team_program:PROGRAM").validate_task()

@@ -15,13 +15,13 @@ SPECS = """
 import tf_keras
 from trainers.model import ModelSpec
 
-def build(seed, init, skip="", extra="", regularizer=None):
+def build(seed, init, skip="", extra="", regularizer=None, width=10):
   kernel = init("dense/kernel", "glorot_uniform") if skip != "kernel" else "zeros"
   if extra:
     init(extra, "zeros")
   image = tf_keras.Input((28, 28, 1), name="image")
   x = tf_keras.layers.Flatten(name="flatten")(image)
-  logits = tf_keras.layers.Dense(10, name="dense", kernel_initializer=kernel,
+  logits = tf_keras.layers.Dense(width, name="dense", kernel_initializer=kernel,
                                  bias_initializer=init("dense/bias", "zeros"),
                                  kernel_regularizer=regularizer)(x)
   return tf_keras.Model(image, logits)
@@ -35,6 +35,10 @@ TYPO = ModelSpec(name="typo", build=lambda seed, init: build(seed, init, extra="
 FAILING = ModelSpec(name="failing", build=failing)
 REGULARIZED = ModelSpec(name="regularized", build=lambda seed, init: build(seed, init,
                                                                            regularizer="l2"))
+WIDE = ModelSpec(name="wide", build=lambda seed, init, outputs: build(seed, init))
+OWN_LOSS = ModelSpec(name="own_loss",
+                     build=lambda seed, init, outputs=10: build(seed, init, width=outputs),
+                     loss=lambda labels, logits: logits[:, 0])
 """
 
 
@@ -64,6 +68,26 @@ def test_a_user_spec_builds_and_takes_initial_weights_by_name(user_specs):
 def test_a_spec_whose_build_is_wrong_is_named_before_any_training(user_specs, name, said):
   with pytest.raises(SpecError, match=said):
     model_lib.check(Config(model=f"user_specs:{name}"))
+
+
+@pytest.mark.parametrize("name, task, said", [
+    ("GOOD", "binary:3", "--task=binary:3 needs 1 output, and model good's build makes 10 "
+     "logits: give its build an `outputs` keyword"),
+    ("WIDE", "regression", r"model wide's build makes 1 output\(s\) of shape \[\(None, 10\)\]; "
+     r"--task=regression needs one of \(batch, 1\)"),
+    ("OWN_LOSS", "regression", "model own_loss has a loss of its own .* trains with its head's"),
+])
+def test_a_spec_that_cannot_take_the_task_is_named_before_any_training(user_specs, name, task,
+                                                                        said):
+  with pytest.raises(SpecError, match=said):
+    model_lib.check(Config(model=f"user_specs:{name}", task=task))
+
+
+@pytest.mark.parametrize("model", ["cnn", "cnn_bn"])
+def test_the_built_in_models_make_the_heads_width(model):
+  assert model_lib.build(Config(model=model)).output_shape == (None, 10)
+  assert model_lib.build(Config(model=model, task="binary:0")).output_shape == (None, 1)
+  assert model_lib.build(Config(model=model, task="regression")).output_shape == (None, 1)
 
 
 def test_a_loss_reduction_is_mean_or_sum():

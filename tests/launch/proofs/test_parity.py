@@ -293,3 +293,32 @@ def test_a_warm_started_run_passes_at_two_workers(real_data_dir, tmp_path):
   assert report["passed"], [c for c in report["checks"] if not c["passed"]]
   with open(tmp_path / "parity" / "short" / "estimator" / "run.log") as f:
     assert "Warm starting 4 variables" in f.read()
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("task,keys", [
+    ("binary:3", ("accuracy", "accuracy_baseline", "auc", "auc_precision_recall",
+                  "average_loss", "label/mean", "loss", "precision", "prediction/mean",
+                  "recall")),
+    ("regression", ("average_loss", "label/mean", "loss", "prediction/mean")),
+])
+def test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers(
+    task, keys, real_data_dir, tmp_path):
+  result = run_module("launch.parity", [
+      "--workers=1,2", f"--task={task}", "--train_steps=6", "--long_steps=40",
+      f"--data_dir={real_data_dir}", f"--out={tmp_path}"], timeout=1200)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  for workers in (1, 2):
+    report = json.loads((tmp_path / f"workers-{workers}" / "parity_report.json").read_text())
+    assert report["passed"], [c for c in report["checks"] if not c["passed"]]
+    names = {c["name"] for c in report["checks"]}
+    # Every metric of the head, the same weights evaluated by both backends' code.
+    assert {n for n in names if n.endswith("Estimator evaluator vs Keras evaluate")} == {
+        f"eval {k}, Estimator evaluator vs Keras evaluate" for k in keys}
+    per_checkpoint = next(c for c in report["checks"] if c["name"].startswith("eval per"))
+    assert f"{len(keys)} metrics ({', '.join(keys)})" in per_checkpoint["where"]
+    # The head's signatures: both have `regression`; a regressor's default is Regress.
+    checks = {c["name"].split(":")[0]: c for c in report["checks"]}
+    assert "signature regression" in checks
+    default = checks["signature serving_default"]["where"]
+    assert default.startswith("regress:" if task == "regression" else "classify:"), default
