@@ -66,7 +66,8 @@ _OPTIMIZERS = flags.DEFINE_list("optimizer", [Config.optimizer], "Optimizers to 
                                 + ", ".join(config_lib.OPTIMIZER_DEFAULTS)
                                 + ". A canned model (dnn, linear, wide_deep) trains once, "
                                 "with its own (--dnn_optimizer, --linear_optimizer).")
-_CONFIG = trainer_flags.define_config_flags(("model_options", "task", *trainer_flags.PROGRAM_FIELDS,
+_CONFIG = trainer_flags.define_config_flags(("model_options", "task",
+                                             *trainer_flags.PROGRAM_FIELDS,
                                              *trainer_flags.WARM_START_FIELDS,
                                              *config_lib.HYPERPARAMETERS,
                                              *config_lib.CANNED_SETTINGS,

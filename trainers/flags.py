@@ -21,9 +21,9 @@ from trainers.run_options import RunOptions
 
 FLAGS = flags.FLAGS
 ConfigFlags = Dict[str, flags.FlagHolder]
-# The Config fields that name the model (with a canned model's settings), and the
-# optimizer with its hyperparameters.
-MODEL_FIELDS = ("model", "model_options", *config_lib.CANNED_SETTINGS)
+# The Config fields that name the model (with its head and a canned model's settings), and
+# the optimizer with its hyperparameters.
+MODEL_FIELDS = ("model", "model_options", "task", *config_lib.CANNED_SETTINGS)
 OPTIMIZER_FIELDS = ("optimizer", *config_lib.HYPERPARAMETERS)
 # How the optimizer steps: the schedule (its length, --decay_steps, is a tool's own where it
 # sets one apart) and clipping.

@@ -11,7 +11,7 @@ settings with that record:
 - The worker count may change while the global batch stays: it is recorded.
 - The optimizer may not change: the checkpoint holds its state, which another
   optimizer has no place for.
-- Anything else (backend, model and its options, batch, the optimizer's
+- Anything else (backend, model and its options, its task, batch, the optimizer's
   hyperparameters, seed, the schedule's length) is refused with exit 2 listing each
   difference, unless `--allow_config_change` is given: then the change is recorded
   in `progress.jsonl` and the record updated.
@@ -34,7 +34,7 @@ RECORD_FILE = "run.json"
 # learning-rate schedule's length: --decay_steps, or --train_steps when 0).
 _FLAGS = {"backend": "the backend", "estimator_program": "--estimator_program",
           "program_params": "--program_params", "model": "--model",
-          "model_options": "--model_options",
+          "model_options": "--model_options", "task": "--task",
           "global_batch_size": "--global_batch_size",
           **{name: f"--{name}" for name in config_lib.HYPERPARAMETERS},
           **{name: f"--{name}" for name in config_lib.CANNED_SETTINGS},
@@ -66,7 +66,7 @@ def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   canned = config.canned_settings()
   program = {"estimator_program": config.estimator_program,
              "program_params": config.program_params}
-  model = {"model": config.model, "model_options": config.model_options}
+  model = {"model": config.model, "model_options": config.model_options, "task": config.task}
   if backend == "estimator" and config.estimator_program:
     # Their model_fn holds the model, its optimizer and schedule.
     model, optimizer = {}, {"optimizer": PROGRAM_OPTIMIZER}

@@ -13,6 +13,12 @@ image feature (784 floats); every model here, in both backends, exports:
   `all_classes`, string [N, 10], `logits` and `probabilities`, float [N, 10].
 - `image:predict`, Predict: input `image`, float [N, 28, 28, 1]; outputs as `predict`.
 
+That is the multiclass head's (`--task=multiclass`); each head exports its own
+(trainers/heads.py, `Head.signatures`): a binary head's classes are "0" and "1" and it adds
+`regression`, Regress (`tensorflow/serving/regress`): input `inputs`, output `outputs`, the
+logistic, float [N, 1]; a regression head's `serving_default` and `regression` are Regress
+(`outputs`, the prediction) and its `predict` gives `predictions`.
+
 `image:predict` takes the image tensor, for clients that send no tf.Example; the
 Estimator names the signatures of an alternative receiver `<receiver>:<output>`.
 

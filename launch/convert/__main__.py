@@ -104,6 +104,7 @@ def _model_settings(source: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
   recorded = run_record.read(source) or {}
   if "model" in recorded and not any(_CONFIG[n].present for n in trainer_flags.MODEL_FIELDS):
     settings.update(model=recorded["model"], model_options=recorded.get("model_options", ""),
+                    task=recorded.get("task", config_lib.MULTICLASS),
                     **{n: recorded[n] for n in config_lib.CANNED_SETTINGS if n in recorded})
   return settings, recorded
 

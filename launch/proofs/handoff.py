@@ -36,6 +36,7 @@ from launch.proofs import reference
 from launch.proofs import runs
 from launch.proofs import serving_check
 from trainers import checkpoints
+from trainers import heads
 from trainers import keras_trainer
 from trainers import model_dir as layout
 from trainers import schedules
@@ -253,7 +254,8 @@ def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Conf
       served = serving_check.compare(first[source]["export_dir"], converted[source],
                                      lambda: serving_check.test_images(config),
                                      serving.feature_name(config), tolerances.logits_atol,
-                                     names=pair)
+                                     names=pair,
+                                     required=serving.signature_keys(heads.head(config)))
     elif program.exports:  # The program's own signatures, and the port's of them.
       served = serving_check.compare_exports(first[source]["export_dir"], converted[source],
                                              lambda: serving_check.test_features(config),

@@ -128,7 +128,7 @@ class Runs:
                                log_path=os.path.join(self.run_dir(name), "run.log"),
                                timeout=self.timeout, extra_flags=extra_flags, python=python,
                                engine=engine)
-    logging.info("Trained %s in %.0f s: step %d, %s %.4f.", name, time.monotonic() - started,
+    logging.info("Trained %s in %.0f s: step %d, %s %.4g.", name, time.monotonic() - started,
                  summary["global_step"], *headline(summary))
     return summary
 
