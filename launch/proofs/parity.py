@@ -48,11 +48,6 @@ class Tolerances:
   accuracy_pp: float = 0.3
   curve_rtol: float = 0.05
   eval_atol: float = 1e-6  # Every metric of the head but accuracy, which must be equal.
-  # AUC's, between two runs' checkpoints: its 200 buckets make it jump when one test image's
-  # logistic crosses a bucket's edge, and two runs' weights differ by their rounding (the
-  # same weights evaluated by both backends are held to eval_atol). Measured: 4.1e-4, one
-  # worker, --task=binary:3, weights 2.5e-7 apart (docs/parity.md, "Heads").
-  eval_auc_atol: float = 1e-3
   prediction_atol: float = 1e-5
   # The reference's weight limit, if above weight_atol: this many times its rounding floor.
   reference_floor_factor: float = 2.0
@@ -159,7 +154,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
     long_checks, summaries = run.long(long_steps)
     checks += long_checks
   checks.append(checkpoint_eval_parity({b: summaries[b]["model_dir"] for b in BACKENDS},
-                                       tolerances.eval_atol, tolerances.eval_auc_atol))
+                                       tolerances.eval_atol))
   checks += _eval_parity(config, summaries["estimator"], tolerances.eval_atol,
                          run.assignment_map)
   notes = _program_notes(program) if program else []
@@ -339,7 +334,7 @@ def compare_engines(config: Config, weights: Dict[str, model_lib.Weights],
         if name == "variable mapping" else name)
     checks.append(checkpoint_eval_parity({backend: local[backend]["model_dir"],
                                           label: summary["model_dir"]},
-                                         tolerances.eval_atol, tolerances.eval_auc_atol))
+                                         tolerances.eval_atol))
   return checks
 
 
@@ -427,10 +422,10 @@ def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],
                where != "no progress records" and worst <= rtol, worst, rtol, where)
 
 
-def checkpoint_eval_parity(model_dirs: Dict[str, str], atol: float, auc_atol: float) -> Check:
+def checkpoint_eval_parity(model_dirs: Dict[str, str], atol: float) -> Check:
   """Each backend's evaluator (or, in one process, its own evaluation), checkpoint by
-  checkpoint: at every step both evaluated, accuracy equal, AUC's within `auc_atol` and
-  every other metric of the head (the loss too) within `atol`.
+  checkpoint: at every step both evaluated, accuracy equal and every other metric of the
+  head (the loss too) within `atol`.
 
   An evaluator takes the newest checkpoint each time it looks, so it may skip
   some: `where` lists the steps each side evaluated. The final step must be
@@ -446,29 +441,18 @@ def checkpoint_eval_parity(model_dirs: Dict[str, str], atol: float, auc_atol: fl
   if not common_steps or common_steps[-1] != final:
     return Check(name, False, float(len(common_steps)), 1.0,
                  f"final step {final} not evaluated by both: {evaluated}")
-  # Each gap as a share of its limit; AUC's reported apart.
-  aucs = {s: max([g for k, g in metric_gaps(ra[s], rb[s]).items() if k in AUCS], default=0.0)
-          for s in common_steps}
-  gaps = {s: {k: g for k, g in metric_gaps(ra[s], rb[s]).items() if k not in AUCS}
-          for s in common_steps}
+  gaps = {s: metric_gaps(ra[s], rb[s]) for s in common_steps}
   worst = max(common_steps, key=lambda s: max(gaps[s].values()))
   worst_metric = max(gaps[worst], key=gaps[worst].get)
-  worst_auc = max(common_steps, key=aucs.get)
   wrong_accuracy = [s for s in common_steps if gaps[s].get("accuracy")]
-  passed = (not wrong_accuracy and all(max(g.values()) <= atol for g in gaps.values())
-            and aucs[worst_auc] <= auc_atol)
-  keys = sorted({*gaps[worst], *(AUCS & set(ra[worst]) & set(rb[worst]))})
-  auc_note = (f"; AUC's widest gap {aucs[worst_auc]:.2g} at step {worst_auc} (limit "
-              f"{auc_atol:g})" if AUCS & set(keys) else "")
+  passed = not wrong_accuracy and all(max(g.values()) <= atol for g in gaps.values())
+  keys = sorted(gaps[worst])
   return Check(name, passed, gaps[worst][worst_metric], atol,
                f"{len(keys)} metrics ({', '.join(keys)}), the widest gap {worst_metric} at "
-               f"step {worst}{auc_note}"
+               f"step {worst}"
                + (f"; accuracy differs at steps {wrong_accuracy}" if wrong_accuracy else
                   f"; accuracy equal at all {len(common_steps)} common steps"
                   if "accuracy" in keys else "") + f"; {evaluated}")
-
-
-AUCS = {"auc", "auc_precision_recall"}  # A binary head's bucketed metrics.
 
 
 def metric_gaps(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, float]:
