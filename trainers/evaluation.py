@@ -24,11 +24,13 @@ def log_result(step: int, metrics: Mapping[str, float]) -> None:
 
 def write_result(model_dir: str, step: int, metrics: Mapping[str, float]) -> None:
   """Writes one evaluation's metrics (the head's: trainers/heads.py) to `model_dir/eval` at
-  `step`, `loss` last (`read_results` counts a step once its loss is there).
+  `step`, `loss` last (`read_results` counts a step once its loss is there) and, where the
+  head reports `average_loss`, equal to it (`mean_loss`).
 
   A writer per result, closed at once: a chief may be waiting for it, and a
   writer kept open did not flush it before the process exited.
   """
+  metrics = mean_loss(dict(metrics))
   writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.EVAL_SUBDIR))
   with writer.as_default(step=step):
     for name in sorted(metrics, key=lambda name: name == "loss"):
@@ -69,8 +71,9 @@ def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
 
 
 def mean_loss(metrics: Dict[str, float]) -> Dict[str, float]:
-  """An Estimator's evaluation with `loss` the per-example mean, as both backends report
-  it: a canned head's `average_loss` (a v1 head's `loss` is the sum over its batch)."""
+  """An evaluation with `loss` the per-example mean, as both backends report it: the head's
+  `average_loss` (an Estimator's `loss` is a mean of batch means, a v1 head's the sum over
+  its batch; Keras's compiled loss may round otherwise)."""
   if _MEAN_LOSS not in metrics:
     return metrics
   return {**metrics, "loss": metrics[_MEAN_LOSS]}

@@ -167,8 +167,13 @@ class Head:
     return f"{BINARY}:{self.positive}" if self.kind == BINARY else self.kind
 
   def keras_metrics(self) -> List[tf_keras.metrics.Metric]:
-    """The head's metrics but `loss` (which Keras's compiled loss reports), each a
-    `HeadMetric` of `(labels, logits)`."""
+    """The head's metrics but `loss` (which Keras's compiled loss reports), each of
+    `(labels, logits)`: the ten-class head's Keras's own classes, which compute them alike
+    and load in `tf_keras.models.load_model` without this module; the others'
+    `HeadMetric`s."""
+    if self.kind == MULTICLASS:
+      return [tf_keras.metrics.SparseCategoricalAccuracy("accuracy"),
+              tf_keras.metrics.SparseCategoricalCrossentropy("average_loss", from_logits=True)]
     return [HeadMetric(self.task, key) for key in self.metric_keys if key != "loss"]
 
   def _metric(self, key: str) -> Tuple[tf_keras.metrics.Metric,

@@ -147,7 +147,8 @@ def evaluate_weights(config: Config, weights: model_lib.Weights,
   model = model_lib.build(config, weights)
   model.compile(**_loss_and_metrics(config))
   input_fn = input_fn or inputs.default_input_fn(config)
-  return model.evaluate(input_fn(mnist.EVAL, None), verbose=0, return_dict=True)
+  return evaluation.mean_loss(model.evaluate(input_fn(mnist.EVAL, None), verbose=0,
+                                             return_dict=True))
 
 
 class StepsCallback(tf_keras.callbacks.Callback):

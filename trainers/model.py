@@ -37,7 +37,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from data import mnist
 from trainers import heads
 from trainers import model_registry
 from trainers.config import MULTICLASS, Config
@@ -171,10 +170,10 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
   width = heads.head(config).logits_dimension
   if "outputs" in inspect.signature(model_spec.build).parameters:
     options["outputs"] = width
-  elif width != mnist.NUM_CLASSES:
+  elif config.task != MULTICLASS:
     raise model_registry.SpecError(
         f"--task={config.task} needs {width} output, and model {model_spec.name}'s build "
-        f"makes 10 logits: give its build an `outputs` keyword, the width of its last layer "
+        f"takes no `outputs`: give it that keyword, the width of its last layer "
         f"(trainers/heads.py), or train --task=multiclass.")
   asked: Set[str] = set()
 
@@ -189,8 +188,9 @@ def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
     return tf_keras.initializers.Constant(initial_weights[name])
 
   model, weights = _build_tracking_weights(lambda: model_spec.build(config.seed, init, **options))
+  # Any width under the ten-class head: a port's logits are its program's.
   made = model.outputs[0].shape[-1] if len(model.outputs) == 1 else None
-  if made != width:
+  if config.task != MULTICLASS and made != width:
     raise model_registry.SpecError(
         f"model {model_spec.name}'s build makes {len(model.outputs)} output(s) of shape "
         f"{[tuple(o.shape) for o in model.outputs]}; --task={config.task} needs one of "

@@ -71,8 +71,8 @@ def test_a_spec_whose_build_is_wrong_is_named_before_any_training(user_specs, na
 
 
 @pytest.mark.parametrize("name, task, said", [
-    ("GOOD", "binary:3", "--task=binary:3 needs 1 output, and model good's build makes 10 "
-     "logits: give its build an `outputs` keyword"),
+    ("GOOD", "binary:3", "--task=binary:3 needs 1 output, and model good's build takes no "
+     "`outputs`: give it that keyword"),
     ("WIDE", "regression", r"model wide's build makes 1 output\(s\) of shape \[\(None, 10\)\]; "
      r"--task=regression needs one of \(batch, 1\)"),
     ("OWN_LOSS", "regression", "model own_loss has a loss of its own .* trains with its head's"),
