@@ -1,4 +1,5 @@
-"""`cnn`, the default model: Conv2D(32, 3)-MaxPool-Flatten-Dense(64)-Dense(10) logits."""
+"""`cnn`, the default model: Conv2D(32, 3)-MaxPool-Flatten-Dense(64)-Dense(outputs) logits (10,
+or 1 for a binary or regression head)."""
 
 import tf_keras
 

@@ -1,11 +1,12 @@
 """`cnn_bn`: convolutions with BatchNorm, and Dropout before the logits.
 
 Conv2D(32, 3)-BN-ReLU-MaxPool, Conv2D(64, 3)-BN-ReLU-MaxPool, Flatten, Dense(128)-BN-ReLU,
-Dropout(`dropout`), Dense(10) logits. The convolutions and the hidden layer have no bias
-(BatchNorm's beta is the shift). BatchNorm's moving mean and variance are non-trainable
-weights that training updates: Keras through the layer's own updates, the Estimator
-through UPDATE_OPS (estimator_trainer.make_model_fn). Each replica normalizes with its
-own batch's statistics; the saved moving statistics are the mean over the replicas.
+Dropout(`dropout`), Dense(`outputs`) logits (10, or 1 for a binary or regression head). The
+convolutions and the hidden layer have no bias (BatchNorm's beta is the shift). BatchNorm's
+moving mean and variance are non-trainable weights that training updates: Keras through
+the layer's own updates, the Estimator through UPDATE_OPS (estimator_trainer.make_model_fn).
+Each replica normalizes with its own batch's statistics; the saved moving statistics are the
+mean over the replicas.
 """
 
 import tf_keras
