@@ -464,17 +464,10 @@ class Config:
 
   def validate_task(self) -> None:
     """Raises ValueError naming the fix for a --task that is none of `TASKS`, or one the
-    model cannot take: a team's program's model_fn has its own head, and the canned
-    models here are classifiers of the ten digits."""
-    if parse_task(self.task)[0] == MULTICLASS:
-      return
-    if self.estimator_program:
+    model cannot take: a team's program's model_fn has its own head."""
+    if parse_task(self.task)[0] != MULTICLASS and self.estimator_program:
       raise ValueError(f"--task={self.task}: --estimator_program's model_fn has its own head "
                        "and its input_fn its own labels; leave --task out.")
-    if self.canned_settings():
-      raise ValueError(f"--task={self.task}: --model={self.model} is a canned classifier of "
-                       f"the ten digits here, not yet its binary or regressor kind; train "
-                       f"--task={MULTICLASS}, or --model=cnn or a spec of your own.")
 
   def validate_checkpointing(self) -> None:
     """Raises ValueError naming the fix for a negative --keep_checkpoint_max, a warm-start

@@ -12,6 +12,8 @@ Each head's metrics (`METRIC_KEYS`) are the head's own: the Estimator evaluates 
 head itself (`estimator_head`), Keras with `keras_metrics`, the same Keras metric classes the
 TF2 heads update, fed the same values (class ids, the logistic, the labels), so both report
 the same names and values. Their `loss` is the per-example mean (trainers/evaluation.py).
+A `tf.compat.v1.estimator` canned class's head (`v1`) reports the same keys from
+`tf.compat.v1.metrics`: of those only its AUCs are computed otherwise (`_V1AUC`).
 
 A spec's `build` makes the head's width when it takes `outputs` (`build(seed, init,
 outputs=1)`); `trainers/model.py` passes it and checks the model's output.
@@ -43,10 +45,11 @@ class HeadMetric(tf_keras.metrics.Metric):
   logits) as the head updates its own. Registered: a SavedModel compiled with it loads in
   `tf_keras.models.load_model` once this module is imported."""
 
-  def __init__(self, task: str, key: str, name: Optional[str] = None, dtype=None):
+  def __init__(self, task: str, key: str, v1: bool = False, name: Optional[str] = None,
+               dtype=None):
     super().__init__(name=name or key, dtype=dtype)
-    self._task, self._key = task, key
-    self._metric, self._update = Head(*parse_task(task))._metric(key)
+    self._task, self._key, self._v1 = task, key, v1
+    self._metric, self._update = Head(*parse_task(task), v1=v1)._metric(key)
 
   def update_state(self, y_true, y_pred, sample_weight=None):
     del sample_weight  # Keras's padding mask: evaluation here has none.
@@ -59,7 +62,7 @@ class HeadMetric(tf_keras.metrics.Metric):
     self._metric.reset_state()
 
   def get_config(self):
-    return {**super().get_config(), "task": self._task, "key": self._key}
+    return {**super().get_config(), "task": self._task, "key": self._key, "v1": self._v1}
 
 
 class _Baseline(tf_keras.metrics.Mean):
@@ -70,12 +73,38 @@ class _Baseline(tf_keras.metrics.Mean):
     return tf.math.divide_no_nan(tf.maximum(self.total, self.count - self.total), self.count)
 
 
+class _V1AUC(tf_keras.metrics.AUC):
+  """`tf.compat.v1.metrics.auc` as a v1 head calls it (trapezoids, the default): Keras's
+  thresholds and counts, each example counted at every threshold it is above (Keras's
+  shortcut for even thresholds may bucket one at a threshold otherwise), and v1's areas:
+  recall (tp + 1e-6) / (tp + fn + 1e-6), precision alike, a false-positive rate
+  fp / (fp + tn + 1e-6), summed by trapezoids for the PR curve too (metrics_impl.py),
+  where Keras's AUC divides without the epsilons and interpolates the PR curve."""
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self._thresholds_distributed_evenly = False
+
+  def result(self):
+    epsilon = 1e-6
+    tp, fn = self.true_positives, self.false_negatives
+    recall = (tp + epsilon) / (tp + fn + epsilon)
+    if self.curve.value == "PR":
+      x, y = recall, (tp + epsilon) / (tp + self.false_positives + epsilon)
+    else:
+      x = self.false_positives / (self.false_positives + self.true_negatives + epsilon)
+      y = recall
+    return tf.reduce_sum((x[:-1] - x[1:]) * (y[:-1] + y[1:]) / 2.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Head:
-  """A task's head (see the module docstring). `positive`: binary's digit D."""
+  """A task's head (see the module docstring). `positive`: binary's digit D; `v1`: a
+  `tf.compat.v1.estimator` canned class's head, whose metrics are `tf.compat.v1.metrics`."""
 
   kind: str
   positive: Optional[int] = None
+  v1: bool = False
 
   @property
   def logits_dimension(self) -> int:
@@ -174,7 +203,7 @@ class Head:
     if self.kind == MULTICLASS:
       return [tf_keras.metrics.SparseCategoricalAccuracy("accuracy"),
               tf_keras.metrics.SparseCategoricalCrossentropy("average_loss", from_logits=True)]
-    return [HeadMetric(self.task, key) for key in self.metric_keys if key != "loss"]
+    return [HeadMetric(self.task, key, self.v1) for key in self.metric_keys if key != "loss"]
 
   def _metric(self, key: str) -> Tuple[tf_keras.metrics.Metric,
                                        Callable[[tf.Tensor, tf.Tensor], Dict]]:
@@ -199,6 +228,7 @@ class Head:
               "sample_weight": tf.ones_like(value)}
 
     labels = mean(lambda y, _: self._labels(y))
+    auc = _V1AUC if self.v1 else metrics.AUC
     made = {
         "average_loss": (metrics.Mean(), mean(self._unweighted_loss, broadcast=False)),
         "accuracy": (metrics.Accuracy(), ids),
@@ -208,8 +238,8 @@ class Head:
             "logistic", z))),
         "label/mean": (metrics.Mean(), labels),
         "accuracy_baseline": (_Baseline(), labels),
-        "auc": (metrics.AUC(), logistic),
-        "auc_precision_recall": (metrics.AUC(curve="PR"), logistic),
+        "auc": (auc(), logistic),
+        "auc_precision_recall": (auc(curve="PR"), logistic),
     }
     if self.kind == REGRESSION:  # Its label mean reads the labels as the input gives them.
       made["label/mean"] = (metrics.Mean(), mean(lambda y, _: y, broadcast=False))
@@ -228,5 +258,6 @@ DIGITS = Head(MULTICLASS)  # The default task's: a canned classifier of the ten 
 
 
 def head(config: Config) -> Head:
-  """The head of the run's --task."""
-  return Head(*parse_task(config.task))
+  """The head of the run's --task, a v1 one for a `tf.compat.v1.estimator` canned model."""
+  v1 = bool(config.canned_settings()) and config.model.endswith("_v1")
+  return Head(*parse_task(config.task), v1=v1)

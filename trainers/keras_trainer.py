@@ -94,8 +94,11 @@ class _OneCollectiveModel(tf_keras.Model):
     super().__init__(model.inputs, model.outputs, name=model.name)
     self._clip_norm = clip_norm
     # Set past Keras's attribute tracking: a tracked metric would be saved in
-    # checkpoints and listed among the model's weights.
-    object.__setattr__(self, "_loss_mean", tf_keras.metrics.Mean("loss"))
+    # checkpoints and listed among the model's weights. In float64: StepsCallback takes
+    # each step's loss as the difference of two running sums, which in float32 keep
+    # about 7 digits of the sum, not of the step (after a loss of 4e5, later steps of
+    # 0.2 came out 28% off).
+    object.__setattr__(self, "_loss_mean", tf_keras.metrics.Mean("loss", dtype=tf.float64))
 
   @property
   def metrics(self) -> List[tf_keras.metrics.Metric]:

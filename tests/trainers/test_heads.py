@@ -59,6 +59,54 @@ def test_the_loss_and_the_predictions_are_the_canned_heads(task):
     np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
 
 
+def _v1_head(head: heads.Head):
+  """The head a tf.compat.v1.estimator canned class of the task builds (summed loss)."""
+  from tensorflow_estimator.python.estimator.canned import head as v1_heads  # noqa: PLC0415
+  if head.kind == "regression":
+    return v1_heads._regression_head(loss_reduction=tf.compat.v1.losses.Reduction.SUM)
+  return v1_heads._binary_logistic_or_multi_class_head(
+      n_classes=max(2, head.logits_dimension), weight_column=None, label_vocabulary=None,
+      loss_reduction=tf.compat.v1.losses.Reduction.SUM)
+
+
+def _v1_metrics(head: heads.Head, batches) -> dict:
+  """The v1 head's eval_metric_ops over `batches`, run in a graph as the Estimator runs them."""
+  with tf.Graph().as_default():
+    labels = tf.compat.v1.placeholder(batches[0][0].dtype, [None])
+    logits = tf.compat.v1.placeholder(tf.float32, [None, head.logits_dimension])
+    spec = _v1_head(head).create_estimator_spec(
+        features={"image": logits}, mode=tf.estimator.ModeKeys.EVAL, logits=logits,
+        labels=labels)
+    ops = {k: v for k, v in spec.eval_metric_ops.items() if k != "loss"}
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.local_variables_initializer())
+      for y, z in batches:
+        session.run([update for _, update in ops.values()], {labels: y, logits: z})
+      return {k: float(v) for k, v in session.run({k: v for k, (v, _) in ops.items()}).items()}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_v1_canned_models_metrics_are_its_v1_heads(task):
+  head = heads.head(Config(task=task, model="dnn_v1"))
+  assert head.v1
+  batches = [(y.numpy(), z.numpy()) for y, z in _batches(head, size=500)]
+  want = _v1_metrics(head, batches)
+  ours = head.keras_metrics()
+  for labels, logits in batches:
+    for metric in ours:
+      metric.update_state(tf.constant(labels), tf.constant(logits))
+  got = {m.name: float(m.result()) for m in ours}
+  assert sorted([*got, "loss"]) == list(head.metric_keys) == sorted([*want, "loss"])
+  assert got == pytest.approx(want, abs=1e-7, rel=0)
+  if head.kind == "binary":
+    # Keras's own AUC (a TF2 head's) interpolates the PR curve: not v1's trapezoids.
+    tf2 = heads.head(Config(task=task)).keras_metrics()
+    pr = next(m for m in tf2 if m.name == "auc_precision_recall")
+    for labels, logits in batches:
+      pr.update_state(tf.constant(labels), tf.constant(logits))
+    assert abs(float(pr.result()) - want["auc_precision_recall"]) > 1e-4
+
+
 @pytest.mark.parametrize("task,signatures", [
     ("multiclass", {"serving_default": "classify", "classification": "classify",
                     "predict": "predict"}),

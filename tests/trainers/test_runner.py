@@ -286,7 +286,6 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
     (["--warm_start_vars=conv"], {}, "--warm_start_vars says what --warm_start_from starts"),
     (["--workers=2", "--keep_checkpoint_max=-1"], {}, "--keep_checkpoint_max must be >= 0"),
     (["--workers=2", "--task=binary:12"], {}, "--task=binary:12 is not one of multiclass"),
-    (["--task=regression", "--model=dnn_v1"], {}, "--model=dnn_v1 is a canned classifier"),
 ])])
 def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_data_dir,
                                             tmp_path):

@@ -11,7 +11,10 @@
   loss, tf.compat.v1.train optimizers), whose twins train with the v1-exact tf_keras
   optimizers;
 
-each over one `numeric_column` of the image (`--feature_name`), 10 classes. The
+each over one `numeric_column` of the image (`--feature_name`), of the run's --task
+(trainers/heads.py): a classifier of the ten digits (multiclass, the default), of two
+classes (`--task=binary:D`, `n_classes=2`), or the class's regressor (`--task=regression`:
+`DNNRegressor`, `LinearRegressor`, `DNNLinearCombinedRegressor`). The
 Estimator backend constructs the canned class itself (`Canned.estimator`) with the
 run's settings (`Config.canned_settings`); the Keras backend trains the twin that
 `build` makes: the same layers, with weights of the canned names
@@ -24,7 +27,7 @@ the same constant rate (`Canned.keras_optimizer`). Started from the same weights
 """
 
 import functools
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -46,9 +49,9 @@ BN_MOMENTUM = 0.999
 
 
 def _dnn_logits(x: tf.Tensor, seed: int, init: model.Init, hidden_units: str, dropout: float,
-                batch_norm: bool, activation: str) -> tf.Tensor:
+                batch_norm: bool, activation: str, outputs: int) -> tf.Tensor:
   """DNNClassifier's network on flat features: [Dense, Dropout while training,
-  BatchNormalization] per hidden layer, then the logits."""
+  BatchNormalization] per hidden layer, then `outputs` logits."""
   layers = tf_keras.layers
   units = config_lib.widths(hidden_units)
 
@@ -67,24 +70,24 @@ def _dnn_logits(x: tf.Tensor, seed: int, init: model.Init, hidden_units: str, dr
       x = layers.Dropout(dropout, seed=seed + i, name=f"{name}/dropout")(x)
     if batch_norm:
       x = model.batch_normalization(init, f"{name}/batchnorm_{i}", BN_MOMENTUM)(x)
-  return dense("dnn/logits", mnist.NUM_CLASSES, len(units))(x)
+  return dense("dnn/logits", outputs, len(units))(x)
 
 
 class _LinearModel(tf_keras.layers.Layer):
   """LinearClassifier's model over one numeric feature: flat features @ weights + bias,
-  both zeros at first, named as the canned ones."""
+  both zeros at first, named as the canned ones; `outputs` logits."""
 
-  def __init__(self, feature_name: str, init: model.Init, **kwargs):
+  def __init__(self, feature_name: str, init: model.Init, outputs: int, **kwargs):
     super().__init__(name="linear/linear_model", **kwargs)
-    self._feature, self._init = feature_name, init
+    self._feature, self._init, self._outputs = feature_name, init, outputs
 
   def build(self, input_shape):
     prefix = f"{self.name}/"
     self.weights_ = self.add_weight(
-        f"{self._feature}/weights", shape=(input_shape[-1], mnist.NUM_CLASSES),
+        f"{self._feature}/weights", shape=(input_shape[-1], self._outputs),
         initializer=self._init(f"{prefix}{self._feature}/weights", "zeros"))
     self.bias = self.add_weight(
-        "bias_weights", shape=(mnist.NUM_CLASSES,),
+        "bias_weights", shape=(self._outputs,),
         initializer=self._init(f"{prefix}bias_weights", "zeros"))
 
   def call(self, features):
@@ -98,28 +101,32 @@ def _flat_image():
 
 
 def build_dnn(seed: int, init: model.Init, hidden_units: str, dropout: float,
-              batch_norm: bool, activation: str, **_: Any) -> tf_keras.Model:
-  """The twin of DNNClassifier (the optimizer settings it is also given are not the
-  model's)."""
+              batch_norm: bool, activation: str, outputs: int = mnist.NUM_CLASSES, **_: Any
+              ) -> tf_keras.Model:
+  """The twin of DNNClassifier, or of DNNRegressor (the optimizer settings it is also given
+  are not the model's); `outputs`: the head's logits (trainers/heads.py)."""
   image, x = _flat_image()
   return tf_keras.Model(image, _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm,
-                                           activation), name="dnn")
+                                           activation, outputs), name="dnn")
 
 
-def build_linear(seed: int, init: model.Init, feature_name: str, **_: Any) -> tf_keras.Model:
-  """The twin of LinearClassifier."""
+def build_linear(seed: int, init: model.Init, feature_name: str,
+                 outputs: int = mnist.NUM_CLASSES, **_: Any) -> tf_keras.Model:
+  """The twin of LinearClassifier, or of LinearRegressor."""
   del seed  # Zeros, as the canned weights start.
   image, x = _flat_image()
-  return tf_keras.Model(image, _LinearModel(feature_name, init)(x), name="linear")
+  return tf_keras.Model(image, _LinearModel(feature_name, init, outputs)(x), name="linear")
 
 
 def build_wide_deep(seed: int, init: model.Init, hidden_units: str, dropout: float,
-                    batch_norm: bool, activation: str, feature_name: str, **_: Any
-                    ) -> tf_keras.Model:
-  """The twin of DNNLinearCombinedClassifier: the DNN's logits plus the linear model's."""
+                    batch_norm: bool, activation: str, feature_name: str,
+                    outputs: int = mnist.NUM_CLASSES, **_: Any) -> tf_keras.Model:
+  """The twin of DNNLinearCombinedClassifier, or of its regressor: the DNN's logits plus
+  the linear model's."""
   image, x = _flat_image()
-  dnn = _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm, activation)
-  logits = tf_keras.layers.Add(name="logits")([dnn, _LinearModel(feature_name, init)(x)])
+  dnn = _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm, activation, outputs)
+  logits = tf_keras.layers.Add(name="logits")([dnn, _LinearModel(feature_name, init,
+                                                                 outputs)(x)])
   return tf_keras.Model(image, logits, name="wide_deep")
 
 
@@ -209,41 +216,60 @@ def _columns(settings: Dict[str, Any]):
   return [tf.feature_column.numeric_column(settings["feature_name"], shape=mnist.IMAGE_SHAPE)]
 
 
-def dnn_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any],
-                   v1: bool = False) -> Any:
-  """tf.estimator.DNNClassifier with the run's settings (`v1`: tf.compat.v1.estimator's)."""
+def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, int]]:
+  """The canned class of `family` (`DNN`, `Linear`, `DNNLinearCombined`) in `api` for the
+  run's --task, with its head's argument: a classifier's n_classes (2 for a binary task), a
+  regressor's none (label_dimension 1, its default)."""
+  kind, _ = config_lib.parse_task(config.task)
+  if kind == config_lib.REGRESSION:
+    return getattr(api, f"{family}Regressor"), {}
+  n_classes = mnist.NUM_CLASSES if kind == config_lib.MULTICLASS else 2
+  return getattr(api, f"{family}Classifier"), {"n_classes": n_classes}
+
+
+def _api(v1: bool) -> Tuple[Any, Callable[[str, float], Any]]:
+  """tf.estimator or tf.compat.v1.estimator, and what its canned classes take as an
+  optimizer."""
+  return ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
+          else (tf.estimator, _canned_optimizer))
+
+
+def dnn_estimator(config: Config, run_config: Any, warm_start_from: Optional[Any],
+                  v1: bool = False) -> Any:
+  """tf.estimator.DNNClassifier (DNNRegressor for --task=regression) with the run's
+  settings (`v1`: tf.compat.v1.estimator's)."""
   settings = config.canned_settings()
-  api, optimizer = ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
-                    else (tf.estimator, _canned_optimizer))
-  return api.DNNClassifier(
-      hidden_units=config.hidden_units_list(), feature_columns=_columns(settings),
-      n_classes=mnist.NUM_CLASSES,
+  api, optimizer = _api(v1)
+  canned_class, head = _of_task(config, api, "DNN")
+  return canned_class(
+      hidden_units=config.hidden_units_list(), feature_columns=_columns(settings), **head,
       optimizer=optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
       activation_fn=getattr(tf.nn, settings["activation"]),
       dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
       config=run_config, warm_start_from=warm_start_from)
 
 
-def linear_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any],
-                      v1: bool = False) -> Any:
-  """tf.estimator.LinearClassifier with the run's settings (`v1`: tf.compat.v1.estimator's)."""
+def linear_estimator(config: Config, run_config: Any, warm_start_from: Optional[Any],
+                     v1: bool = False) -> Any:
+  """tf.estimator.LinearClassifier (LinearRegressor for --task=regression) with the run's
+  settings (`v1`: tf.compat.v1.estimator's)."""
   settings = config.canned_settings()
-  api, optimizer = ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
-                    else (tf.estimator, _canned_optimizer))
-  return api.LinearClassifier(
-      feature_columns=_columns(settings), n_classes=mnist.NUM_CLASSES,
+  api, optimizer = _api(v1)
+  canned_class, head = _of_task(config, api, "Linear")
+  return canned_class(
+      feature_columns=_columns(settings), **head,
       optimizer=optimizer(settings["linear_optimizer"], settings["linear_learning_rate"]),
       config=run_config, warm_start_from=warm_start_from)
 
 
-def wide_deep_classifier(config: Config, run_config: Any, warm_start_from: Optional[Any],
-                         v1: bool = False) -> Any:
-  """tf.estimator.DNNLinearCombinedClassifier with the run's settings, both parts over the
-  image (`v1`: tf.compat.v1.estimator's)."""
+def wide_deep_estimator(config: Config, run_config: Any, warm_start_from: Optional[Any],
+                        v1: bool = False) -> Any:
+  """tf.estimator.DNNLinearCombinedClassifier (its regressor for --task=regression) with the
+  run's settings, both parts over the image (`v1`: tf.compat.v1.estimator's)."""
   settings = config.canned_settings()
-  api, optimizer = ((tf.compat.v1.estimator, _v1_canned_optimizer) if v1
-                    else (tf.estimator, _canned_optimizer))
-  return api.DNNLinearCombinedClassifier(
+  api, optimizer = _api(v1)
+  canned_class, head = _of_task(config, api, "DNNLinearCombined")
+  return canned_class(
       linear_feature_columns=_columns(settings),
       linear_optimizer=optimizer(settings["linear_optimizer"], settings["linear_learning_rate"]),
       dnn_feature_columns=_columns(settings),
@@ -251,7 +277,7 @@ def wide_deep_classifier(config: Config, run_config: Any, warm_start_from: Optio
       dnn_hidden_units=config.hidden_units_list(),
       dnn_activation_fn=getattr(tf.nn, settings["activation"]),
       dnn_dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
-      n_classes=mnist.NUM_CLASSES, config=run_config, warm_start_from=warm_start_from)
+      **head, config=run_config, warm_start_from=warm_start_from)
 
 
 def _part_optimizer(config: Config, part: str) -> tf_keras.optimizers.legacy.Optimizer:
@@ -265,29 +291,29 @@ def _twin_optimizer(part: str):
 
 DNN = model.ModelSpec(
     name="dnn", build=build_dnn,
-    canned=model.Canned(estimator=dnn_classifier, keras_optimizer=_twin_optimizer("dnn")))
+    canned=model.Canned(estimator=dnn_estimator, keras_optimizer=_twin_optimizer("dnn")))
 LINEAR = model.ModelSpec(
     name="linear", build=build_linear,
-    canned=model.Canned(estimator=linear_classifier, keras_optimizer=_twin_optimizer("linear")))
+    canned=model.Canned(estimator=linear_estimator, keras_optimizer=_twin_optimizer("linear")))
 WIDE_DEEP = model.ModelSpec(
     name="wide_deep", build=build_wide_deep,
-    canned=model.Canned(estimator=wide_deep_classifier, keras_optimizer=lambda config: (
+    canned=model.Canned(estimator=wide_deep_estimator, keras_optimizer=lambda config: (
         PartOptimizers(_part_optimizer(config, "dnn"), _part_optimizer(config, "linear")))))
 
 # The tf.compat.v1.estimator classes: their heads sum the loss over the batch
 # (tf.compat.v1.losses.Reduction.SUM), and they train with tf.compat.v1.train optimizers.
 DNN_V1 = model.ModelSpec(
     name="dnn_v1", build=build_dnn, loss_reduction=model.SUM,
-    canned=model.Canned(estimator=functools.partial(dnn_classifier, v1=True),
+    canned=model.Canned(estimator=functools.partial(dnn_estimator, v1=True),
                         keras_optimizer=_v1_twin_optimizer("dnn"), v1_scope="dnn/"))
 LINEAR_V1 = model.ModelSpec(
     name="linear_v1", build=build_linear, loss_reduction=model.SUM,
-    canned=model.Canned(estimator=functools.partial(linear_classifier, v1=True),
+    canned=model.Canned(estimator=functools.partial(linear_estimator, v1=True),
                         keras_optimizer=_v1_twin_optimizer("linear"), v1_scope="linear/"))
 # Its model_fn minimizes outside the parts' scopes: its slots are `<weight>/<slot>`.
 WIDE_DEEP_V1 = model.ModelSpec(
     name="wide_deep_v1", build=build_wide_deep, loss_reduction=model.SUM,
-    canned=model.Canned(estimator=functools.partial(wide_deep_classifier, v1=True),
+    canned=model.Canned(estimator=functools.partial(wide_deep_estimator, v1=True),
                         keras_optimizer=lambda config: PartOptimizers(
                             _v1_twin_optimizer("dnn")(config),
                             _v1_twin_optimizer("linear")(config)),

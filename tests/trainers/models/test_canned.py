@@ -41,6 +41,26 @@ def test_the_twins_carry_the_canned_names():
       "dnn/logits/kernel": (8, 10), "dnn/logits/bias": (10,)}
 
 
+@pytest.mark.parametrize("task, canned_class", [
+    ("multiclass", "Classifier"), ("binary:3", "Classifier"), ("regression", "Regressor")])
+@pytest.mark.parametrize("model, family", [
+    ("dnn", "DNN"), ("linear", "Linear"), ("wide_deep", "DNNLinearCombined"),
+    ("dnn_v1", "DNN"), ("linear_v1", "Linear"), ("wide_deep_v1", "DNNLinearCombined")])
+def test_each_task_is_its_canned_class_and_a_twin_of_the_heads_width(task, canned_class,
+                                                                     model, family):
+  config = dataclasses.replace(CONFIG, model=model, hidden_units="8", task=task)
+  width = 10 if task == "multiclass" else 1
+  shapes = _weights(config)
+  assert {shapes[n] for n in ("dnn/logits/bias", "linear/linear_model/bias_weights")
+          if n in shapes} == {(width,)}
+  if ESTIMATOR_MISSING:
+    return
+  import tensorflow as tf  # noqa: PLC0415
+  made = model_lib.spec(config).canned.estimator(config, tf.estimator.RunConfig(), None)
+  api = tf.compat.v1.estimator if model.endswith("_v1") else tf.estimator
+  assert type(made) is getattr(api, family + canned_class)
+
+
 def test_the_twin_trains_with_the_legacy_optimizer_the_canned_estimator_builds():
   optimizer = keras_trainer.make_optimizer(
       dataclasses.replace(CONFIG, model="dnn", dnn_optimizer="rmsprop", dnn_learning_rate=0.02))
@@ -80,6 +100,11 @@ CASES = {
     "wide_deep_v1-rmsprop-adam": {"model": "wide_deep_v1", "hidden_units": "16",
                                   "dnn_optimizer": "rmsprop", "dnn_learning_rate": 0.01,
                                   "linear_optimizer": "adam"},
+    # Each task's head: two classes, or the regressor (its v1 class sums the loss).
+    "dnn-binary": {"model": "dnn", "hidden_units": "16", "task": "binary:3"},
+    "wide_deep_v1-binary": {"model": "wide_deep_v1", "hidden_units": "16", "task": "binary:3"},
+    "wide_deep-regression": {"model": "wide_deep", "hidden_units": "16", "task": "regression"},
+    "linear_v1-regression": {"model": "linear_v1", "task": "regression"},
 }
 
 
