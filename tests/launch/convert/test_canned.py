@@ -21,8 +21,11 @@ def _read_checkpoint(model_dir):
 
 
 @pytest.mark.parametrize("model, flags", [
-    ("dnn", ["--hidden_units=16,8", "--dnn_optimizer=adam", "--dnn_learning_rate=0.01"]),
-    ("wide_deep", ["--hidden_units=16", "--dnn_learning_rate=0.002"]),
+    # A binary classifier and a regressor: each task's canned class (the ten-class ones
+    # are carried by launch.handoff's tests).
+    ("dnn", ["--task=binary:3", "--hidden_units=16,8", "--dnn_optimizer=adam",
+             "--dnn_learning_rate=0.01"]),
+    ("wide_deep", ["--task=regression", "--hidden_units=16", "--dnn_learning_rate=0.002"]),
 ])
 def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_dir, tmp_path):
   source = tmp_path / "canned"

@@ -134,29 +134,31 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
 
 
 @pytest.mark.real_data
-@pytest.mark.parametrize("workers, models", [
+@pytest.mark.parametrize("workers, models, task", [
     # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl.
-    (2, ["wide_deep"]),
+    (2, ["wide_deep"], "multiclass"),
     # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer per part, its own loss
-    # reports.
-    (2, ["wide_deep_v1"]),
-    pytest.param(1, ["dnn", "linear", "wide_deep"], marks=pytest.mark.extended),
-    pytest.param(2, ["dnn"], marks=pytest.mark.extended),
-    pytest.param(2, ["linear_v1"], marks=pytest.mark.extended),
+    # reports; of two classes, its head's AUCs tf.compat.v1.metrics'. (A canned regressor:
+    # test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers.)
+    (2, ["wide_deep_v1"], "binary:3"),
+    pytest.param(1, ["dnn", "linear", "wide_deep"], "multiclass", marks=pytest.mark.extended),
+    pytest.param(2, ["dnn"], "multiclass", marks=pytest.mark.extended),
+    pytest.param(2, ["linear_v1", "wide_deep_v1"], "multiclass", marks=pytest.mark.extended),
+    pytest.param(2, ["dnn_v1", "linear"], "regression", marks=pytest.mark.extended),
 ])
-def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_data_dir,
+def test_cli_proves_each_canned_model_against_its_twin(workers, models, task, real_data_dir,
                                                        tmp_path):
   # The canned Estimator itself against its Keras twin, from the same warm start; at 2
   # workers the canned Estimator reports twice the loss, which its progress halves.
   result = run_module("launch.parity", [f"--workers={workers}", "--model=" + ",".join(models),
-                                        "--train_steps=10", "--long_steps=0",
+                                        f"--task={task}", "--train_steps=10", "--long_steps=0",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
                       timeout=900)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   cells = (json.loads((tmp_path / "parity_matrix.json").read_text())["cells"] if len(models) > 1
            else [json.loads((tmp_path / "parity_report.json").read_text())])
-  optimizers = {"dnn": "adagrad", "linear": "ftrl", "wide_deep": "adagrad+ftrl",
-                "linear_v1": "ftrl", "wide_deep_v1": "adagrad+ftrl"}
+  optimizers = {"dnn": "adagrad", "dnn_v1": "adagrad", "linear": "ftrl",
+                "wide_deep": "adagrad+ftrl", "linear_v1": "ftrl", "wide_deep_v1": "adagrad+ftrl"}
   assert [(c["model"], c["optimizer"]) for c in cells] == [(m, optimizers[m]) for m in models]
   for cell in cells:
     assert cell["passed"], cell["model"]
@@ -164,6 +166,10 @@ def test_cli_proves_each_canned_model_against_its_twin(workers, models, real_dat
     assert checks["max |weight diff| keras vs estimator"]["limit"] == 1e-6
     assert checks["progress.jsonl loss rel diff keras vs estimator"]["passed"]
     # The twin's export serves as the canned Estimator's on the test split.
+    if task == "regression":
+      answers = checks["max |diff|, answers predict/predictions, estimator vs keras"]
+      assert answers["passed"] and answers["where"] == "10000 test images"
+      continue
     differing = checks["images answered differently, answers predict/class_ids, estimator vs "
                        "keras"]
     assert differing["passed"] and differing["where"] == "10000 test images"
@@ -296,20 +302,24 @@ def test_a_warm_started_run_passes_at_two_workers(real_data_dir, tmp_path):
 
 
 @pytest.mark.real_data
-@pytest.mark.parametrize("task,keys", [
+@pytest.mark.parametrize("task,keys,models,workers", [
     ("binary:3", ("accuracy", "accuracy_baseline", "auc", "auc_precision_recall",
                   "average_loss", "label/mean", "loss", "precision", "prediction/mean",
-                  "recall")),
-    ("regression", ("average_loss", "label/mean", "loss", "prediction/mean")),
+                  "recall"), "cnn", "1,2"),
+    # A spec's build given the head's width, and a canned regressor against its twin.
+    ("regression", ("average_loss", "label/mean", "loss", "prediction/mean"),
+     "cnn,wide_deep", "2"),
 ])
 def test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers(
-    task, keys, real_data_dir, tmp_path):
+    task, keys, models, workers, real_data_dir, tmp_path):
   result = run_module("launch.parity", [
-      "--workers=1,2", f"--task={task}", "--train_steps=6", "--long_steps=0",
-      f"--data_dir={real_data_dir}", f"--out={tmp_path}"], timeout=1200)
+      f"--workers={workers}", f"--model={models}", f"--task={task}", "--train_steps=6",
+      "--long_steps=0", f"--data_dir={real_data_dir}", f"--out={tmp_path}"], timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-  for workers in (1, 2):
-    report = json.loads((tmp_path / f"workers-{workers}" / "parity_report.json").read_text())
+  reports = sorted(tmp_path.glob("*/parity_report.json"))
+  assert len(reports) == len(models.split(",")) * len(workers.split(",")), reports
+  for path in reports:
+    report = json.loads(path.read_text())
     assert report["passed"], [c for c in report["checks"] if not c["passed"]]
     names = {c["name"] for c in report["checks"]}
     # Every metric of the head, the same weights evaluated by both backends' code.
