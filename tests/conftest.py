@@ -187,9 +187,10 @@ def vertex_tf_configs(workers: int, evaluator: bool = True,
 
 
 def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 256,
-                    task: str = "multiclass"):
+                    task: str = "multiclass", weights=None):
   """A tiny in-memory input_fn with the shared one's contract, for in-process trainer tests;
-  its labels the `task`'s (trainers/heads.py)."""
+  its labels the `task`'s (trainers/heads.py), with `weights` (each digit's) each example's
+  weight."""
   import tensorflow as tf
   from trainers import heads
   from trainers.config import Config
@@ -201,8 +202,10 @@ def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 
     images, labels = splits[mode]
     ds = tf.data.Dataset.from_tensor_slices((images[..., None].astype("float32") / 255.0,
                                              labels.astype("int64")))
+    if weights:
+      ds = ds.map(lambda image, digit: (image, digit, tf.gather(tf.constant(weights), digit)))
     if task != "multiclass":
-      ds = ds.map(lambda image, digit: (image, head.label(image, digit)))
+      ds = ds.map(lambda image, digit, *weight: (image, head.label(image, digit), *weight))
     batch = global_batch_size if mode == mnist.TRAIN else eval_batch_size
     if input_context is not None:
       ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
@@ -229,8 +232,9 @@ def trained_weights(backend, config, model_dir):
   from trainers import loop
   summary = loop.train_and_evaluate(backend, config, str(model_dir),
                                     strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-                                    input_fn=memory_input_fn(config.global_batch_size,
-                                                             task=config.task))
+                                    input_fn=memory_input_fn(
+                                        config.global_batch_size, task=config.task,
+                                        weights=config.example_weights()))
   return harness.backend_weights(backend.name, summary, config)
 
 
@@ -238,8 +242,8 @@ def assert_ends_where_the_reference_ends(config, trained, atol: float = 1e-5) ->
   """Every weight (moving statistics too) within `atol` of the reference loop's, at one
   worker on the same memory data."""
   from launch.proofs import reference
-  _, want = reference.train_reference(config, 1, memory_input_fn(config.global_batch_size,
-                                                                 task=config.task))
+  _, want = reference.train_reference(config, 1, memory_input_fn(
+      config.global_batch_size, task=config.task, weights=config.example_weights()))
   assert sorted(trained) == sorted(want)
   diffs = {name: float(np.max(np.abs(trained[name] - value))) for name, value in want.items()}
   assert max(diffs.values()) < atol, diffs

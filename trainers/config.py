@@ -41,18 +41,23 @@ _RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True
 # gives a named optimizer its Keras class's default rate (Adagrad 0.001: 0.84 test
 # accuracy), tf.compat.v1's gave it 0.05 (docs/MIGRATION.md, "Canned Estimators").
 _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu"}
+# Every canned class takes a weight_column (none by default), whose weights the input
+# derives from each example's digit (--digit_weights).
+_WEIGHTS = {"weight_column": "", "digit_weights": ""}
 CANNED = {
-    "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05},
-    "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2},
+    "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
+            **_WEIGHTS},
+    "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2,
+               **_WEIGHTS},
     "wide_deep": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad",
                   "dnn_learning_rate": 0.001, "linear_optimizer": "ftrl",
-                  "linear_learning_rate": 0.005},
+                  "linear_learning_rate": 0.005, **_WEIGHTS},
 }
 # The tf.compat.v1.estimator classes take the same arguments, with the same defaults.
 CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()})
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
-                   "linear_learning_rate")
+                   "linear_learning_rate", "weight_column", "digit_weights")
 # The optimizers a canned Estimator takes by name.
 CANNED_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rmsprop", "sgd")
 # Activations whose tf.nn function (the canned Estimator's activation_fn) and tf_keras
@@ -190,6 +195,13 @@ class Config:
   linear_learning_rate: Optional[float] = _field(None, "linear, wide_deep: the linear part's "
                                                  "constant learning rate (default: linear "
                                                  "0.2, wide_deep 0.005).")
+  weight_column: Optional[str] = _field(None, "dnn, linear, wide_deep: the canned "
+                                        "weight_column, the feature holding each example's "
+                                        "weight in its loss and metrics (default none); the "
+                                        "input derives it by --digit_weights.")
+  digit_weights: Optional[str] = _field(None, "With --weight_column: each digit's weight, ten "
+                                        "comma-separated numbers >= 0 (0,0,0,1,... weighs "
+                                        "only 3s).")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
@@ -343,6 +355,38 @@ class Config:
     if not settings["feature_name"].isidentifier():
       raise ValueError(f"--feature_name={settings['feature_name']!r}: give a name of letters, "
                        "digits and underscores (image).")
+    self._validate_weights(settings)
+
+  @staticmethod
+  def _validate_weights(settings: Dict[str, Any]) -> None:
+    """Raises ValueError naming the fix for a --weight_column without --digit_weights (or
+    the other way round), a column named as the image's, or weights that are not ten
+    numbers >= 0, some above 0."""
+    column, given = settings["weight_column"], settings["digit_weights"]
+    if bool(column) != bool(given):
+      raise ValueError("--weight_column names the weights' feature and --digit_weights gives "
+                       "them: give both (--weight_column=weight --digit_weights=1,1,1,2,1,1,"
+                       "1,1,1,1), or neither.")
+    if not column:
+      return
+    if not column.isidentifier() or column == settings["feature_name"]:
+      raise ValueError(f"--weight_column={column!r}: give a name of letters, digits and "
+                       f"underscores other than --feature_name={settings['feature_name']}.")
+    try:
+      weights = [float(w) for w in given.split(",")]
+    except ValueError:
+      weights = []
+    if (len(weights) != 10 or not all(0 <= w < math.inf for w in weights)
+        or not any(weights)):
+      raise ValueError(f"--digit_weights={given}: give ten numbers >= 0, comma-separated, "
+                       "the weight of each digit 0 to 9, not all 0.")
+
+  def example_weights(self) -> Optional[List[float]]:
+    """Each digit's weight (--digit_weights) if the run has a --weight_column, else None."""
+    settings = self.canned_settings()
+    if not settings.get("weight_column"):
+      return None
+    return [float(w) for w in settings["digit_weights"].split(",")]
 
   def validate_schedule(self) -> None:
     """Raises ValueError naming the fix for an unknown schedule, a setting it does not take

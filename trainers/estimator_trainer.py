@@ -366,11 +366,15 @@ class Backend(loop.Backend):
     return _estimator(config, run_config, (self._losses, self._rates), warm_start)
 
   def _input_fn(self, mode: str, input_context=None) -> tf.data.Dataset:
-    """The run's input; a canned Estimator takes its features as a dict."""
+    """The run's input; a canned Estimator takes its features as a dict, the weights of a
+    --weight_column among them."""
     dataset = self.run.input_fn(mode, input_context)
     if not self._canned:
       return dataset
-    feature = self.run.config.canned_settings()["feature_name"]
+    settings = self.run.config.canned_settings()
+    feature, column = settings["feature_name"], settings["weight_column"]
+    if column:
+      return dataset.map(lambda image, label, weight: ({feature: image, column: weight}, label))
     return dataset.map(lambda image, label: ({feature: image}, label))
 
   def _train_and_evaluate(self, hooks: List[tf.estimator.SessionRunHook]):

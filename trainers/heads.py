@@ -52,8 +52,9 @@ class HeadMetric(tf_keras.metrics.Metric):
     self._metric, self._update = Head(*parse_task(task), v1=v1)._metric(key)
 
   def update_state(self, y_true, y_pred, sample_weight=None):
-    del sample_weight  # Keras's padding mask: evaluation here has none.
-    return self._metric.update_state(**self._update(y_true, y_pred))
+    weights = (None if sample_weight is None
+               else tf.reshape(tf.cast(sample_weight, tf.float32), [-1, 1]))
+    return self._metric.update_state(**self._update(y_true, y_pred, weights))
 
   def result(self):
     return self._metric.result()
@@ -206,26 +207,33 @@ class Head:
     return [HeadMetric(self.task, key, self.v1) for key in self.metric_keys if key != "loss"]
 
   def _metric(self, key: str) -> Tuple[tf_keras.metrics.Metric,
-                                       Callable[[tf.Tensor, tf.Tensor], Dict]]:
+                                       Callable[[tf.Tensor, tf.Tensor, Optional[tf.Tensor]],
+                                                Dict]]:
     """The Keras metric the head updates as `key`, and its update_state arguments from
-    (labels, logits): the same values as the head's (its weight without a weight_column is
-    1.0; where it broadcasts that weight, ones)."""
+    (labels, logits, weights): the same values as the head's. Its weights are each
+    example's, (B, 1), with a weight_column; without one 1.0, and ones where it
+    broadcasts them."""
     metrics = tf_keras.metrics
 
+    def weighted(value: tf.Tensor, weights: Optional[tf.Tensor], broadcast: bool = True):
+      if weights is not None:
+        return weights
+      return tf.ones_like(value) if broadcast else 1.0
+
     def mean(of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], broadcast: bool = True):
-      def update(labels, logits):
+      def update(labels, logits, weights):
         value = tf.cast(of(labels, logits), tf.float32)
-        return {"values": value, "sample_weight": tf.ones_like(value) if broadcast else 1.0}
+        return {"values": value, "sample_weight": weighted(value, weights, broadcast)}
       return update
 
-    def ids(labels, logits):
+    def ids(labels, logits, weights):
       return {"y_true": self._labels(labels), "y_pred": self.predictions(logits)["class_ids"],
-              "sample_weight": 1.0}
+              "sample_weight": weighted(logits, weights, broadcast=False)}
 
-    def logistic(labels, logits):
+    def logistic(labels, logits, weights):
       value = tf.math.sigmoid(logits)
       return {"y_true": self._labels(labels), "y_pred": value,
-              "sample_weight": tf.ones_like(value)}
+              "sample_weight": weighted(value, weights)}
 
     labels = mean(lambda y, _: self._labels(y))
     auc = _V1AUC if self.v1 else metrics.AUC

@@ -17,19 +17,26 @@ InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 def default_input_fn(config: Config) -> InputFn:
   """The run's input: the input_fn of its --estimator_program if it has one, else the shared
   MNIST input_fn, bound to the config's batch sizes, data and seed, its labels the task's
-  (trainers/heads.py)."""
+  (trainers/heads.py), with each example's weight by its digit under a --weight_column."""
   if config.estimator_program:
     own = program.load(config.estimator_program).input_fn
     if own is not None:
       return own
 
+  head = heads.head(config)
+  weights = config.example_weights()
+
+  def weight(image: tf.Tensor, digit: tf.Tensor) -> tf.Tensor:
+    del image  # A digit's weight, --digit_weights.
+    return tf.gather(tf.constant(weights, tf.float32), digit)
+
   def input_fn(mode: str, input_context: Optional[tf.distribute.InputContext] = None):
     batch = config.global_batch_size if mode == mnist.TRAIN else config.eval_batch_size
-    head = heads.head(config)
     return pipeline.input_fn(mode, input_context, global_batch_size=batch,
                              data_dir=config.data_dir, seed=config.seed,
                              record_dir=config.record_dir,
-                             label=None if head.kind == MULTICLASS else head.label)
+                             label=None if head.kind == MULTICLASS else head.label,
+                             weight=weight if weights else None)
 
   return input_fn
 

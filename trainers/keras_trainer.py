@@ -68,10 +68,12 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
 
 
 def _loss_and_metrics(config: Config) -> Dict[str, Any]:
-  """What evaluation compiles with: the loss (the mean), and the head's metrics."""
+  """What evaluation compiles with: the loss (the mean), and the head's metrics, weighted
+  under a --weight_column (Keras gives sample weights to `weighted_metrics` only)."""
   keys = model_lib.metric_keys(config)
+  metrics = [m for m in heads.head(config).keras_metrics() if m.name in keys]
   return {"loss": make_loss(config, training=False),
-          "metrics": [m for m in heads.head(config).keras_metrics() if m.name in keys]}
+          "weighted_metrics" if config.example_weights() else "metrics": metrics}
 
 
 class _OneCollectiveModel(tf_keras.Model):
@@ -105,9 +107,9 @@ class _OneCollectiveModel(tf_keras.Model):
     return [self._loss_mean]  # What fit resets when it begins.
 
   def train_step(self, data):
-    images, labels = data
+    images, labels, weights = tf_keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
-      loss = self.compute_loss(images, labels, self(images, training=True))
+      loss = self.compute_loss(images, labels, self(images, training=True), weights)
     variables = self.trainable_variables
     gradients = tape.gradient(loss, variables)
     if self._clip_norm is not None:  # This replica's, before the all-reduce: v1's meaning.
@@ -398,15 +400,16 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
       return
     loss = model_lib.example_loss(config)
     # As Keras's compiled loss tracks it: each batch's mean, weighted by its size.
-    self._metrics = [tf_keras.metrics.Mean("loss"), *_loss_and_metrics(config)["metrics"]]
+    head_metrics = [m for key, m in _loss_and_metrics(config).items() if key != "loss"][0]
+    self._metrics = [tf_keras.metrics.Mean("loss"), *head_metrics]
 
     @tf.function
-    def update(images, labels):
+    def update(images, labels, weights=None):
       logits = eval_model(images, training=False)
       self._metrics[0].update_state(tf.reduce_mean(loss(labels, logits)),
                                     sample_weight=tf.shape(labels)[0])
       for metric in self._metrics[1:]:
-        metric.update_state(labels, logits)
+        metric.update_state(labels, logits, weights)
 
     self._update = update
 
@@ -422,8 +425,8 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
     self._eval_model.set_weights(weights)
     for metric in self._metrics:
       metric.reset_state()
-    for images, labels in self._dataset:
-      self._update(images, labels)
+    for batch in self._dataset:  # (images, labels), and weights with a --weight_column.
+      self._update(*batch)
     metrics = {m.name: float(m.result()) for m in self._metrics}
     evaluation.log_result(step, metrics)
     evaluation.write_result(self._model_dir, step, metrics)

@@ -69,8 +69,9 @@ def _scale(image: tf.Tensor, label: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   return tf.cast(image, tf.float32) / 255.0, label
 
 
-def _labelled(image: tf.Tensor, digit: tf.Tensor, label) -> Tuple[tf.Tensor, tf.Tensor]:
-  return image, label(image, digit)
+def _labelled(image: tf.Tensor, digit: tf.Tensor, label, weight) -> Tuple[tf.Tensor, ...]:
+  labelled = (image, digit if label is None else label(image, digit))
+  return labelled if weight is None else (*labelled, weight(image, digit))
 
 
 def input_fn(
@@ -82,6 +83,7 @@ def input_fn(
     seed: int = 0,
     record_dir: Optional[str] = None,
     label: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
+    weight: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
 ) -> tf.data.Dataset:
   """Builds one input pipeline of (image, label) batches for both backends.
 
@@ -98,10 +100,13 @@ def input_fn(
       fingerprints to `<record_dir>/shard-<id>-of-<n>.json` (parity checks).
     label: `label(image, digit)` -> one example's label (a task's: trainers/heads.py),
       from its scaled image and its digit; None: the digit.
+    weight: `weight(image, digit)` -> one example's weight (a canned model's
+      --weight_column), likewise; None: no weights.
 
   Returns:
     A `tf.data.Dataset` of (float32 images in [0, 1] of shape (B, 28, 28, 1),
-    labels of shape (B,): int64 digits, or what `label` gives).
+    labels of shape (B,): int64 digits, or what `label` gives), and with `weight` each
+    batch's float32 weights (B,) third, as Keras's `fit` takes sample weights.
   """
   if mode not in SPLIT_FOR_MODE:
     raise ValueError(f"mode must be one of {sorted(SPLIT_FOR_MODE)}, got {mode!r}")
@@ -118,8 +123,8 @@ def input_fn(
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     # Each pipeline feeds its worker's replicas one batch each per step.
     batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-  scale = _scale if label is None else lambda image, digit: _labelled(*_scale(image, digit),
-                                                                      label)
+  scale = (_scale if label is None and weight is None else
+           lambda image, digit: _labelled(*_scale(image, digit), label, weight))
   ds = ds.map(scale, num_parallel_calls=os.cpu_count() or 1).cache()
   if training:
     ds = ds.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()

@@ -77,6 +77,10 @@ def main(argv: Sequence[str]) -> None:
   config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
                   checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps),
                   **trainer_flags.config_settings(_CONFIG))
+  if config.example_weights():
+    # The bare loop's step and evaluation take (images, labels): unweighted.
+    raise app.UsageError("--weight_column: the benchmark times unweighted steps; leave "
+                         "--weight_column and --digit_weights out.", exitcode=2)
   backends = [bench_run.ENTRIES[e][0] for e in entries]
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)

@@ -150,12 +150,12 @@ def poison_training_batch(step: int) -> None:
       return ds
 
     def poison(index, batch):
-      images, labels = batch
+      images, *rest = batch
       # Each worker's n-th batch feeds step n + 1, so every worker's loss,
       # and the all-reduced one, turns NaN at `step`.
       # tf.equal: in the Estimator's graph, `==` on tensors compares identity.
       poisoned = tf.equal(index, step - 1)
-      return tf.where(poisoned, tf.fill(tf.shape(images), float("nan")), images), labels
+      return (tf.where(poisoned, tf.fill(tf.shape(images), float("nan")), images), *rest)
 
     return ds.enumerate().map(poison)
 

@@ -280,15 +280,18 @@ def train_reference(config: Config, num_workers: int,
     # loss over the replicas (or of its sum), then the sum of the replicas' gradients,
     # in worker order.
     replica_losses, replica_gradients, clips = [], [], [tf.constant(False)]
-    for (images, labels), own in zip(batches, replica_statistics):
+    for (images, labels, *weights), own in zip(batches, replica_statistics):
       for statistic, value in zip(statistics, own):
         statistic.assign(value)
       with tf.GradientTape() as tape:
         logits = model(images, training=True)
+        losses = example_loss(labels, logits)
+        if weights:  # A --weight_column's: each example's loss times its weight.
+          losses = losses * weights[0]
         if summed:
-          loss = scaled = tf.reduce_sum(example_loss(labels, logits))
+          loss = scaled = tf.reduce_sum(losses)
         else:
-          loss = tf.reduce_mean(example_loss(labels, logits))
+          loss = tf.reduce_mean(losses)
           scaled = loss / len(batches)
       gradients = tape.gradient(scaled, variables)
       if config.clip_global_norm and not clip_after_all_reduce:  # Each replica's, as v1 does.

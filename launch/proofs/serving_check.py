@@ -88,14 +88,14 @@ def signatures(export_dir: str) -> Dict[str, Signature]:
 
 def test_images(config: Config) -> Iterator[np.ndarray]:
   """The whole test split of `config.data_dir`, in batches of `config.eval_batch_size`."""
-  return (images.numpy() for images, _ in inputs.default_input_fn(config)(mnist.EVAL, None))
+  return (images.numpy() for images, *_ in inputs.default_input_fn(config)(mnist.EVAL, None))
 
 
 def test_features(config: Config) -> Iterator[Any]:
   """The features of the whole test split as the run's input gives them (a team's
   program's: a dict of arrays, say), batch by batch."""
   return (tf.nest.map_structure(lambda t: t.numpy(), features)
-          for features, _ in inputs.default_input_fn(config)(mnist.EVAL, None))
+          for features, *_ in inputs.default_input_fn(config)(mnist.EVAL, None))
 
 
 def export_keras_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:

@@ -76,6 +76,19 @@ from trainers.config import Config
      "Estimator does, which clips no gradient"),
     ({"model": "dnn", "warmup_steps": 10}, "--model=dnn trains at the canned Estimator's "
      "constant rates"),
+    ({"model": "dnn", "weight_column": "w"}, "--weight_column names the weights' feature "
+     "and --digit_weights gives them: give both"),
+    ({"model": "linear", "digit_weights": "1,1,1,1,1,1,1,1,1,1"}, "give both"),
+    ({"model": "cnn", "weight_column": "w"}, "--weight_column is not a setting of --model=cnn"),
+    ({"model": "dnn", "weight_column": "image", "digit_weights": "1,1,1,1,1,1,1,1,1,1"},
+     "other than --feature_name=image"),
+    ({"model": "dnn", "weight_column": "w", "digit_weights": "1,1,1,1,1,1,1,1,1,-1"},
+     "--digit_weights=1,1,1,1,1,1,1,1,1,-1: give ten numbers >= 0"),
+    ({"model": "dnn", "weight_column": "w", "digit_weights": "1,1,1"}, "give ten numbers"),
+    ({"model": "dnn", "weight_column": "w", "digit_weights": "0,0,0,0,0,0,0,0,0,0"},
+     "not all 0"),
+    ({"model": "dnn", "weight_column": "w", "digit_weights": "1,1,1,1,1,1,1,1,1,x"},
+     "give ten numbers"),
     ({"task": "binary:12"}, "--task=binary:12 is not one of multiclass, binary:D with D a "
      "digit 0 to 9"),
     ({"task": "binary:03"}, "--task=binary:03 is not one of"),
@@ -118,7 +131,8 @@ def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
   assert Config().canned_settings() == {}
   assert Config(model="dnn").canned_settings() == {
       "hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu",
-      "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05}
+      "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
+      "weight_column": "", "digit_weights": ""}
   assert Config(model="linear", linear_optimizer="sgd").canned_settings()[
       "linear_learning_rate"] == 0.2
   assert Config(model="wide_deep").canned_settings()["dnn_learning_rate"] == 0.001
@@ -131,3 +145,10 @@ def test_a_teams_program_keeps_its_own_head():
   with pytest.raises(ValueError, match="--estimator_program's model_fn has its own head"):
     Config(estimator_program="team_program:PROGRAM", task="binary:1").validate_task()
   Config(estimator_program="team_program:PROGRAM").validate_task()
+
+
+def test_example_weights_are_each_digits_under_a_weight_column():
+  assert Config(model="dnn").example_weights() is None
+  weighted = Config(model="wide_deep_v1", weight_column="w",
+                    digit_weights="0,1,2,3,4,5,6,7,8,9.5")
+  assert weighted.example_weights() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9.5]

@@ -69,19 +69,22 @@ def _v1_head(head: heads.Head):
       loss_reduction=tf.compat.v1.losses.Reduction.SUM)
 
 
-def _v1_metrics(head: heads.Head, batches) -> dict:
-  """The v1 head's eval_metric_ops over `batches`, run in a graph as the Estimator runs them."""
+def _v1_metrics(head: heads.Head, batches, v1_head=None) -> dict:
+  """The v1 head's eval_metric_ops over `batches` of (labels, logits) or (labels, logits,
+  weights), run in a graph as the Estimator runs them."""
   with tf.Graph().as_default():
     labels = tf.compat.v1.placeholder(batches[0][0].dtype, [None])
     logits = tf.compat.v1.placeholder(tf.float32, [None, head.logits_dimension])
-    spec = _v1_head(head).create_estimator_spec(
-        features={"image": logits}, mode=tf.estimator.ModeKeys.EVAL, logits=logits,
-        labels=labels)
+    weights = tf.compat.v1.placeholder(tf.float32, [None])
+    spec = (v1_head or _v1_head(head)).create_estimator_spec(
+        features={"image": logits, "w": weights}, mode=tf.estimator.ModeKeys.EVAL,
+        logits=logits, labels=labels)
     ops = {k: v for k, v in spec.eval_metric_ops.items() if k != "loss"}
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.local_variables_initializer())
-      for y, z in batches:
-        session.run([update for _, update in ops.values()], {labels: y, logits: z})
+      for y, z, *w in batches:
+        session.run([update for _, update in ops.values()],
+                    {labels: y, logits: z, weights: w[0] if w else np.ones(len(y))})
       return {k: float(v) for k, v in session.run({k: v for k, (v, _) in ops.items()}).items()}
 
 
@@ -105,6 +108,54 @@ def test_a_v1_canned_models_metrics_are_its_v1_heads(task):
     for labels, logits in batches:
       pr.update_state(tf.constant(labels), tf.constant(logits))
     assert abs(float(pr.result()) - want["auc_precision_recall"]) > 1e-4
+
+
+def _weighted_head(head: heads.Head, v1: bool):
+  """The canned head of the task with a weight_column "w" (TF2's, or a v1 class's)."""
+  if v1:
+    from tensorflow_estimator.python.estimator.canned import head as v1_heads  # noqa: PLC0415
+    if head.kind == "regression":
+      return v1_heads._regression_head(weight_column="w",
+                                       loss_reduction=tf.compat.v1.losses.Reduction.SUM)
+    return v1_heads._binary_logistic_or_multi_class_head(
+        n_classes=max(2, head.logits_dimension), weight_column="w", label_vocabulary=None,
+        loss_reduction=tf.compat.v1.losses.Reduction.SUM)
+  if head.kind == "multiclass":
+    return tf.estimator.MultiClassHead(10, weight_column="w")
+  if head.kind == "binary":
+    return tf.estimator.BinaryClassHead(weight_column="w")
+  return tf.estimator.RegressionHead(weight_column="w")
+
+
+@pytest.mark.parametrize("v1", [False, True], ids=["tf2", "v1"])
+@pytest.mark.parametrize("task", TASKS)
+def test_weighted_metrics_are_the_canned_heads_with_a_weight_column(task, v1):
+  head = heads.head(Config(task=task, model="dnn_v1" if v1 else "dnn"))
+  rng = np.random.default_rng(1)
+  batches = [(y.numpy(), z.numpy(), rng.choice([0.0, 0.5, 1.0, 3.0], size=len(y)))
+             for y, z in _batches(head, size=300)]
+  ours = head.keras_metrics()
+  for labels, logits, weights in batches:
+    for metric in ours:
+      metric.update_state(tf.constant(labels), tf.constant(logits),
+                          sample_weight=tf.constant(weights, tf.float32))
+  got = {m.name: float(m.result()) for m in ours}
+  canned = _weighted_head(head, v1)
+  if v1:
+    want = _v1_metrics(head, batches, canned)
+  else:
+    theirs = canned.metrics()
+    for labels, logits, weights in batches:
+      canned.update_metrics(theirs, {"image": logits, "w": tf.constant(weights, tf.float32)},
+                            tf.constant(logits), tf.constant(labels))
+    want = {k: float(m.result()) for k, m in theirs.items() if k != "loss"}
+  assert sorted(got) == sorted(want)
+  assert got == pytest.approx(want, abs=1e-6, rel=0)
+  unweighted = head.keras_metrics()
+  for labels, logits, _ in batches:
+    for metric in unweighted:
+      metric.update_state(tf.constant(labels), tf.constant(logits))
+  assert float(unweighted[0].result()) != pytest.approx(got[unweighted[0].name], abs=1e-4)
 
 
 @pytest.mark.parametrize("task,signatures", [

@@ -286,6 +286,8 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
     (["--warm_start_vars=conv"], {}, "--warm_start_vars says what --warm_start_from starts"),
     (["--workers=2", "--keep_checkpoint_max=-1"], {}, "--keep_checkpoint_max must be >= 0"),
     (["--workers=2", "--task=binary:12"], {}, "--task=binary:12 is not one of multiclass"),
+    (["--model=dnn", "--weight_column=w", "--digit_weights=1,1,1,1,1,1,1,1,1,-2"], {},
+     "--digit_weights=1,1,1,1,1,1,1,1,1,-2: give ten numbers >= 0"),
 ])])
 def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_data_dir,
                                             tmp_path):

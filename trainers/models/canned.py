@@ -216,15 +216,16 @@ def _columns(settings: Dict[str, Any]):
   return [tf.feature_column.numeric_column(settings["feature_name"], shape=mnist.IMAGE_SHAPE)]
 
 
-def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, int]]:
+def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, Any]]:
   """The canned class of `family` (`DNN`, `Linear`, `DNNLinearCombined`) in `api` for the
-  run's --task, with its head's argument: a classifier's n_classes (2 for a binary task), a
-  regressor's none (label_dimension 1, its default)."""
+  run's --task, with its head's arguments: the run's weight_column, and a classifier's
+  n_classes (2 for a binary task; a regressor's label_dimension is 1, its default)."""
   kind, _ = config_lib.parse_task(config.task)
+  head = {"weight_column": config.canned_settings()["weight_column"] or None}
   if kind == config_lib.REGRESSION:
-    return getattr(api, f"{family}Regressor"), {}
+    return getattr(api, f"{family}Regressor"), head
   n_classes = mnist.NUM_CLASSES if kind == config_lib.MULTICLASS else 2
-  return getattr(api, f"{family}Classifier"), {"n_classes": n_classes}
+  return getattr(api, f"{family}Classifier"), {**head, "n_classes": n_classes}
 
 
 def _api(v1: bool) -> Tuple[Any, Callable[[str, float], Any]]:

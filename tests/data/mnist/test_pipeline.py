@@ -74,3 +74,15 @@ def test_no_autotuning_in_the_pipeline_or_the_per_device_buffers(tiny_data_dir):
   per_device = iterator._device_iterators[0]._dataset
   assert per_device.options().autotune.enabled is False
   assert [int(x[0]) for x in iterator] == [0, 1, 2]
+
+
+def test_a_weight_and_a_label_are_derived_from_each_example(tiny_data_dir):
+  ds = pipeline.input_fn(mnist.EVAL, global_batch_size=50, data_dir=tiny_data_dir,
+                         label=lambda image, digit: digit * 2,
+                         weight=lambda image, digit: tf.cast(digit, tf.float32) / 10)
+  digits = pipeline.input_fn(mnist.EVAL, global_batch_size=50, data_dir=tiny_data_dir)
+  for (images, labels, weights), (same_images, digit) in zip(ds, digits):
+    assert weights.dtype == tf.float32 and weights.shape == digit.shape
+    assert labels.numpy().tolist() == (digit * 2).numpy().tolist()
+    assert weights.numpy().tolist() == pytest.approx((digit.numpy() / 10).tolist())
+    assert bool(tf.reduce_all(images == same_images))

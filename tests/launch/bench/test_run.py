@@ -65,3 +65,11 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   assert "| keras | 2 |" in table and "| ceiling | 2 |" in table
   assert "Where a step's time goes" in table and "keras - K-step" in table
   assert "| ceiling | 2 |" in result.stdout
+
+
+def test_cli_refuses_a_weight_column_it_would_not_time(tmp_path):
+  result = run_module("launch.bench", ["--model=dnn", "--weight_column=w",
+                                       "--digit_weights=1,1,1,1,1,1,1,1,1,2",
+                                       f"--out={tmp_path / 'out'}"], timeout=120)
+  assert result.returncode == 2 and "the benchmark times unweighted steps" in result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()

@@ -133,25 +133,32 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
     assert checks["per-step loss rel diff keras vs estimator"]["passed"]
 
 
+WEIGHTS = ["--weight_column=w", "--digit_weights=1,1,1,4,1,1,1,1,1,0.5"]
+
+
 @pytest.mark.real_data
-@pytest.mark.parametrize("workers, models, task", [
+@pytest.mark.parametrize("workers, models, task, flags", [
     # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl.
-    (2, ["wide_deep"], "multiclass"),
+    (2, ["wide_deep"], "multiclass", []),
     # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer per part, its own loss
-    # reports; of two classes, its head's AUCs tf.compat.v1.metrics'. (A canned regressor:
+    # reports; of two classes, its head's AUCs tf.compat.v1.metrics'; each example's loss
+    # and metrics weighted by a weight_column. (A canned regressor:
     # test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers.)
-    (2, ["wide_deep_v1"], "binary:3"),
-    pytest.param(1, ["dnn", "linear", "wide_deep"], "multiclass", marks=pytest.mark.extended),
-    pytest.param(2, ["dnn"], "multiclass", marks=pytest.mark.extended),
-    pytest.param(2, ["linear_v1", "wide_deep_v1"], "multiclass", marks=pytest.mark.extended),
-    pytest.param(2, ["dnn_v1", "linear"], "regression", marks=pytest.mark.extended),
+    (2, ["wide_deep_v1"], "binary:3", WEIGHTS),
+    pytest.param(1, ["dnn", "linear", "wide_deep"], "multiclass", [],
+                 marks=pytest.mark.extended),
+    pytest.param(2, ["dnn"], "multiclass", [], marks=pytest.mark.extended),
+    pytest.param(2, ["linear_v1", "wide_deep_v1"], "multiclass", WEIGHTS,
+                 marks=pytest.mark.extended),
+    pytest.param(2, ["dnn_v1", "linear"], "regression", [], marks=pytest.mark.extended),
 ])
-def test_cli_proves_each_canned_model_against_its_twin(workers, models, task, real_data_dir,
-                                                       tmp_path):
+def test_cli_proves_each_canned_model_against_its_twin(workers, models, task, flags,
+                                                       real_data_dir, tmp_path):
   # The canned Estimator itself against its Keras twin, from the same warm start; at 2
   # workers the canned Estimator reports twice the loss, which its progress halves.
   result = run_module("launch.parity", [f"--workers={workers}", "--model=" + ",".join(models),
-                                        f"--task={task}", "--train_steps=10", "--long_steps=0",
+                                        f"--task={task}", *flags, "--train_steps=10",
+                                        "--long_steps=0",
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
                       timeout=900)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]

@@ -105,6 +105,11 @@ CASES = {
     "wide_deep_v1-binary": {"model": "wide_deep_v1", "hidden_units": "16", "task": "binary:3"},
     "wide_deep-regression": {"model": "wide_deep", "hidden_units": "16", "task": "regression"},
     "linear_v1-regression": {"model": "linear_v1", "task": "regression"},
+    # A weight_column: each example's loss weighted by its digit's weight.
+    "dnn-binary-weighted": {"model": "dnn", "hidden_units": "16", "task": "binary:3",
+                            "weight_column": "w", "digit_weights": "1,1,1,4,1,1,1,1,1,0"},
+    "wide_deep_v1-weighted": {"model": "wide_deep_v1", "hidden_units": "16",
+                              "weight_column": "w", "digit_weights": "0,1,2,3,4,5,6,7,8,9"},
 }
 
 
@@ -126,5 +131,9 @@ def test_both_backends_train_as_the_reference(case, backend_name, tmp_path):
     backend = estimator_trainer.Backend
   trained = trained_weights(backend, config, tmp_path / "model")
   assert_ends_where_the_reference_ends(config, trained)
+  if config.weight_column:  # The weights count: unweighted, the reference ends elsewhere.
+    with pytest.raises(AssertionError):
+      assert_ends_where_the_reference_ends(
+          dataclasses.replace(config, weight_column=None, digit_weights=None), trained)
 
 
