@@ -42,8 +42,9 @@ _RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True
 # accuracy), tf.compat.v1's gave it 0.05 (docs/MIGRATION.md, "Canned Estimators").
 _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu"}
 # Every canned class takes a weight_column (none by default), whose weights the input
-# derives from each example's digit (--digit_weights).
-_WEIGHTS = {"weight_column": "", "digit_weights": ""}
+# derives from each example's digit (--digit_weights), and a classifier a label_vocabulary
+# (none by default: the class ids are the labels).
+_WEIGHTS = {"weight_column": "", "digit_weights": "", "label_vocabulary": ""}
 CANNED = {
     "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
             **_WEIGHTS},
@@ -57,7 +58,8 @@ CANNED = {
 CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()})
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
-                   "linear_learning_rate", "weight_column", "digit_weights")
+                   "linear_learning_rate", "weight_column", "digit_weights",
+                   "label_vocabulary")
 # The optimizers a canned Estimator takes by name.
 CANNED_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rmsprop", "sgd")
 # Activations whose tf.nn function (the canned Estimator's activation_fn) and tf_keras
@@ -202,6 +204,11 @@ class Config:
   digit_weights: Optional[str] = _field(None, "With --weight_column: each digit's weight, ten "
                                         "comma-separated numbers >= 0 (0,0,0,1,... weighs "
                                         "only 3s).")
+  label_vocabulary: Optional[str] = _field(None, "dnn, linear, wide_deep classifiers: the "
+                                           "canned label_vocabulary, the labels as these "
+                                           "strings, comma-separated, one a class (ten; two "
+                                           "for --task=binary:D), the served classes too "
+                                           "(default none: the class ids).")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
@@ -356,6 +363,30 @@ class Config:
       raise ValueError(f"--feature_name={settings['feature_name']!r}: give a name of letters, "
                        "digits and underscores (image).")
     self._validate_weights(settings)
+    self._validate_vocabulary(settings)
+
+  def _validate_vocabulary(self, settings: Dict[str, Any]) -> None:
+    """Raises ValueError naming the fix for a --label_vocabulary given to a regressor, or
+    not one distinct string per class of the task."""
+    given = settings["label_vocabulary"]
+    if not given:
+      return
+    kind, _ = parse_task(self.task)
+    if kind == REGRESSION:
+      raise ValueError(f"--label_vocabulary: --task={REGRESSION}'s labels are numbers, not "
+                       "classes; leave --label_vocabulary out.")
+    classes = 10 if kind == MULTICLASS else 2
+    words = given.split(",")
+    if len(words) != classes or len(set(words)) != classes or not all(
+        w and w.strip() == w for w in words):
+      raise ValueError(f"--label_vocabulary={given}: give {classes} distinct names, "
+                       f"comma-separated, one for each class of --task={self.task} in order "
+                       f"({'zero,one,...,nine' if classes == 10 else 'no,yes'}).")
+
+  def class_names(self) -> Tuple[str, ...]:
+    """--label_vocabulary's strings, one a class; () without one."""
+    given = self.canned_settings().get("label_vocabulary")
+    return tuple(given.split(",")) if given else ()
 
   @staticmethod
   def _validate_weights(settings: Dict[str, Any]) -> None:

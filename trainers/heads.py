@@ -20,7 +20,7 @@ outputs=1)`); `trainers/model.py` passes it and checks the model's output.
 """
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -45,11 +45,12 @@ class HeadMetric(tf_keras.metrics.Metric):
   logits) as the head updates its own. Registered: a SavedModel compiled with it loads in
   `tf_keras.models.load_model` once this module is imported."""
 
-  def __init__(self, task: str, key: str, v1: bool = False, name: Optional[str] = None,
-               dtype=None):
+  def __init__(self, task: str, key: str, v1: bool = False, vocabulary: Sequence[str] = (),
+               name: Optional[str] = None, dtype=None):
     super().__init__(name=name or key, dtype=dtype)
-    self._task, self._key, self._v1 = task, key, v1
-    self._metric, self._update = Head(*parse_task(task), v1=v1)._metric(key)
+    self._task, self._key, self._v1, self._vocabulary = task, key, v1, tuple(vocabulary)
+    self._metric, self._update = Head(*parse_task(task), v1=v1,
+                                      vocabulary=self._vocabulary)._metric(key)
 
   def update_state(self, y_true, y_pred, sample_weight=None):
     weights = (None if sample_weight is None
@@ -63,7 +64,25 @@ class HeadMetric(tf_keras.metrics.Metric):
     self._metric.reset_state()
 
   def get_config(self):
-    return {**super().get_config(), "task": self._task, "key": self._key, "v1": self._v1}
+    return {**super().get_config(), "task": self._task, "key": self._key, "v1": self._v1,
+            "vocabulary": list(self._vocabulary)}
+
+
+@tf_keras.utils.register_keras_serializable(package="trainers")
+class HeadLoss(tf_keras.losses.Loss):
+  """The head's loss of `--task=task` with a label `vocabulary`, taking string labels (the
+  head looks each up, as the canned head's table does). Registered, as `HeadMetric`."""
+
+  def __init__(self, task: str, vocabulary: Sequence[str], **kwargs):
+    super().__init__(**{"name": "loss", **kwargs})
+    self._task, self._vocabulary = task, tuple(vocabulary)
+    self._head = Head(*parse_task(task), vocabulary=self._vocabulary)
+
+  def call(self, y_true, y_pred):
+    return self._head.loss(y_true, y_pred)
+
+  def get_config(self):
+    return {**super().get_config(), "task": self._task, "vocabulary": list(self._vocabulary)}
 
 
 class _Baseline(tf_keras.metrics.Mean):
@@ -101,11 +120,14 @@ class _V1AUC(tf_keras.metrics.AUC):
 @dataclasses.dataclass(frozen=True)
 class Head:
   """A task's head (see the module docstring). `positive`: binary's digit D; `v1`: a
-  `tf.compat.v1.estimator` canned class's head, whose metrics are `tf.compat.v1.metrics`."""
+  `tf.compat.v1.estimator` canned class's head, whose metrics are `tf.compat.v1.metrics`;
+  `vocabulary`: a classifier's label_vocabulary, the labels and the served classes as its
+  strings."""
 
   kind: str
   positive: Optional[int] = None
   v1: bool = False
+  vocabulary: Tuple[str, ...] = ()
 
   @property
   def logits_dimension(self) -> int:
@@ -116,16 +138,28 @@ class Head:
     return METRIC_KEYS[self.kind]
 
   def label(self, image: tf.Tensor, digit: tf.Tensor) -> tf.Tensor:
-    """One example's label for the task, from its scaled image and its digit."""
-    if self.kind == BINARY:
-      return tf.cast(tf.equal(digit, self.positive), tf.int64)
+    """One example's label for the task, from its scaled image and its digit: the class
+    (its string in the vocabulary), or the regression's target."""
     if self.kind == REGRESSION:
       return tf.reduce_mean(image)
-    return digit
+    label = tf.cast(tf.equal(digit, self.positive), tf.int64) if self.kind == BINARY else digit
+    return tf.gather(tf.constant(self.vocabulary), label) if self.vocabulary else label
+
+  def _class_ids(self, labels: tf.Tensor) -> tf.Tensor:
+    """String labels as their classes' ids, the vocabulary's positions, as the head's
+    lookup table gives them; an error for a label outside it."""
+    found = tf.equal(labels, tf.constant(self.vocabulary)[tf.newaxis, :])
+    known = tf.debugging.assert_equal(
+        tf.reduce_any(found, axis=-1), True,
+        message="a label outside --label_vocabulary")
+    with tf.control_dependencies([known]):
+      return tf.argmax(tf.cast(found, tf.int64), axis=-1, output_type=tf.int64)[:, tf.newaxis]
 
   def _labels(self, labels: tf.Tensor) -> tf.Tensor:
     """Labels as the head processes them: int64 (B, 1) ids, float32 (B, 1) otherwise."""
     labels = tf.reshape(labels, [-1, 1])
+    if labels.dtype == tf.string:
+      labels = self._class_ids(labels)
     return tf.cast(labels, tf.int64 if self.kind == MULTICLASS else tf.float32)
 
   def _unweighted_loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -144,7 +178,10 @@ class Head:
 
   def keras_loss(self, reduction: str) -> tf_keras.losses.Loss:
     """The loss as Keras's own class computes it (an export compiled with one loads in
-    `tf_keras.models.load_model`): the same values as `loss`."""
+    `tf_keras.models.load_model`): the same values as `loss`. Keras's classes take no
+    string labels: under a vocabulary, `HeadLoss`."""
+    if self.vocabulary:
+      return HeadLoss(self.task, self.vocabulary, reduction=reduction)
     if self.kind == MULTICLASS:
       return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                            reduction=reduction)
@@ -153,7 +190,7 @@ class Head:
     return tf_keras.losses.MeanSquaredError(reduction=reduction)
 
   def predictions(self, logits: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """The head's predictions (without a label vocabulary), by the ops it uses."""
+    """The head's predictions, by the ops it uses; a vocabulary's strings as the classes."""
     if self.kind == REGRESSION:
       return {"predictions": logits}
     every_row = [tf.shape(logits)[0], 1]
@@ -164,12 +201,17 @@ class Head:
       predicted["logistic"] = tf.math.sigmoid(logits)
       logits = tf.concat((tf.zeros_like(logits), logits), axis=-1)
     class_ids = tf.expand_dims(tf.argmax(logits, axis=-1), axis=-1)
+    if self.vocabulary:
+      names = tf.constant(self.vocabulary)
+      classes, all_classes = tf.gather(names, class_ids), names[tf.newaxis, :]
+    else:
+      classes, all_classes = tf.strings.as_string(class_ids), tf.strings.as_string(class_range)
     return {**predicted,
             "probabilities": tf.nn.softmax(logits),
             "class_ids": class_ids,
-            "classes": tf.strings.as_string(class_ids),
+            "classes": classes,
             "all_class_ids": tf.tile(class_range, every_row),
-            "all_classes": tf.tile(tf.strings.as_string(class_range), every_row)}
+            "all_classes": tf.tile(all_classes, every_row)}
 
   @property
   def signatures(self) -> Dict[str, str]:
@@ -200,11 +242,12 @@ class Head:
     """The head's metrics but `loss` (which Keras's compiled loss reports), each of
     `(labels, logits)`: the ten-class head's Keras's own classes, which compute them alike
     and load in `tf_keras.models.load_model` without this module; the others'
-    `HeadMetric`s."""
-    if self.kind == MULTICLASS:
+    `HeadMetric`s (under a vocabulary the ten-class head's too: Keras's take no strings)."""
+    if self.kind == MULTICLASS and not self.vocabulary:
       return [tf_keras.metrics.SparseCategoricalAccuracy("accuracy"),
               tf_keras.metrics.SparseCategoricalCrossentropy("average_loss", from_logits=True)]
-    return [HeadMetric(self.task, key, self.v1) for key in self.metric_keys if key != "loss"]
+    return [HeadMetric(self.task, key, self.v1, self.vocabulary)
+            for key in self.metric_keys if key != "loss"]
 
   def _metric(self, key: str) -> Tuple[tf_keras.metrics.Metric,
                                        Callable[[tf.Tensor, tf.Tensor, Optional[tf.Tensor]],
@@ -268,4 +311,4 @@ DIGITS = Head(MULTICLASS)  # The default task's: a canned classifier of the ten 
 def head(config: Config) -> Head:
   """The head of the run's --task, a v1 one for a `tf.compat.v1.estimator` canned model."""
   v1 = bool(config.canned_settings()) and config.model.endswith("_v1")
-  return Head(*parse_task(config.task), v1=v1)
+  return Head(*parse_task(config.task), v1=v1, vocabulary=config.class_names())

@@ -35,7 +35,8 @@ def default_input_fn(config: Config) -> InputFn:
     return pipeline.input_fn(mode, input_context, global_batch_size=batch,
                              data_dir=config.data_dir, seed=config.seed,
                              record_dir=config.record_dir,
-                             label=None if head.kind == MULTICLASS else head.label,
+                             label=(None if head.kind == MULTICLASS and not head.vocabulary
+                                    else head.label),
                              weight=weight if weights else None)
 
   return input_fn

@@ -89,6 +89,15 @@ from trainers.config import Config
      "not all 0"),
     ({"model": "dnn", "weight_column": "w", "digit_weights": "1,1,1,1,1,1,1,1,1,x"},
      "give ten numbers"),
+    ({"model": "dnn", "task": "regression", "label_vocabulary": "a,b"},
+     "--task=regression's labels are numbers, not classes; leave --label_vocabulary out."),
+    ({"model": "dnn", "task": "binary:3", "label_vocabulary": "a,b,c"},
+     "--label_vocabulary=a,b,c: give 2 distinct names"),
+    ({"model": "linear", "label_vocabulary": "a,b,c,d,e,f,g,h,i,a"},
+     "give 10 distinct names, comma-separated, one for each class of --task=multiclass"),
+    ({"model": "linear", "task": "binary:1", "label_vocabulary": "no, yes"}, "give 2 distinct"),
+    ({"model": "cnn", "label_vocabulary": "no,yes"}, "--label_vocabulary is not a setting of "
+     "--model=cnn"),
     ({"task": "binary:12"}, "--task=binary:12 is not one of multiclass, binary:D with D a "
      "digit 0 to 9"),
     ({"task": "binary:03"}, "--task=binary:03 is not one of"),
@@ -132,7 +141,7 @@ def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
   assert Config(model="dnn").canned_settings() == {
       "hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu",
       "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
-      "weight_column": "", "digit_weights": ""}
+      "weight_column": "", "digit_weights": "", "label_vocabulary": ""}
   assert Config(model="linear", linear_optimizer="sgd").canned_settings()[
       "linear_learning_rate"] == 0.2
   assert Config(model="wide_deep").canned_settings()["dnn_learning_rate"] == 0.001

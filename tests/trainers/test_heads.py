@@ -158,6 +158,44 @@ def test_weighted_metrics_are_the_canned_heads_with_a_weight_column(task, v1):
   assert float(unweighted[0].result()) != pytest.approx(got[unweighted[0].name], abs=1e-4)
 
 
+VOCABULARIES = {"multiclass": ("zero", "one", "two", "three", "four", "five", "six", "seven",
+                               "eight", "nine"),
+                "binary:3": ("other", "three")}
+
+
+@pytest.mark.parametrize("task", VOCABULARIES)
+def test_a_label_vocabulary_is_the_canned_heads(task):
+  vocabulary = VOCABULARIES[task]
+  head = heads.head(Config(task=task, model="dnn", label_vocabulary=",".join(vocabulary)))
+  assert head.vocabulary == vocabulary
+  canned = (tf.estimator.MultiClassHead(10, label_vocabulary=list(vocabulary))
+            if task == "multiclass" else
+            tf.estimator.BinaryClassHead(label_vocabulary=list(vocabulary)))
+  theirs, ours = canned.metrics(), head.keras_metrics()
+  ids = heads.head(Config(task=task))
+  for labels, logits in _batches(ids):
+    names = tf.gather(tf.constant(vocabulary), labels)
+    canned.update_metrics(theirs, {"image": logits}, logits, names)
+    for metric in ours:
+      metric.update_state(names, logits)
+    assert float(tf.reduce_mean(head.loss(names, logits))) == pytest.approx(
+        float(canned.loss(names, logits, features={"image": logits})), rel=1e-7)
+    assert float(head.keras_loss("auto")(names, logits)) == pytest.approx(
+        float(tf.reduce_mean(ids.loss(labels, logits))), rel=1e-7)
+  got = {m.name: float(m.result()) for m in ours}
+  assert got == pytest.approx({k: float(m.result()) for k, m in theirs.items() if k != "loss"},
+                              abs=1e-7, rel=0)
+  predicted, want = head.predictions(logits), canned.predictions(logits)
+  for key in ("classes", "all_classes", "class_ids"):
+    np.testing.assert_array_equal(predicted[key].numpy(), want[key].numpy(), err_msg=key)
+  assert set(predicted["classes"].numpy().ravel()) <= {v.encode() for v in vocabulary}
+  # The labels the input derives are the vocabulary's strings.
+  image = tf.zeros((28, 28, 1))
+  assert head.label(image, tf.constant(3, tf.int64)).numpy() == b"three"
+  with pytest.raises(tf.errors.InvalidArgumentError, match="outside --label_vocabulary"):
+    head.loss(tf.constant(["three", "ten"]), logits[:2])
+
+
 @pytest.mark.parametrize("task,signatures", [
     ("multiclass", {"serving_default": "classify", "classification": "classify",
                     "predict": "predict"}),
@@ -200,12 +238,15 @@ def test_labels_are_the_tasks():
   assert float(heads.head(Config(task="regression")).label(image, seven)) == pytest.approx(0.5)
 
 
-def test_a_compiled_export_loads_its_head_metrics_by_name(tmp_path):
+@pytest.mark.parametrize("vocabulary", [None, "other,three"])
+def test_a_compiled_export_loads_its_head_metrics_by_name(vocabulary, tmp_path):
   inputs = tf_keras.Input((4,))
   model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(inputs))
-  head = heads.head(Config(task="binary:3"))
+  head = heads.head(Config(task="binary:3", model="dnn", label_vocabulary=vocabulary))
   model.compile(loss=head.keras_loss("auto"), metrics=head.keras_metrics())
   x, y = np.ones((8, 4), np.float32), np.array([0, 1] * 4)
+  if vocabulary:  # The labels as strings, the loss a HeadLoss.
+    y = np.array(vocabulary.split(","))[y]
   want = model.evaluate(x, y, verbose=0, return_dict=True)
   model.save(str(tmp_path / "m"), save_format="tf")
   loaded = tf_keras.models.load_model(str(tmp_path / "m"))

@@ -219,13 +219,15 @@ def _columns(settings: Dict[str, Any]):
 def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, Any]]:
   """The canned class of `family` (`DNN`, `Linear`, `DNNLinearCombined`) in `api` for the
   run's --task, with its head's arguments: the run's weight_column, and a classifier's
-  n_classes (2 for a binary task; a regressor's label_dimension is 1, its default)."""
+  n_classes (2 for a binary task; a regressor's label_dimension is 1, its default) and
+  label_vocabulary."""
   kind, _ = config_lib.parse_task(config.task)
   head = {"weight_column": config.canned_settings()["weight_column"] or None}
   if kind == config_lib.REGRESSION:
     return getattr(api, f"{family}Regressor"), head
   n_classes = mnist.NUM_CLASSES if kind == config_lib.MULTICLASS else 2
-  return getattr(api, f"{family}Classifier"), {**head, "n_classes": n_classes}
+  return getattr(api, f"{family}Classifier"), {
+      **head, "n_classes": n_classes, "label_vocabulary": list(config.class_names()) or None}
 
 
 def _api(v1: bool) -> Tuple[Any, Callable[[str, float], Any]]:

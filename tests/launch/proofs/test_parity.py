@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from launch.proofs import harness
 from launch.proofs import parity
@@ -142,9 +143,9 @@ WEIGHTS = ["--weight_column=w", "--digit_weights=1,1,1,4,1,1,1,1,1,0.5"]
     (2, ["wide_deep"], "multiclass", []),
     # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer per part, its own loss
     # reports; of two classes, its head's AUCs tf.compat.v1.metrics'; each example's loss
-    # and metrics weighted by a weight_column. (A canned regressor:
-    # test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers.)
-    (2, ["wide_deep_v1"], "binary:3", WEIGHTS),
+    # and metrics weighted by a weight_column; string labels, served as classes. (A canned
+    # regressor: test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers.)
+    (2, ["wide_deep_v1"], "binary:3", [*WEIGHTS, "--label_vocabulary=other,three"]),
     pytest.param(1, ["dnn", "linear", "wide_deep"], "multiclass", [],
                  marks=pytest.mark.extended),
     pytest.param(2, ["dnn"], "multiclass", [], marks=pytest.mark.extended),
@@ -177,6 +178,12 @@ def test_cli_proves_each_canned_model_against_its_twin(workers, models, task, fl
       answers = checks["max |diff|, answers predict/predictions, estimator vs keras"]
       assert answers["passed"] and answers["where"] == "10000 test images"
       continue
+    if "--label_vocabulary=other,three" in flags:  # Both exports serve its strings.
+      for backend in ("estimator", "keras"):
+        (export,) = (tmp_path / "short" / backend / "model" / "export").iterdir()
+        served = tf.saved_model.load(str(export)).signatures["image:predict"](
+            image=tf.zeros([1, 28, 28, 1]))
+        assert served["all_classes"].numpy().tolist() == [[b"other", b"three"]], backend
     differing = checks["images answered differently, answers predict/class_ids, estimator vs "
                        "keras"]
     assert differing["passed"] and differing["where"] == "10000 test images"
