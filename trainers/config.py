@@ -44,7 +44,8 @@ _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activati
 # Every canned class takes a weight_column (none by default), whose weights the input
 # derives from each example's digit (--digit_weights), and a classifier a label_vocabulary
 # (none by default: the class ids are the labels).
-_WEIGHTS = {"weight_column": "", "digit_weights": "", "label_vocabulary": ""}
+_WEIGHTS = {"weight_column": "", "digit_weights": "", "label_vocabulary": "",
+            "loss_reduction": ""}
 CANNED = {
     "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
             **_WEIGHTS},
@@ -59,7 +60,10 @@ CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()})
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
                    "linear_learning_rate", "weight_column", "digit_weights",
-                   "label_vocabulary")
+                   "label_vocabulary", "loss_reduction")
+# A canned class's loss_reduction, by its flag's value (the class's default when not given:
+# the TF2 ones' sum_over_batch_size, the tf.compat.v1 ones' sum).
+CANNED_REDUCTIONS = ("sum_over_batch_size", "sum")
 # The optimizers a canned Estimator takes by name.
 CANNED_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rmsprop", "sgd")
 # Activations whose tf.nn function (the canned Estimator's activation_fn) and tf_keras
@@ -209,6 +213,10 @@ class Config:
                                            "strings, comma-separated, one a class (ten; two "
                                            "for --task=binary:D), the served classes too "
                                            "(default none: the class ids).")
+  loss_reduction: Optional[str] = _field(None, "dnn, linear, wide_deep: the canned "
+                                         "loss_reduction, sum_over_batch_size or sum "
+                                         "(default: the class's, sum_over_batch_size for "
+                                         "the TF2 ones, sum for the _v1 ones).")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
@@ -364,6 +372,9 @@ class Config:
                        "digits and underscores (image).")
     self._validate_weights(settings)
     self._validate_vocabulary(settings)
+    if settings["loss_reduction"] not in ("", *CANNED_REDUCTIONS):
+      raise ValueError(f"--loss_reduction={settings['loss_reduction']} is not one of "
+                       f"{', '.join(CANNED_REDUCTIONS)}.")
 
   def _validate_vocabulary(self, settings: Dict[str, Any]) -> None:
     """Raises ValueError naming the fix for a --label_vocabulary given to a regressor, or

@@ -118,7 +118,7 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
       # The global-batch loss (as Keras reports it) needs an all-reduce that
       # every worker runs each step: the train op depends on it.
       global_loss = tf.distribute.get_replica_context().all_reduce(
-          tf.distribute.ReduceOp.SUM if model_lib.spec(config).loss_reduction == model_lib.SUM
+          tf.distribute.ReduceOp.SUM if model_lib.loss_reduction(config) == model_lib.SUM
           else tf.distribute.ReduceOp.MEAN, loss)
       train_op = tf.group(train_op, global_loss)
       chief_hooks.append(_Recorder(global_loss, learning_rate, losses, rates))
@@ -238,8 +238,10 @@ class _Steps(tf.estimator.SessionRunHook):
 
   A TF2 canned Estimator reports the sum of the replicas' batch means (it reduces its loss
   by MEAN only after a tf.compat.v1.train optimizer, which the TF2 canned ones do not use):
-  `scale` (1 / the replicas) makes that the global batch's mean. A v1 canned one reports
-  the sum of the replicas' batch sums, the global batch's: as Keras reports a summed loss.
+  `scale` (1 / the replicas) makes that the global batch's mean. Under
+  --loss_reduction=sum it reports the sum of the replicas' batch sums, the global batch's,
+  as a v1 canned one does by default: as Keras reports a summed loss. A v1 one under
+  sum_over_batch_size reports the global batch's mean (measured: launch.parity).
 
   A team's program (--estimator_program) may reduce its loss either way: `scale` None reads
   from the graph how the Estimator reduced it (`_reported_loss_scale`).
@@ -412,8 +414,10 @@ class Backend(loop.Backend):
 
   def train(self) -> loop.Trained:
     run, config = self.run, self.run.config
-    scale = (None if self._program else 1 / run.strategy.num_replicas_in_sync
-             if self._canned and not self._canned.v1 else 1.0)
+    tf2_mean = (self._canned and not self._canned.v1
+                and model_lib.loss_reduction(config) == model_lib.MEAN)
+    scale = (None if self._program else 1 / run.strategy.num_replicas_in_sync if tf2_mean
+             else 1.0)
     duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
                                     run.model_dir if run.chief else None, run.preemption,
                                     program_lib.step_hooks(config.estimator_program, run.chief),

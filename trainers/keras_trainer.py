@@ -57,7 +57,7 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
   # With a strategy, Keras divides the mean's sum by the global batch size, so the
   # summed replica gradients are the gradient of the global-batch mean; a sum it
   # leaves as it is, and they are the gradient of the global-batch sum.
-  summed = training and model_spec.loss_reduction == model_lib.SUM
+  summed = training and model_lib.loss_reduction(config) == model_lib.SUM
   reduction = (tf_keras.losses.Reduction.SUM if summed
                else tf_keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
   if model_spec.loss is model_lib.sparse_softmax_cross_entropy:

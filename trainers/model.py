@@ -302,6 +302,15 @@ def load_weights_npz(path: str) -> Weights:
     return {name: data[name] for name in data.files}
 
 
+def loss_reduction(config: Config) -> str:
+  """How training reduces the examples' losses over the batch, `MEAN` or `SUM`: a canned
+  model's --loss_reduction if given, else the spec's."""
+  given = config.canned_settings().get("loss_reduction")
+  if given:
+    return SUM if given == "sum" else MEAN
+  return spec(config).loss_reduction
+
+
 def v1_loss(config: Config, labels: tf.Tensor, logits: tf.Tensor,
             reduction: Optional[str] = None) -> tf.Tensor:
   """The spec's loss over this replica's batch, reduced as the spec says (or `reduction`)
@@ -312,11 +321,10 @@ def v1_loss(config: Config, labels: tf.Tensor, logits: tf.Tensor,
   giving the gradient of the global-batch mean, as in Keras, and leaves a sum as it
   is. Dividing by the global batch here would halve the mean at 2 workers.
   """
-  model_spec = spec(config)
   return tf.compat.v1.losses.compute_weighted_loss(
       example_loss(config)(labels, logits),
       reduction=(tf.compat.v1.losses.Reduction.SUM
-                 if (reduction or model_spec.loss_reduction) == SUM
+                 if (reduction or loss_reduction(config)) == SUM
                  else tf.compat.v1.losses.Reduction.SUM_BY_NONZERO_WEIGHTS))
 
 

@@ -99,7 +99,7 @@ class _Step:
     with tf.GradientTape() as tape:
       logits = self.model(images, training=True)
       loss = tf.reduce_sum(self._loss(labels, logits))
-      if self._spec.loss_reduction == model_lib.MEAN:
+      if model_lib.loss_reduction(self._config) == model_lib.MEAN:
         loss /= self._config.global_batch_size
     gradients = tape.gradient(loss, self.variables)
     if self._config.clip_global_norm:  # This replica's, before the all-reduce, as v1 clips.

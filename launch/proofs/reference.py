@@ -264,7 +264,7 @@ def train_reference(config: Config, num_workers: int,
   model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
   if started:
     warm_start.assign(model, started)
-  summed = model_lib.spec(config).loss_reduction == model_lib.SUM
+  summed = model_lib.loss_reduction(config) == model_lib.SUM
   example_loss = model_lib.example_loss(config)
   variables, statistics = model.trainable_variables, model.non_trainable_variables
   rule_of = rules(config)

@@ -98,6 +98,8 @@ from trainers.config import Config
     ({"model": "linear", "task": "binary:1", "label_vocabulary": "no, yes"}, "give 2 distinct"),
     ({"model": "cnn", "label_vocabulary": "no,yes"}, "--label_vocabulary is not a setting of "
      "--model=cnn"),
+    ({"model": "dnn", "loss_reduction": "mean"}, "--loss_reduction=mean is not one of "
+     "sum_over_batch_size, sum."),
     ({"task": "binary:12"}, "--task=binary:12 is not one of multiclass, binary:D with D a "
      "digit 0 to 9"),
     ({"task": "binary:03"}, "--task=binary:03 is not one of"),
@@ -141,7 +143,7 @@ def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
   assert Config(model="dnn").canned_settings() == {
       "hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu",
       "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
-      "weight_column": "", "digit_weights": "", "label_vocabulary": ""}
+      "weight_column": "", "digit_weights": "", "label_vocabulary": "", "loss_reduction": ""}
   assert Config(model="linear", linear_optimizer="sgd").canned_settings()[
       "linear_learning_rate"] == 0.2
   assert Config(model="wide_deep").canned_settings()["dnn_learning_rate"] == 0.001

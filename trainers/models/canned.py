@@ -218,11 +218,16 @@ def _columns(settings: Dict[str, Any]):
 
 def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, Any]]:
   """The canned class of `family` (`DNN`, `Linear`, `DNNLinearCombined`) in `api` for the
-  run's --task, with its head's arguments: the run's weight_column, and a classifier's
-  n_classes (2 for a binary task; a regressor's label_dimension is 1, its default) and
-  label_vocabulary."""
+  run's --task, with its head's arguments: the run's weight_column and loss_reduction,
+  and a classifier's n_classes (2 for a binary task; a regressor's label_dimension is 1, its
+  default) and label_vocabulary."""
   kind, _ = config_lib.parse_task(config.task)
-  head = {"weight_column": config.canned_settings()["weight_column"] or None}
+  settings = config.canned_settings()
+  head = {"weight_column": settings["weight_column"] or None}
+  if settings["loss_reduction"]:
+    reductions = (tf.compat.v1.losses.Reduction if api is tf.compat.v1.estimator
+                  else tf.keras.losses.Reduction)
+    head["loss_reduction"] = getattr(reductions, settings["loss_reduction"].upper())
   if kind == config_lib.REGRESSION:
     return getattr(api, f"{family}Regressor"), head
   n_classes = mnist.NUM_CLASSES if kind == config_lib.MULTICLASS else 2

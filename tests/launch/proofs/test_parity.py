@@ -139,8 +139,9 @@ WEIGHTS = ["--weight_column=w", "--digit_weights=1,1,1,4,1,1,1,1,1,0.5"]
 
 @pytest.mark.real_data
 @pytest.mark.parametrize("workers, models, task, flags", [
-    # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl.
-    (2, ["wide_deep"], "multiclass", []),
+    # Both parts: the DNN's, with Adagrad, and the linear one's, with Ftrl; the loss summed
+    # (the TF2 class's default, the mean, is the regressor's in the heads test).
+    (2, ["wide_deep"], "multiclass", ["--loss_reduction=sum"]),
     # tf.compat.v1.estimator's class: a summed loss, a v1 optimizer per part, its own loss
     # reports; of two classes, its head's AUCs tf.compat.v1.metrics'; each example's loss
     # and metrics weighted by a weight_column; string labels, served as classes. (A canned

@@ -105,6 +105,9 @@ CASES = {
     "wide_deep_v1-binary": {"model": "wide_deep_v1", "hidden_units": "16", "task": "binary:3"},
     "wide_deep-regression": {"model": "wide_deep", "hidden_units": "16", "task": "regression"},
     "linear_v1-regression": {"model": "linear_v1", "task": "regression"},
+    # The loss reduction each class does not default to.
+    "dnn-sum": {"model": "dnn", "hidden_units": "16", "loss_reduction": "sum"},
+    "linear_v1-mean": {"model": "linear_v1", "loss_reduction": "sum_over_batch_size"},
     # A weight_column: each example's loss weighted by its digit's weight.
     "dnn-binary-weighted": {"model": "dnn", "hidden_units": "16", "task": "binary:3",
                             "weight_column": "w", "digit_weights": "1,1,1,4,1,1,1,1,1,0"},
