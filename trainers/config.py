@@ -41,19 +41,19 @@ _RANGES = {"learning_rate": (0, math.inf, False, False), "momentum": (0, 1, True
 # gives a named optimizer its Keras class's default rate (Adagrad 0.001: 0.84 test
 # accuracy), tf.compat.v1's gave it 0.05 (docs/MIGRATION.md, "Canned Estimators").
 _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu"}
-# Every canned class takes a weight_column (none by default), whose weights the input
-# derives from each example's digit (--digit_weights), and a classifier a label_vocabulary
-# (none by default: the class ids are the labels).
-_WEIGHTS = {"weight_column": "", "digit_weights": "", "label_vocabulary": "",
-            "loss_reduction": ""}
+# Every canned class's head arguments, each "" (none, or the class's default) unless given:
+# a weight_column, whose weights the input derives from each example's digit
+# (--digit_weights); a classifier's label_vocabulary; the loss_reduction.
+_HEAD = {"weight_column": "", "digit_weights": "", "label_vocabulary": "",
+         "loss_reduction": ""}
 CANNED = {
     "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
-            **_WEIGHTS},
+            **_HEAD},
     "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2,
-               **_WEIGHTS},
+               **_HEAD},
     "wide_deep": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad",
                   "dnn_learning_rate": 0.001, "linear_optimizer": "ftrl",
-                  "linear_learning_rate": 0.005, **_WEIGHTS},
+                  "linear_learning_rate": 0.005, **_HEAD},
 }
 # The tf.compat.v1.estimator classes take the same arguments, with the same defaults.
 CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()})

@@ -67,13 +67,17 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
   return SpecLoss(model_lib.example_loss(config), reduction)
 
 
+def _head_metrics(config: Config) -> List[tf_keras.metrics.Metric]:
+  """The head's metrics that the run reports (model.metric_keys)."""
+  keys = model_lib.metric_keys(config)
+  return [m for m in heads.head(config).keras_metrics() if m.name in keys]
+
+
 def _loss_and_metrics(config: Config) -> Dict[str, Any]:
   """What evaluation compiles with: the loss (the mean), and the head's metrics, weighted
   under a --weight_column (Keras gives sample weights to `weighted_metrics` only)."""
-  keys = model_lib.metric_keys(config)
-  metrics = [m for m in heads.head(config).keras_metrics() if m.name in keys]
   return {"loss": make_loss(config, training=False),
-          "weighted_metrics" if config.example_weights() else "metrics": metrics}
+          "weighted_metrics" if config.example_weights() else "metrics": _head_metrics(config)}
 
 
 class _OneCollectiveModel(tf_keras.Model):
@@ -400,8 +404,7 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
       return
     loss = model_lib.example_loss(config)
     # As Keras's compiled loss tracks it: each batch's mean, weighted by its size.
-    head_metrics = [m for key, m in _loss_and_metrics(config).items() if key != "loss"][0]
-    self._metrics = [tf_keras.metrics.Mean("loss"), *head_metrics]
+    self._metrics = [tf_keras.metrics.Mean("loss"), *_head_metrics(config)]
 
     @tf.function
     def update(images, labels, weights=None):

@@ -14,7 +14,8 @@
 each over one `numeric_column` of the image (`--feature_name`), of the run's --task
 (trainers/heads.py): a classifier of the ten digits (multiclass, the default), of two
 classes (`--task=binary:D`, `n_classes=2`), or the class's regressor (`--task=regression`:
-`DNNRegressor`, `LinearRegressor`, `DNNLinearCombinedRegressor`). The
+`DNNRegressor`, `LinearRegressor`, `DNNLinearCombinedRegressor`), with the head's
+arguments the flags give (`--weight_column`, `--label_vocabulary`, `--loss_reduction`). The
 Estimator backend constructs the canned class itself (`Canned.estimator`) with the
 run's settings (`Config.canned_settings`); the Keras backend trains the twin that
 `build` makes: the same layers, with weights of the canned names
