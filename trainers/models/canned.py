@@ -227,7 +227,7 @@ def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, Any]
   head = {"weight_column": settings["weight_column"] or None}
   if settings["loss_reduction"]:
     reductions = (tf.compat.v1.losses.Reduction if api is tf.compat.v1.estimator
-                  else tf.keras.losses.Reduction)
+                  else tf_keras.losses.Reduction)
     head["loss_reduction"] = getattr(reductions, settings["loss_reduction"].upper())
   if kind == config_lib.REGRESSION:
     return getattr(api, f"{family}Regressor"), head
