@@ -84,7 +84,7 @@ class _Step:
   """
 
   def __init__(self, config: Config):
-    self._config, self._spec = config, model_lib.spec(config)
+    self._config = config
     self._loss = model_lib.example_loss(config)
     self.model = model_lib.build(config, model_lib.initial_weights(config.init_weights))
     self.variables = self.model.trainable_variables
