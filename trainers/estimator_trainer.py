@@ -132,12 +132,15 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
 def _eval_spec(config: Config, head: heads.Head, features: Any, labels: tf.Tensor,
                logits: tf.Tensor) -> tf.estimator.EstimatorSpec:
   """EVAL: the loss (the spec's mean) and the head's metrics, updated by the canned head
-  itself (trainers/heads.py); a spec's own loss is not the head's `average_loss`."""
+  itself (trainers/heads.py; a spec's own loss is not the head's `average_loss`), and the
+  spec's declared metrics by their v1 functions (trainers/v1_metrics.py)."""
   loss = model_lib.v1_loss(config, labels, logits, reduction=model_lib.MEAN)
   canned = head.estimator_head()
   features = features if isinstance(features, dict) else {serving.IMAGE: features}
   metrics = canned.update_metrics(canned.metrics(), features, logits, labels)
   metrics = {k: v for k, v in metrics.items() if k in model_lib.metric_keys(config)}
+  for key, metric in model_lib.declared_metrics(config).items():  # By the v1 functions.
+    metrics[key] = metric.estimator_op(head, labels, logits)
   return tf.estimator.EstimatorSpec(_ModeKeys.EVAL, loss=loss, eval_metric_ops=metrics)
 
 

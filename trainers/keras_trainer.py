@@ -68,9 +68,12 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
 
 
 def _head_metrics(config: Config) -> List[tf_keras.metrics.Metric]:
-  """The head's metrics that the run reports (model.metric_keys)."""
-  keys = model_lib.metric_keys(config)
-  return [m for m in heads.head(config).keras_metrics() if m.name in keys]
+  """The metrics the run reports (model.metric_keys): the head's, and the spec's declared
+  v1 metrics (trainers/v1_metrics.py)."""
+  keys, head = model_lib.metric_keys(config), heads.head(config)
+  declared = [metric.keras_metric(key, head)
+              for key, metric in model_lib.declared_metrics(config).items()]
+  return [m for m in head.keras_metrics() if m.name in keys] + declared
 
 
 def _loss_and_metrics(config: Config) -> Dict[str, Any]:

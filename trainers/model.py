@@ -39,6 +39,7 @@ import tf_keras
 
 from trainers import heads
 from trainers import model_registry
+from trainers import v1_metrics
 from trainers.config import MULTICLASS, Config
 
 Weights = Dict[str, np.ndarray]
@@ -108,6 +109,9 @@ class ModelSpec:
       your port"), `signatures(model)` -> {name: a tf.function with an input_signature},
       the program's export_outputs as Keras serves them (`tf.saved_model.save`'s
       signatures); None: the Estimator's canned contract (trainers/serving.py).
+    metrics: the `eval_metric_ops` a model_fn reported besides the head's, by their keys:
+      `v1_metrics.Metric`s, each a `tf.compat.v1.metrics` function with its arguments,
+      which both backends evaluate and report alike (trainers/v1_metrics.py).
   """
 
   name: str
@@ -118,12 +122,26 @@ class ModelSpec:
   deterministic_options: Mapping[str, float] = dataclasses.field(default_factory=dict)
   canned: Optional[Canned] = None
   signatures: Optional[Callable[[tf_keras.Model], Mapping[str, Callable]]] = None
+  metrics: Mapping[str, v1_metrics.Metric] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.loss_reduction not in REDUCTIONS:
       raise model_registry.SpecError(
           f"model {self.name}: loss_reduction={self.loss_reduction!r}; use one of "
           f"{', '.join(REDUCTIONS)} (trainers.model.MEAN or SUM).")
+    for key, metric in self.metrics.items():
+      if not isinstance(metric, v1_metrics.Metric):
+        raise model_registry.SpecError(
+            f"model {self.name}: metrics[{key!r}] is a {type(metric).__name__}; declare it "
+            f"as trainers.v1_metrics.Metric(\"<tf.compat.v1.metrics function>\", ...).")
+      if not isinstance(key, str) or not key or key in ("loss", "global_step"):
+        raise model_registry.SpecError(
+            f"model {self.name}: metrics[{key!r}]: name it as its eval_metric_ops key; "
+            f"`loss` and `global_step` are the Estimator's own.")
+    if self.metrics and self.canned:
+      raise model_registry.SpecError(
+          f"model {self.name}: a canned Estimator reports its head's metrics; take metrics "
+          f"out of its spec.")
 
 
 def batch_normalization(init: Init, name: str, momentum: float) -> tf_keras.layers.Layer:
@@ -266,10 +284,11 @@ def graph_model(config: Config) -> GraphModel:
 
 def check(config: Config) -> None:
   """Raises SpecError unless `config.model` loads and builds with `config.model_options`
-  (`graph_model`: no eager state, nothing left behind) for the run's head, and its loss is
-  one the head can take (`example_loss`)."""
+  (`graph_model`: no eager state, nothing left behind) for the run's head, its loss is
+  one the head can take (`example_loss`) and so are its metrics (`declared_metrics`)."""
   graph_model(config)
   example_loss(config)
+  declared_metrics(config)
 
 
 def input_shapes(config: Config) -> Dict[str, Tuple[Optional[int], ...]]:
@@ -347,11 +366,27 @@ def example_loss(config: Config) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
 
 def metric_keys(config: Config) -> Tuple[str, ...]:
   """What evaluation reports: the head's metrics, without `average_loss` (the head's loss,
-  not the spec's) for a spec with a loss of its own."""
+  not the spec's) for a spec with a loss of its own, and the spec's declared metrics."""
   keys = heads.head(config).metric_keys
-  if spec(config).loss is sparse_softmax_cross_entropy:
-    return keys
-  return tuple(k for k in keys if k != "average_loss")
+  if spec(config).loss is not sparse_softmax_cross_entropy:
+    keys = tuple(k for k in keys if k != "average_loss")
+  return tuple(sorted((*keys, *spec(config).metrics)))
+
+
+def declared_metrics(config: Config) -> Mapping[str, v1_metrics.Metric]:
+  """The spec's metrics (`ModelSpec.metrics`); SpecError, naming the metric, for one the
+  run's head cannot feed or one named as a metric of the head's."""
+  model_spec, head = spec(config), heads.head(config)
+  for key, metric in model_spec.metrics.items():
+    if key in head.metric_keys:
+      raise model_registry.SpecError(
+          f"model {model_spec.name}: metrics[{key!r}] is the --task={head.task} head's own "
+          f"metric, which both backends report already: take it out, or name it otherwise.")
+    try:
+      metric.check(head)
+    except v1_metrics.MetricError as e:
+      raise model_registry.SpecError(f"model {model_spec.name}: metrics[{key!r}]: {e}") from None
+  return model_spec.metrics
 
 
 def eval_sums(model: tf_keras.Model, loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
