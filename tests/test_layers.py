@@ -101,7 +101,8 @@ BINARIES = ({"data/prepare.py", "trainers/keras_main.py", "trainers/estimator_ma
 CROSS_CUTTING = {"tests/test_layers.py", "tests/test_loss.py", "tests/test_keras3.py",
                  "tests/test_multihost.py", "tests/test_outside_programs.py",
                  "tests/test_my_model.py", "tests/test_docs.py",
-                 "tests/test_optimizer_step.py", "tests/test_team_program.py"}
+                 "tests/test_optimizer_step.py", "tests/test_team_program.py",
+                 "tests/test_metrics_model.py"}
 
 
 def test_every_library_module_has_its_test_file():

@@ -44,7 +44,9 @@ def test_the_estimator_trains_the_teams_program_as_it_is(real_data_dir, tmp_path
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
   # Their eval_metric_ops, every one, and their export through their receiver.
-  assert sorted(summary["test_metrics"]) == ["accuracy", "loss", "mean_true_probability"]
+  assert sorted(summary["test_metrics"]) == ["accuracy", "auc_pr", "loss",
+                                             "mean_per_class_accuracy", "mean_true_probability",
+                                             "precision_at_3"]
   assert summary["test_accuracy"] == summary["test_metrics"]["accuracy"] > 0.2
   assert (pathlib.Path(summary["export_dir"]) / "saved_model.pb").exists()
   record = json.loads((model_dir / "run.json").read_text())
@@ -103,8 +105,13 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
       "serving_default: 10000 examples")
   assert checks["images answered differently, answers serving_default/classes, estimator vs "
                 "keras"]["passed"]
-  assert [n.split(":")[0] for n in report["notes"]] == [
-      "Shards", "Their eval_metric_ops mean_true_probability"]
+  assert [n.split(":")[0] for n in report["notes"]] == ["Shards"]
+  # Each of their eval_metric_ops against the port's declared metric of its name.
+  for key in ("auc_pr", "mean_per_class_accuracy", "mean_true_probability", "precision_at_3"):
+    assert checks[f"eval {key}, Estimator evaluator vs Keras evaluate"]["passed"], key
+  assert checks["eval per checkpoint, keras vs estimator"]["where"].startswith(
+      "6 metrics (accuracy, auc_pr, loss, mean_per_class_accuracy, mean_true_probability, "
+      "precision_at_3)")
   # Their hook ran as the Estimator runs it; its StepHook counts the same steps and reads
   # the same losses in both backends.
   logs = {name: [json.loads(line) for line in (tmp_path / "short" / backend / "model" / file)

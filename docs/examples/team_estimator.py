@@ -75,10 +75,16 @@ def model_fn(features, labels, mode, params, config):
         export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)})
   loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
   if mode == tf.estimator.ModeKeys.EVAL:
+    probabilities, one_hot = tf.nn.softmax(logits), tf.one_hot(labels, 10)
     return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
         "accuracy": tf.compat.v1.metrics.accuracy(labels, classes),
         "mean_true_probability": tf.compat.v1.metrics.mean(
-            tf.reduce_sum(tf.nn.softmax(logits) * tf.one_hot(labels, 10), axis=-1)),
+            tf.reduce_sum(probabilities * one_hot, axis=-1)),
+        "auc_pr": tf.compat.v1.metrics.auc(one_hot, probabilities, curve="PR",
+                                           summation_method="careful_interpolation"),
+        "precision_at_3": tf.compat.v1.metrics.precision_at_k(labels, logits, k=3),
+        "mean_per_class_accuracy": tf.compat.v1.metrics.mean_per_class_accuracy(
+            labels, classes, num_classes=10),
     })
   optimizer = tf.compat.v1.train.AdamOptimizer(params["learning_rate"])
   train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())

@@ -4,12 +4,15 @@ model"): the same layers, named, each weight's initializer through `init`.
 The port's recipe is given as flags, what the model_fn's optimizer does: `--optimizer=adam
 --learning_rate=1e-4 --learning_rate_schedule=constant`. team_map.json maps the program's
 variable names (Keras's automatic ones in its graph) to the port's. `signatures` serves what
-the program's export serves: its export_outputs, under its receiver's input.
+the program's export serves: its export_outputs, under its receiver's input. `metrics`
+declares the program's eval_metric_ops by their tf.compat.v1.metrics functions (its
+`accuracy` is the head's own), which Keras then computes as v1 does.
 """
 
 import tensorflow as tf
 import tf_keras
 
+from trainers import v1_metrics as v1
 from trainers.model import Init, ModelSpec
 
 
@@ -43,5 +46,20 @@ def signatures(model: tf_keras.Model):
   return {"serving_default": serve}
 
 
+def true_probability(labels, logits):
+  """Each example's probability of its own digit, as the program's `mean_true_probability`
+  averages it."""
+  return tf.reduce_sum(tf.nn.softmax(logits) * tf.one_hot(labels, 10), axis=-1)
+
+
+METRICS = {
+    "mean_true_probability": v1.Metric("mean", of=true_probability),
+    # The head feeds auc one-hot labels and the softmax, as the program does.
+    "auc_pr": v1.Metric("auc", curve="PR", summation_method="careful_interpolation"),
+    "precision_at_3": v1.Metric("precision_at_k", k=3),
+    "mean_per_class_accuracy": v1.Metric("mean_per_class_accuracy", num_classes=10),
+}
+
 SPEC = ModelSpec(name="team_port", build=build, options={"dropout": 0.3},
-                 deterministic_options={"dropout": 0.0}, signatures=signatures)
+                 deterministic_options={"dropout": 0.0}, signatures=signatures,
+                 metrics=METRICS)

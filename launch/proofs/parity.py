@@ -157,7 +157,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                                        tolerances.eval_atol))
   checks += _eval_parity(config, summaries["estimator"], tolerances.eval_atol,
                          run.assignment_map)
-  notes = _program_notes(program) if program else []
+  notes = _program_notes(program, config) if program else []
   # The short run's exports: its weights agree to weight_atol, the long run's only in accuracy.
   if not program:
     checks += serving_check.compare(
@@ -178,9 +178,9 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                 task=config_lib.parse_task(config.task)[0])
 
 
-def _program_notes(program: program_probe.Probe) -> List[str]:
+def _program_notes(program: program_probe.Probe, config: Config) -> List[str]:
   """What parity does not yet compare of a team's program, and why."""
-  others = [m for m in program.metrics if m != "accuracy"]
+  others = [m for m in program.metrics if m not in model_lib.metric_keys(config)]
   notes = [] if program.exports else [
       "Serving: the program has no serving_input_receiver_fn, so nothing of it is exported."]
   if program.own_input:
@@ -188,8 +188,8 @@ def _program_notes(program: program_probe.Probe) -> List[str]:
                  "held each worker's first batches equal in a graph and eagerly instead.")
   if others:
     notes.append(f"Their eval_metric_ops {', '.join(others)}: measured by the Estimator "
-                 f"(summary.json's test_metrics), not compared: only accuracy and the loss "
-                 f"have the port's counterpart so far.")
+                 f"(summary.json's test_metrics), not compared: the port declares no metric "
+                 f"of that name (ModelSpec.metrics, trainers/v1_metrics.py).")
   return notes
 
 

@@ -112,6 +112,11 @@ def probe(config: Config, workers: int, steps: int,
     raise ProbeError(f"--estimator_program={name}: its eval_metric_ops have no `accuracy`, "
                      f"which parity holds to the port's (its metrics: {', '.join(metrics)}). "
                      f"Add tf.compat.v1.metrics.accuracy as \"accuracy\" to them.")
+  unreported = sorted(set(model_lib.spec(config).metrics) - set(metrics))
+  if unreported:
+    raise ProbeError(f"--model={config.model} declares the metric {unreported[0]!r}, which "
+                     f"--estimator_program={name}'s eval_metric_ops do not report (they "
+                     f"report {', '.join(metrics)}): name it as their key, or take it out.")
   return Probe(checks, to_port, _batch(input_fn), metrics, the_program.input_fn is not None,
                the_program.serving_input_receiver_fn is not None, dict(assignment_map or {}))
 

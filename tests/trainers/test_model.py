@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from trainers import model as model_lib
+from trainers import v1_metrics
 from trainers.config import Config
 from trainers.model_registry import SpecError
 
@@ -13,6 +14,7 @@ NAMES = ["conv/kernel", "conv/bias", "hidden/kernel", "hidden/bias", "logits/ker
 # A user's spec module, each build wrong in one way.
 SPECS = """
 import tf_keras
+from trainers import v1_metrics as v1
 from trainers.model import ModelSpec
 
 def build(seed, init, skip="", extra="", regularizer=None, width=10):
@@ -39,6 +41,11 @@ WIDE = ModelSpec(name="wide", build=lambda seed, init, outputs: build(seed, init
 OWN_LOSS = ModelSpec(name="own_loss",
                      build=lambda seed, init, outputs=10: build(seed, init, width=outputs),
                      loss=lambda labels, logits: logits[:, 0])
+METERED = ModelSpec(name="metered",
+                    build=lambda seed, init, outputs=10: build(seed, init, width=outputs),
+                    metrics={"auc_pr": v1.Metric("auc", curve="PR"),
+                             "p3": v1.Metric("precision_at_k", k=3)})
+CLASHING = ModelSpec(name="clashing", build=build, metrics={"accuracy": v1.Metric("accuracy")})
 """
 
 
@@ -76,6 +83,10 @@ def test_a_spec_whose_build_is_wrong_is_named_before_any_training(user_specs, na
     ("WIDE", "regression", r"model wide's build makes 1 output\(s\) of shape \[\(None, 10\)\]; "
      r"--task=regression needs one of \(batch, 1\)"),
     ("OWN_LOSS", "regression", "model own_loss has a loss of its own .* trains with its head's"),
+    ("METERED", "regression", r"model metered: metrics\['auc_pr'\]: tf.compat.v1.metrics.auc "
+     r"is fed scores \(multiclass, binary tasks\), and --task=regression has none"),
+    ("METERED", "binary:3", r"metrics\['p3'\]: tf.compat.v1.metrics.precision_at_k is fed top k"),
+    ("CLASHING", "multiclass", r"metrics\['accuracy'\] is the --task=multiclass head's own"),
 ])
 def test_a_spec_that_cannot_take_the_task_is_named_before_any_training(user_specs, name, task,
                                                                         said):
@@ -94,6 +105,21 @@ def test_a_loss_reduction_is_mean_or_sum():
   with pytest.raises(SpecError, match="loss_reduction='sum_over_batch_size'; use one of mean, sum"):
     model_lib.ModelSpec(name="x", build=lambda seed, init: None,
                         loss_reduction="sum_over_batch_size")
+
+
+@pytest.mark.parametrize("metrics, said", [
+    ({"auc": "auc"}, r"metrics\['auc'\] is a str; declare it as trainers.v1_metrics.Metric"),
+    ({"loss": v1_metrics.Metric("mean", of=lambda y, z: z)}, "`loss` and `global_step` are"),
+])
+def test_declared_metrics_are_v1_metrics_under_keys_of_their_own(metrics, said):
+  with pytest.raises(SpecError, match=said):
+    model_lib.ModelSpec(name="x", build=lambda seed, init: None, metrics=metrics)
+
+
+def test_the_declared_metrics_are_reported_beside_the_heads(user_specs):
+  config = Config(model="user_specs:METERED")
+  assert model_lib.metric_keys(config) == ("accuracy", "auc_pr", "average_loss", "loss", "p3")
+  assert sorted(model_lib.declared_metrics(config)) == ["auc_pr", "p3"]
 
 
 def test_initial_weights_round_trip_through_npz(tmp_path):
