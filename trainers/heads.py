@@ -13,7 +13,8 @@ head itself (`estimator_head`), Keras with `keras_metrics`, the same Keras metri
 TF2 heads update, fed the same values (class ids, the logistic, the labels), so both report
 the same names and values. Their `loss` is the per-example mean (trainers/evaluation.py).
 A `tf.compat.v1.estimator` canned class's head (`v1`) reports the same keys from
-`tf.compat.v1.metrics`: of those only its AUCs are computed otherwise (`_V1AUC`).
+`tf.compat.v1.metrics`: of those only its AUCs are computed otherwise, as
+trainers/v1_metrics.py computes `tf.compat.v1.metrics.auc`.
 
 A spec's `build` makes the head's width when it takes `outputs` (`build(seed, init,
 outputs=1)`); `trainers/model.py` passes it and checks the model's output.
@@ -26,6 +27,7 @@ import tensorflow as tf
 import tf_keras
 
 from data import mnist
+from trainers import v1_metrics
 from trainers.config import BINARY, MULTICLASS, REGRESSION, Config, parse_task
 
 # tensorflow_estimator's metric_keys.MetricKeys, each head's, sorted as its results are.
@@ -91,30 +93,6 @@ class _Baseline(tf_keras.metrics.Mean):
 
   def result(self):
     return tf.math.divide_no_nan(tf.maximum(self.total, self.count - self.total), self.count)
-
-
-class _V1AUC(tf_keras.metrics.AUC):
-  """`tf.compat.v1.metrics.auc` as a v1 head calls it (trapezoids, the default): Keras's
-  thresholds and counts, each example counted at every threshold it is above (Keras's
-  shortcut for even thresholds may bucket one at a threshold otherwise), and v1's areas:
-  recall (tp + 1e-6) / (tp + fn + 1e-6), precision alike, a false-positive rate
-  fp / (fp + tn + 1e-6), summed by trapezoids for the PR curve too (metrics_impl.py),
-  where Keras's AUC divides without the epsilons and interpolates the PR curve."""
-
-  def __init__(self, **kwargs):
-    super().__init__(**kwargs)
-    self._thresholds_distributed_evenly = False
-
-  def result(self):
-    epsilon = 1e-6
-    tp, fn = self.true_positives, self.false_negatives
-    recall = (tp + epsilon) / (tp + fn + epsilon)
-    if self.curve.value == "PR":
-      x, y = recall, (tp + epsilon) / (tp + self.false_positives + epsilon)
-    else:
-      x = self.false_positives / (self.false_positives + self.true_negatives + epsilon)
-      y = recall
-    return tf.reduce_sum((x[:-1] - x[1:]) * (y[:-1] + y[1:]) / 2.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +257,14 @@ class Head:
               "sample_weight": weighted(value, weights)}
 
     labels = mean(lambda y, _: self._labels(y))
-    auc = _V1AUC if self.v1 else metrics.AUC
+
+    def auc(curve: str = "ROC"):
+      if not self.v1:
+        return metrics.AUC(curve=curve), logistic
+      # tf.compat.v1.metrics.auc's trapezoids and epsilons, fed the logistic by this head.
+      v1_auc = v1_metrics.Metric("auc", curve=curve).keras_metric(curve, self)
+      return v1_auc, lambda y, z, w: {"y_true": y, "y_pred": z, "sample_weight": w}
+
     made = {
         "average_loss": (metrics.Mean(), mean(self._unweighted_loss, broadcast=False)),
         "accuracy": (metrics.Accuracy(), ids),
@@ -289,8 +274,8 @@ class Head:
             "logistic", z))),
         "label/mean": (metrics.Mean(), labels),
         "accuracy_baseline": (_Baseline(), labels),
-        "auc": (auc(), logistic),
-        "auc_precision_recall": (auc(curve="PR"), logistic),
+        "auc": auc(),
+        "auc_precision_recall": auc(curve="PR"),
     }
     if self.kind == REGRESSION:  # Its label mean reads the labels as the input gives them.
       made["label/mean"] = (metrics.Mean(), mean(lambda y, _: y, broadcast=False))

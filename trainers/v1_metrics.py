@@ -46,7 +46,6 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import tensorflow as tf
 import tf_keras
 
-from trainers import heads
 from trainers.config import parse_task
 
 # What a function is fed without `of` (the module docstring's table).
@@ -299,6 +298,7 @@ class _KerasV1Metric(tf_keras.metrics.Metric):
 
   @classmethod
   def from_config(cls, config):
+    from trainers import heads  # noqa: PLC0415 -- heads builds its v1 AUCs from this module.
     if config.pop("of"):  # A function of the spec's, which a config cannot hold.
       raise MetricError(f"metric {config['name']!r} is fed by a function of its spec: build "
                         f"it from the spec (ModelSpec.metrics), not from a saved config.")
