@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   config = Config(data_dir=_DATA_DIR.value)
-  runs.check_or_exit(config, 1, _MNIST_IDX_DIR.value, backends=("estimator",))
+  runs.check_or_exit(config, 1, _MNIST_IDX_DIR.value, backends=())
   measured = metric_gaps.measure(metric_gaps.predictions(config, _STEPS.value))
   passed = all(m.passed(_ATOL.value) for m in measured)
   table = metric_gaps.format_table(measured, _ATOL.value)

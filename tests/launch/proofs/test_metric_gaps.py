@@ -10,8 +10,6 @@ from launch.proofs import metric_gaps
 from tests.conftest import run_module
 from trainers import v1_metrics
 
-pytestmark = pytest.mark.estimator  # The v1 functions run in tf.compat.v1 graphs (TF 2.15).
-
 
 def _batches():
   rng = np.random.default_rng(5)
