@@ -235,6 +235,23 @@ class Config:
       "RunConfig setting, else 3.")
   backup_every_steps: int = _field(100, "Steps between Keras BackupAndRestore backups, which "
                                    "Keras resumes from after a failure.")
+  early_stopping_metric: Optional[str] = _field(
+      None, "Stop training when this evaluation metric (a key of the evaluator's results: "
+      "loss, accuracy, auc, ...) has not improved for --early_stopping_steps steps, as "
+      "tf.estimator.experimental.stop_if_no_decrease_hook (mode min) or "
+      "stop_if_no_increase_hook (max) stops it; default: train to --train_steps.")
+  early_stopping_mode: str = _field("min", "With --early_stopping_metric: min (a lower value "
+                                    "is better) or max.")
+  early_stopping_steps: int = _field(0, "With --early_stopping_metric: the training steps "
+                                     "without improvement that stop the run (the hooks' "
+                                     "max_steps_without_decrease or _increase).")
+  early_stopping_min_steps: int = _field(0, "With --early_stopping_metric: evaluations of "
+                                         "earlier steps are not considered (the hooks' "
+                                         "min_steps).")
+  early_stopping_check_every_steps: int = _field(
+      0, "With --early_stopping_metric: training steps between checks of the evaluator's "
+      "results (the hooks' run_every_steps; under MultiWorkerMirroredStrategy the hooks "
+      "check by steps only); 0: --checkpoint_every_steps.")
   init_weights: Optional[str] = _field(None, "A .npz of initial weights by variable name "
                                        "(launch.parity writes one); default: initialize from "
                                        "--seed.")
@@ -507,10 +524,11 @@ class Config:
 
   def keras_steps_per_execution(self) -> int:
     """steps_per_execution with auto (0) resolved: the largest value up to 10 that
-    divides train_steps and the log, checkpoint and backup intervals; 1 with record_dir."""
+    divides train_steps and the log, checkpoint and backup intervals; 1 with record_dir
+    or early stopping (which stops one step after a check, as the Estimator's hook does)."""
     if self.steps_per_execution:
       return self.steps_per_execution
-    if self.record_dir:
+    if self.record_dir or self.early_stopping_metric:
       return 1
     divides = math.gcd(self.train_steps, self.log_every_steps, self.checkpoint_every_steps,
                        self.backup_every_steps)
@@ -575,6 +593,38 @@ class Config:
       except re.error as e:
         raise ValueError(f"--warm_start_vars: {pattern!r} is not a regex ({e}).") from None
 
+  def validate_early_stopping(self) -> None:
+    """Raises ValueError naming the flag for an early-stopping setting without a metric, a
+    metric without --early_stopping_steps, a mode other than min or max, a negative step
+    count, or Keras steps per execution that would stop past the hook's step."""
+    names = ("early_stopping_steps", "early_stopping_min_steps",
+             "early_stopping_check_every_steps")
+    if not self.early_stopping_metric:
+      for name in names:
+        if getattr(self, name):
+          raise ValueError(f"--{name} says how --early_stopping_metric stops a run: give "
+                           f"--early_stopping_metric too, or leave --{name} out.")
+      if self.early_stopping_mode != "min":
+        raise ValueError("--early_stopping_mode says how --early_stopping_metric improves: "
+                         "give --early_stopping_metric too, or leave it out.")
+      return
+    if self.early_stopping_mode not in ("min", "max"):
+      raise ValueError(f"--early_stopping_mode must be min or max, got "
+                       f"{self.early_stopping_mode!r}.")
+    if self.early_stopping_steps <= 0:
+      raise ValueError("--early_stopping_metric needs --early_stopping_steps, the training "
+                       "steps without improvement that stop the run (a positive number).")
+    for name in names[1:]:
+      if getattr(self, name) < 0:
+        raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
+    if self.steps_per_execution > 1:
+      raise ValueError("--early_stopping_metric stops one step after a check, as the "
+                       "Estimator's hook does: it needs --steps_per_execution=1 (or 0).")
+
+  def early_stopping_every(self) -> int:
+    """The steps between early-stopping checks."""
+    return self.early_stopping_check_every_steps or self.checkpoint_every_steps
+
   def validate(self, num_replicas: int = 1, find_model: bool = True) -> None:
     """Raises ValueError naming the bad setting and its fix (model_registry.SpecError for
     --model and --model_options: it imports neither TensorFlow nor the model; with
@@ -592,6 +642,7 @@ class Config:
       raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
     self.validate_schedule()
     self.validate_checkpointing()
+    self.validate_early_stopping()
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")

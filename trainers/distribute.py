@@ -267,13 +267,15 @@ def _training_tasks(strategy: Optional[tf.distribute.Strategy]
       (job, i) for job in (cluster.CHIEF, cluster.WORKER) for i in range(len(jobs.get(job, [])))]
 
 
-def preemption_agreement(strategy: tf.distribute.Strategy) -> preemption.Agreement:
-  """This task's agreement with the other training tasks on where a preemption stops them."""
+def preemption_agreement(strategy: tf.distribute.Strategy, prefix: str = preemption.PREFIX,
+                         alone_at_once: bool = True) -> preemption.Agreement:
+  """This task's agreement with the other training tasks on where a preemption (or the stop
+  whose keys `prefix` names: preemption.Agreement) stops them."""
   me, tasks = _training_tasks(strategy)
   if len(tasks) < 2:
-    return preemption.Agreement(None, "local", [])
+    return preemption.Agreement(None, "local", [], prefix, alone_at_once)
   return preemption.Agreement(_CoordinationStore(), "%s:%d" % me,
-                              ["%s:%d" % t for t in tasks if t != me])
+                              ["%s:%d" % t for t in tasks if t != me], prefix, alone_at_once)
 
 
 def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float = 300) -> None:

@@ -19,6 +19,7 @@ from data import mnist
 from launch import cluster
 from trainers import checkpoints
 from trainers import distribute
+from trainers import early_stopping
 from trainers import evaluation
 from trainers import failures
 from trainers import heads
@@ -281,6 +282,23 @@ class _Steps(tf.estimator.SessionRunHook):
     self.duties.end()
 
 
+class _EndAtEarlyStop(tf.estimator.Exporter):
+  """Exports nothing: the evaluator's continuous evaluation runs its exporters after each
+  evaluation is written, and ends only at --train_steps; this one ends it once an
+  early-stopped run's last step is evaluated (early_stopping.end_if_final)."""
+
+  def __init__(self, config: Config, model_dir: str):
+    self._config, self._model_dir = config, model_dir
+
+  @property
+  def name(self) -> str:
+    return "end_at_early_stop"
+
+  def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+    early_stopping.end_if_final(self._config, self._model_dir,
+                                int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP]))
+
+
 def _reported_loss_scale(replicas: int) -> float:
   """What makes the loss the Estimator reports (in the train graph being built) the global
   batch's: a tf.compat.v1.train optimizer that scaled a mean loss for the replicas makes it
@@ -398,6 +416,9 @@ class Backend(loop.Backend):
         # for the next one: with 0 it spun, taking a third of a 2-core machine
         # from training and logging a warning per poll (35 MB a minute).
         throttle_secs=EVALUATOR_POLL_SECONDS if evaluator else 0,
+        # Run after each evaluation is written: the evaluator task ends at an early stop.
+        exporters=([_EndAtEarlyStop(run.config, run.model_dir)]
+                   if evaluator and run.config.early_stopping_metric else None),
     )
     return tf.estimator.train_and_evaluate(self._estimator, train_spec, eval_spec)
 
@@ -405,6 +426,8 @@ class Backend(loop.Backend):
     while True:
       try:
         self._train_and_evaluate([])
+        return
+      except early_stopping.EvaluationDone:
         return
       except (ValueError, tf.errors.NotFoundError) as e:
         # The evaluator lags the chief, which keeps only the newest checkpoints:
@@ -421,10 +444,7 @@ class Backend(loop.Backend):
                 and model_lib.loss_reduction(config) == model_lib.MEAN)
     scale = (None if self._program else 1 / run.strategy.num_replicas_in_sync if tf2_mean
              else 1.0)
-    duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
-                                    run.model_dir if run.chief else None, run.preemption,
-                                    program_lib.step_hooks(config.estimator_program, run.chief),
-                                    config.estimator_program or "")
+    duties = run.step_duties()
     worker = run.task is not None and not run.chief
     with distribute.lost_peers_end_the_process(run.strategy):
       try:

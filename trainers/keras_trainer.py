@@ -10,6 +10,7 @@ from absl import logging
 
 from data import mnist
 from trainers import checkpoints
+from trainers import early_stopping
 from trainers import evaluation
 from trainers import export
 from trainers import failures
@@ -19,7 +20,6 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
-from trainers import program as program_lib
 from trainers import schedules
 from trainers import serving
 from trainers import step_duties
@@ -345,16 +345,18 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
 
 class _EvalSummaries(tf_keras.callbacks.Callback):
   """The evaluator task's results, as the Estimator's evaluator writes them: the head's
-  metrics in `model_dir/eval`, at the checkpoint's step."""
+  metrics in `model_dir/eval`, at the checkpoint's step; then the evaluator ends if that
+  was an early-stopped run's last step (early_stopping.EvaluationDone)."""
 
-  def __init__(self, model_dir: str):
+  def __init__(self, config: Config, model_dir: str):
     super().__init__()
-    self._model_dir = model_dir
+    self._config, self._model_dir = config, model_dir
 
   def on_test_end(self, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Restored from the checkpoint.
     evaluation.log_result(step, logs)
     evaluation.write_result(self._model_dir, step, logs)
+    early_stopping.end_if_final(self._config, self._model_dir, step)
 
 
 def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.InputFn] = None
@@ -377,13 +379,16 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.Inpu
       model, input_fn(mnist.EVAL, None), model_dir, steps=None,
       # It stops after evaluating a checkpoint named ckpt-<N> with N >= this.
       max_evaluations=config.train_steps,
-      callbacks=[_EvalSummaries(model_dir)])
+      callbacks=[_EvalSummaries(config, model_dir)])
   if isinstance(model.optimizer, tf_keras.optimizers.legacy.Optimizer):  # A canned twin's.
     # SidecarEvaluator looks for a legacy optimizer's step in a checkpoint's top-level
     # `optimizer`, and raises without it; ours is the model's (model/optimizer/iter),
     # which restoring the model restores: give it that variable to read.
     evaluator._iterations = model.optimizer.iterations  # pylint: disable=protected-access
-  evaluator.start()
+  try:
+    evaluator.start()
+  except early_stopping.EvaluationDone:
+    pass
 
 
 class _PeriodicEval(tf_keras.callbacks.Callback):
@@ -487,10 +492,7 @@ class Backend(loop.Backend):
     origin = backup_origin(backup_dir)
     fit_start = self._step() if origin is None else origin
     # Only the chief writes: other workers log, but keep no records or events.
-    duties = step_duties.StepDuties(config.log_every_steps, config.train_steps,
-                                    run.model_dir if run.chief else None, run.preemption,
-                                    program_lib.step_hooks(config.estimator_program, run.chief),
-                                    config.estimator_program or "")
+    duties = run.step_duties()
     rates = [] if config.record_dir and not model_lib.spec(config).canned else None
     if fit_start < config.train_steps:
       self._fit(dataset, config.train_steps - fit_start, backup_dir,

@@ -10,8 +10,9 @@ A backend supplies only what differs, as a `Backend` subclass built for one run:
 
 `train_and_evaluate` runs them, decides which task does what (the evaluator
 dispatch, the chief's share), sets aside what a divergence left, stops a preempted
-run at the step its tasks agree on (trainers.preemption), waits for the evaluator's
-final result and writes the summary.
+run at the step its tasks agree on (trainers.preemption) and an early-stopped one at its
+last step (trainers.early_stopping), waits for the evaluator's final result and writes the
+summary.
 """
 
 import abc
@@ -23,12 +24,15 @@ import tensorflow as tf
 from launch import cluster
 from trainers import checkpoints
 from trainers import distribute
+from trainers import early_stopping
 from trainers import evaluation
 from trainers import failures
 from trainers import inputs
 from trainers import model_dir as layout
 from trainers import preemption as preemption_lib
+from trainers import program as program_lib
 from trainers import progress
+from trainers import step_duties as step_duties_lib
 from trainers import warm_start as warm_start_lib
 from trainers.config import Config
 
@@ -50,6 +54,8 @@ class Run:
       and on True ends as at its last step, saving the step it is at.
     warm_start: the values a training task starts its model from (--warm_start_from), or
       None: none asked, or the run resumes.
+    early_stop: with --early_stopping_metric, where an early stop ends training (every
+      training task), decided by the chief's checks (trainers.early_stopping).
   """
 
   config: Config
@@ -61,6 +67,20 @@ class Run:
   chief_evaluates: bool
   preemption: Optional[preemption_lib.Agreement] = None
   warm_start: Optional[warm_start_lib.Plan] = None
+  early_stop: Optional[preemption_lib.Agreement] = None
+
+  def step_duties(self) -> step_duties_lib.StepDuties:
+    """What this training task does as steps end (both backends' loops feed it): progress
+    records on the chief, the preemption and early-stop agreements, a program's step hooks
+    and, on the chief, the early-stopping checks."""
+    config = self.config
+    rule = early_stopping.Rule.of(config)
+    checks = (early_stopping.Checks(rule, self.model_dir, self.early_stop)
+              if rule and self.chief else None)
+    return step_duties_lib.StepDuties(
+        config.log_every_steps, config.train_steps, self.model_dir if self.chief else None,
+        self.preemption, program_lib.step_hooks(config.estimator_program, self.chief),
+        config.estimator_program or "", self.early_stop, checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +114,8 @@ class Backend(abc.ABC):
 
   @abc.abstractmethod
   def train(self) -> Trained:
-    """Trains to config.train_steps, or to where run.preemption stops it (every training
-    task); raises DivergedError."""
+    """Trains to config.train_steps, or to where run.preemption or run.early_stop stops it
+    (every training task); raises DivergedError."""
 
   @abc.abstractmethod
   def evaluate(self, step: int) -> Dict[str, float]:
@@ -138,6 +158,7 @@ def train_and_evaluate(
   """
   task = cluster.parse_tf_config()
   input_fn = input_fn or inputs.default_input_fn(config)
+  config = early_stopping.for_run(config, model_dir)  # An early-stopped run's last step.
   if task is not None and task.type == cluster.EVALUATOR:
     # Outside the training cluster: no strategy, nothing written but model_dir/eval.
     config.validate(num_replicas=1)
@@ -150,7 +171,10 @@ def train_and_evaluate(
   run = Run(config, model_dir, input_fn, task, strategy, chief=distribute.is_chief(strategy),
             chief_evaluates=task is None or not task.has_evaluator,
             preemption=distribute.preemption_agreement(strategy),
-            warm_start=warm_start_lib.for_run(backend.name, config, model_dir))
+            warm_start=warm_start_lib.for_run(backend.name, config, model_dir),
+            early_stop=distribute.preemption_agreement(
+                strategy, early_stopping.PREFIX, alone_at_once=False)
+            if config.early_stopping_metric else None)
   config.validate(strategy.num_replicas_in_sync)
   inputs.setup_determinism(config)
   trainer = backend(run)
@@ -161,6 +185,9 @@ def train_and_evaluate(
     if not run.chief:
       raise
     raise checkpoints.set_aside_diverged(model_dir, e) from e
+  finally:
+    if run.early_stop:
+      run.early_stop.close()
   try:
     preemption_lib.stopped(run.preemption, trained.global_step)
   except preemption_lib.Preempted as e:
@@ -170,6 +197,8 @@ def train_and_evaluate(
     raise
   if not run.chief:
     return None
+  if run.early_stop and run.early_stop.stopped_at is not None:
+    layout.record_progress(model_dir, "early_stopped", step=trained.global_step)
   if config.record_dir:
     layout.record_losses(config.record_dir, backend.name, trained.losses,
                          trained.learning_rates)
@@ -191,6 +220,8 @@ def train_and_evaluate(
       export_dir=export_dir,
       first_step_time=report.first_step_time,
       kept=kept,
+      early_stop=(early_stopping.read_record(model_dir) if config.early_stopping_metric
+                  else None),
   )
 
 

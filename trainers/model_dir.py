@@ -94,6 +94,7 @@ def write_summary(
     export_dir: Optional[str],
     first_step_time: Optional[float] = None,
     kept: Optional[Dict[str, Any]] = None,
+    early_stop: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
   """Writes summary.json to model_dir (whole, by a rename) and prints it as the last stdout line.
 
@@ -112,6 +113,8 @@ def write_summary(
       (launch.bench measures launch-to-first-step with it).
     kept: a re-run that trained nothing keeps the training figures of this
       earlier summary (train_seconds, examples_per_second, first_step_time).
+    early_stop: the record of the early stop that ended the run (trainers.early_stopping),
+      if one did.
 
   Returns:
     The summary.
@@ -137,6 +140,8 @@ def write_summary(
   }
   if first_step_time:
     summary["first_step_time"] = round(first_step_time, 3)
+  if early_stop:
+    summary["early_stop"] = early_stop
   for name in ("train_seconds", "examples_per_second", "first_step_time"):
     if kept and name in kept:
       summary[name] = kept[name]

@@ -45,9 +45,10 @@ from launch import exit_codes
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEFAULT_GRACE_SECONDS = 25.0  # Below Kubernetes's default terminationGracePeriodSeconds, 30.
-CLAIM_KEY = "preemption/claimed_by"
-STEP_KEY = "preemption/stop_after_step"
-ACK_KEY = "preemption/acknowledged_by/"  # + the task's name.
+PREFIX = "preemption/"  # The keys of a preemption's agreement; another stop's have another.
+CLAIM_KEY = PREFIX + "claimed_by"
+STEP_KEY = PREFIX + "stop_after_step"
+ACK_KEY = PREFIX + "acknowledged_by/"  # + the task's name.
 WATCH_SECONDS = 1.0  # How long each wait of a task's watcher for STEP_KEY lasts.
 
 
@@ -186,10 +187,16 @@ class Agreement:
     store: the cluster's key-value store; None for a lone process.
     me: this task's name, e.g. "worker:1".
     peers: the other training tasks' names.
+    prefix: its keys' in the store: a preemption's, or another stop's (trainers.early_stopping).
+    alone_at_once: a lone process stops at the step it claims (a signal's), not after the
+      next (a decided stop's, as the cluster's).
   """
 
-  def __init__(self, store: Optional[KeyValueStore], me: str, peers: Sequence[str]):
+  def __init__(self, store: Optional[KeyValueStore], me: str, peers: Sequence[str],
+               prefix: str = PREFIX, alone_at_once: bool = True):
     self._store, self._me, self._peers = store, me, list(peers) if store else []
+    self._keys = (prefix + "claimed_by", prefix + "stop_after_step", prefix + "acknowledged_by/")
+    self._alone_at_once = alone_at_once
     self._signalled = threading.Event()
     self._claimed = False  # This task tried to claim (and won, or another had).
     self._stop_after: Optional[int] = None
@@ -206,12 +213,20 @@ class Agreement:
     self._signalled.set()
     self.pending = True
 
+  def request(self, step: int) -> None:
+    """This task decided, not signalled, that training stops: every training task stops at
+    its first step after `step` (the step that just ended here)."""
+    if self._stop_after is None and not self._claimed:
+      self._claim(step)
+    self.pending = True
+
   def reached(self, step: int) -> bool:
     """Called after each step (or execution) with the global step: True once training must
     stop here, at the step the cluster agreed on."""
     if self._stop_after is None and self._signalled.is_set() and not self._claimed:
       self._claim(step)
-    if self._stop_after is not None and (step > self._stop_after or not self._peers):
+    at_once = not self._peers and self._alone_at_once
+    if self._stop_after is not None and (step > self._stop_after or at_once):
       self.stopped_at = step
       return True
     return False
@@ -221,12 +236,14 @@ class Agreement:
     if not self._peers:
       self._stop_after = step
       return
-    if not self._store.put(CLAIM_KEY, self._me):
+    claim_key, step_key, ack_key = self._keys
+    if not self._store.put(claim_key, self._me):
       return  # Another task claimed first: its step comes to the watcher.
-    self._store.put(STEP_KEY, str(step))
+    self._store.put(step_key, str(step))
     self._stop_after = step
-    for peer in self._peers:  # Bounded by the grace period's timer.
-      while self._store.get(ACK_KEY + peer, WATCH_SECONDS) is None:
+    # Bounded by the grace period's timer for a signal; by the lost-peer watch otherwise.
+    for peer in self._peers:
+      while self._store.get(ack_key + peer, WATCH_SECONDS) is None:
         pass
     logging.info("Every training task stops at its first step after step %d.", step)
 
@@ -234,14 +251,14 @@ class Agreement:
     """Waits for the claimer's step, takes it and acknowledges it."""
     while not self._done.is_set():
       try:
-        value = self._store.get(STEP_KEY, WATCH_SECONDS)
+        value = self._store.get(self._keys[1], WATCH_SECONDS)
       except Exception as e:  # A lost coordination service: the loop fails on its own.
         logging.info("Stopped watching for a preemption: %s", e)
         return
       if value is not None:
         self._stop_after = int(value)
         self.pending = True
-        self._store.put(ACK_KEY + self._me, "1")
+        self._store.put(self._keys[2] + self._me, "1")
         return
 
   def close(self) -> None:

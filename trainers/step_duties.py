@@ -7,9 +7,10 @@ the steps' global-batch loss (`step_losses`: parity reads them) and raises
 failures.DivergedError on a NaN or Inf loss or weights, before anything of that step is
 saved (each backend calls it ahead of its checkpoints and backups); every worker sees the
 same all-reduced loss and holds the same weights, so all stop together; a team's program's
-step hooks (program.StepHook) see each of those steps. `should_stop` says
-when the cluster's agreed preemption step is reached (trainers.preemption), where the
-backend ends training as at its last step. `report_due` reports the window's mean loss
+step hooks (program.StepHook) see each of those steps, and the chief's early-stopping
+checks (trainers.early_stopping). `should_stop` says when the cluster's agreed preemption
+or early-stop step is reached (trainers.preemption), where the backend ends training as at
+its last step. `report_due` reports the window's mean loss
 every `every` steps and at the last (progress.Progress): Keras calls it after its saves,
 so a progress record at a backup's step means that backup exists.
 """
@@ -17,6 +18,7 @@ so a progress record at a backup's step means that backup exists.
 import math
 from typing import List, NamedTuple, Optional, Sequence
 
+from trainers import early_stopping
 from trainers import failures
 from trainers import preemption
 from trainers import program
@@ -34,10 +36,14 @@ class StepDuties:
 
   def __init__(self, every: int, total: int, model_dir: Optional[str],
                agreement: Optional[preemption.Agreement] = None,
-               hooks: Sequence[program.StepHook] = (), program_name: str = ""):
+               hooks: Sequence[program.StepHook] = (), program_name: str = "",
+               early_stop: Optional[preemption.Agreement] = None,
+               checks: Optional[early_stopping.Checks] = None):
     """model_dir: where the chief records progress; None on other workers. hooks: the step
-    hooks of the program `program_name`, which its errors name."""
+    hooks of the program `program_name`, which its errors name. early_stop: where an early
+    stop ends training (every training task), decided by the chief's `checks`."""
     self._every, self._total, self._agreement = every, total, agreement
+    self._early_stop, self._checks = early_stop, checks
     self._model_dir, self._hooks, self._program = model_dir, hooks, program_name
     self.report = progress.Progress(total, model_dir)
     self.step = 0  # The last step that ended.
@@ -65,6 +71,8 @@ class StepDuties:
     if not (math.isfinite(loss_sum) and weights_finite):
       raise failures.diverged(step)
     self._call_hooks("after_step", step, loss_sum / max(steps, 1))
+    if self._checks:
+      self._checks.after_step(step)
 
   def report_due(self) -> Optional[Reported]:
     """Reports the window that ends at the last step, if a report falls there (every
@@ -77,10 +85,10 @@ class StepDuties:
     return Reported(loss, self.report.log(step, loss))
 
   def should_stop(self) -> bool:
-    """Whether the cluster agreed to stop at the step that just ended; between signals, one
-    attribute read."""
-    return bool(self._agreement and self._agreement.pending
-                and self._agreement.reached(self.step))
+    """Whether the cluster agreed to stop at the step that just ended, for a preemption or
+    an early stop; between them, an attribute read each."""
+    return any(agreement and agreement.pending and agreement.reached(self.step)
+               for agreement in (self._agreement, self._early_stop))
 
   def end(self) -> None:
     self.report.end()

@@ -106,6 +106,16 @@ from trainers.config import Config
     ({"task": "binary"}, "--task=binary is not one of"),
     ({"task": "regression:1"}, "--task=regression:1 is not one of"),
     ({"task": "Multiclass"}, "--task=Multiclass is not one of"),
+    ({"early_stopping_steps": 100}, "--early_stopping_steps says how --early_stopping_metric "
+     "stops a run: give --early_stopping_metric too"),
+    ({"early_stopping_mode": "max"}, "--early_stopping_mode says how --early_stopping_metric"),
+    ({"early_stopping_metric": "loss"}, "--early_stopping_metric needs --early_stopping_steps"),
+    ({"early_stopping_metric": "loss", "early_stopping_steps": 10,
+      "early_stopping_mode": "lower"}, "--early_stopping_mode must be min or max, got 'lower'."),
+    ({"early_stopping_metric": "loss", "early_stopping_steps": 10,
+      "early_stopping_check_every_steps": -5}, "--early_stopping_check_every_steps must be >= 0"),
+    ({"early_stopping_metric": "loss", "early_stopping_steps": 10, "steps_per_execution": 10},
+     "it needs --steps_per_execution=1 (or 0)."),
 ])
 def test_bad_settings_are_named(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):
@@ -123,6 +133,7 @@ def test_auto_steps_per_execution_divides_every_interval():
   assert Config(train_steps=12, log_every_steps=2, checkpoint_every_steps=6,
                 backup_every_steps=6).keras_steps_per_execution() == 2
   assert Config(record_dir="/tmp/r").keras_steps_per_execution() == 1
+  assert Config(early_stopping_metric="loss").keras_steps_per_execution() == 1
   assert Config(steps_per_execution=5).keras_steps_per_execution() == 5
 
 

@@ -85,6 +85,45 @@ def test_tasks_signalled_together_agree_on_one_step(seed):
   assert stopped[0] == int(store.values[preemption.STEP_KEY]) + 1
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_stop_the_chief_decides_stops_every_task_after_the_next_step(seed):
+  """An early stop (request, not a signal), under its own keys: all stop after step c + 1."""
+  store, names = MemoryStore(), [f"worker:{i}" for i in range(3)]
+  agreements = [preemption.Agreement(store, me, [n for n in names if n != me],
+                                     prefix="early_stop/", alone_at_once=False)
+                for me in names]
+  all_reduce, stopped, rng = threading.Barrier(3, timeout=10), {}, random.Random(seed)
+
+  def train(i):
+    for step in range(1, 40):
+      time.sleep(rng.random() / 500)
+      all_reduce.wait()
+      if i == 0 and step == 12:
+        agreements[0].request(step)
+      if agreements[i].pending and agreements[i].reached(step):
+        stopped[i] = step
+        break
+    agreements[i].close()
+
+  threads = [threading.Thread(target=train, args=(i,)) for i in range(3)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert stopped == {0: 13, 1: 13, 2: 13}
+  assert store.values["early_stop/stop_after_step"] == "12"
+  assert preemption.STEP_KEY not in store.values
+
+
+def test_a_lone_process_stops_after_the_next_step_unless_at_once():
+  decided = preemption.Agreement(None, "local", [], alone_at_once=False)
+  decided.request(7)
+  assert (decided.reached(7), decided.reached(8)) == (False, True)
+  signalled = preemption.Agreement(None, "local", [])
+  signalled.request(7)
+  assert signalled.reached(7)
+
+
 def test_no_task_stops_without_a_signal():
   stopped, store = _train_in_lockstep({}, steps=10)
   assert stopped == {} and store.values == {}

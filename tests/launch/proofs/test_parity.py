@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import tensorflow as tf
 from launch.proofs import harness
 from launch.proofs import parity
 from trainers.config import Config
-from tests.conftest import RUN_RAY, run_module
+from tests.conftest import REPO, RUN_RAY, run_module
 
 pytestmark = pytest.mark.estimator  # Both backends, side by side.
 
@@ -294,9 +295,18 @@ def test_parity_trains_with_the_specs_deterministic_options_unless_they_are_give
 
 
 @pytest.mark.real_data
-def test_a_warm_started_run_passes_at_two_workers(real_data_dir, tmp_path):
-  # The source: a Keras run of the same model; conv and hidden start from it, logits from
-  # the initial weights both backends and the reference are given.
+def test_a_warm_started_run_with_declared_metrics_passes_at_two_workers(real_data_dir,
+                                                                         tmp_path):
+  # The source: a Keras run of the same layers; conv and hidden start from it, logits from
+  # the initial weights both backends and the reference are given. The model is the CNN
+  # declaring fourteen tf.compat.v1.metrics (docs/examples/metrics_model.py): each is held
+  # between the Estimator's evaluator (the v1 function) and Keras's.
+  examples = str(REPO / "docs" / "examples")
+  sys.path.insert(0, examples)
+  try:
+    import metrics_model  # noqa: PLC0415
+  finally:
+    sys.path.remove(examples)
   import tensorflow as tf
   from tests.conftest import memory_input_fn
   from trainers import keras_trainer, loop
@@ -307,13 +317,27 @@ def test_a_warm_started_run_passes_at_two_workers(real_data_dir, tmp_path):
                           input_fn=memory_input_fn(16))
   result = run_module("launch.parity", [
       "--workers=2", "--train_steps=6", "--long_steps=0", f"--warm_start_from={source}",
-      "--warm_start_vars=conv|hidden", f"--data_dir={real_data_dir}",
-      f"--out={tmp_path / 'parity'}"], timeout=1200)
+      "--warm_start_vars=conv|hidden", "--model=metrics_model:SPEC",
+      f"--data_dir={real_data_dir}", f"--out={tmp_path / 'parity'}"], timeout=1200,
+      env={"PYTHONPATH": os.pathsep.join(filter(None, [examples,
+                                                      os.environ.get("PYTHONPATH")]))})
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   report = json.loads((tmp_path / "parity" / "parity_report.json").read_text())
   assert report["passed"], [c for c in report["checks"] if not c["passed"]]
   with open(tmp_path / "parity" / "short" / "estimator" / "run.log") as f:
     assert "Warm starting 4 variables" in f.read()
+  checks = {c["name"]: c for c in report["checks"]}
+  declared = sorted(metrics_model.METRICS)
+  assert len(declared) == 14
+  for key in declared:  # The Estimator's evaluator (the v1 function) vs Keras evaluate.
+    check = checks[f"eval {key}, Estimator evaluator vs Keras evaluate"]
+    assert check["passed"] and check["limit"] == 1e-6, check
+  # Each evaluator task's records, every checkpoint, every key; the summary's too.
+  where = checks["eval per checkpoint, keras vs estimator"]["where"]
+  assert where.startswith("17 metrics (") and all(key in where for key in declared), where
+  summary = json.loads((tmp_path / "parity" / "short" / "keras" / "model" / "summary.json")
+                       .read_text())
+  assert set(declared) < set(summary["test_metrics"])
 
 
 @pytest.mark.real_data
