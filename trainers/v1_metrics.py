@@ -95,13 +95,13 @@ def _number(value: Any) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_arg(function: str, arg: str, value: Any) -> Optional[str]:
+def _check_arg(arg: str, value: Any) -> Optional[str]:
   """What is wrong with one argument's value, or None."""
-  if arg in ("num_thresholds",) and not (_whole(value) and value >= 2):
+  if arg == "num_thresholds" and not (_whole(value) and value >= 2):
     return "a whole number of at least 2"
-  if arg in ("k",) and not (_whole(value) and value >= 1):
+  if arg == "k" and not (_whole(value) and value >= 1):
     return "a whole number of at least 1"
-  if arg in ("class_id",) and not (value is None or (_whole(value) and value >= 0)):
+  if arg == "class_id" and not (value is None or (_whole(value) and value >= 0)):
     return "a class's id, a whole number from 0"
   if arg == "num_classes" and not (value is None or (_whole(value) and value >= 2)):
     return "a whole number of at least 2"
@@ -140,7 +140,7 @@ class Metric:
     if missing:
       raise MetricError(f"tf.compat.v1.metrics.{function} needs {missing[0]}=: give it.")
     for arg, value in args.items():
-      wrong = _check_arg(function, arg, value)
+      wrong = _check_arg(arg, value)
       if wrong:
         raise MetricError(f"tf.compat.v1.metrics.{function}({arg}={value!r}): give {wrong}.")
     if of is not None and not callable(of):
@@ -465,13 +465,14 @@ def _result_at_k(metric, tp, fp, fn):
   return tf.math.divide(tp, tp + other)
 
 
-def _class_ids(labels, predictions, n):
+def _class_ids(labels, predictions):
+  """Labels and predicted classes as v1's per-class functions flatten them."""
   labels = tf.reshape(tf.cast(labels, tf.int64), [-1])
   return labels, tf.reshape(tf.cast(predictions, tf.int64), [-1])
 
 
 def _update_mean_per_class_accuracy(metric, labels, predictions, weights=None):
-  labels, predictions = _class_ids(labels, predictions, metric._args["num_classes"])
+  labels, predictions = _class_ids(labels, predictions)
   correct = tf.cast(tf.equal(predictions, labels), tf.float32)
   ones = tf.ones_like(correct)
   if weights is not None:
@@ -487,7 +488,7 @@ def _result_mean_per_class_accuracy(metric, total, count):
 
 
 def _update_mean_iou(metric, labels, predictions, weights=None):
-  labels, predictions = _class_ids(labels, predictions, metric._args["num_classes"])
+  labels, predictions = _class_ids(labels, predictions)
   weights = None if weights is None else tf.reshape(weights, [-1])
   return {"cm": tf.math.confusion_matrix(labels, predictions, metric._args["num_classes"],
                                          weights=weights, dtype=tf.float64)}
