@@ -24,6 +24,9 @@ def _env(*paths: str) -> dict:
     (["--model=metrics_model:SPEC", "--task=regression"],
      "model metrics_model: metrics['auc']: tf.compat.v1.metrics.auc is fed scores "
      "(multiclass, binary tasks), and --task=regression has none: give it of="),
+    (["--model=metrics_model:SPEC", "--early_stopping_metric=auc_roc",
+      "--early_stopping_steps=100"],
+     "--early_stopping_metric=auc_roc: the run's evaluations report accuracy, auc, auc_pr, "),
     (["--model=bad_metrics:SPEC"],
      "importing bad_metrics failed: MetricError: tf.compat.v1.metrics.auc takes no argument "
      "'curv'; it takes num_thresholds, curve, summation_method, thresholds and of=."),

@@ -12,7 +12,7 @@ metric has not improved for `--early_stopping_steps` training steps (`no_improve
 hooks' rule, evaluations before `--early_stopping_min_steps` left out), it decides: every
 training task stops after the next step, as the hook's vote takes effect one step later
 (over the cluster's key-value store: preemption.Agreement). That step is saved, as a
-preemption's is, and is the run's last: the chief records it (`RECORD`) before training it,
+preemption's is, and is the run's last: the chief records it (`early_stop.json`) before training it,
 so both evaluators end once they have evaluated it (`final_step`) and the same command again
 trains nothing more.
 """
@@ -30,7 +30,6 @@ from trainers import model_dir as layout
 from trainers import preemption
 from trainers.config import Config
 
-RECORD = "early_stop.json"  # In model_dir: the step an early stop ended the run at.
 PREFIX = "early_stop/"  # Its agreement's keys in the cluster's key-value store.
 
 
@@ -125,7 +124,7 @@ class Checks:
 
 
 def _write_record(model_dir: str, record: Dict) -> None:
-  path = os.path.join(model_dir, RECORD)
+  path = os.path.join(model_dir, layout.EARLY_STOP_FILE)
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
     json.dump(record, f, indent=2)
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
@@ -134,7 +133,7 @@ def _write_record(model_dir: str, record: Dict) -> None:
 def read_record(model_dir: str) -> Optional[Dict]:
   """The record of the early stop that ended the run in model_dir, or None."""
   try:
-    with tf.io.gfile.GFile(os.path.join(model_dir, RECORD)) as f:
+    with tf.io.gfile.GFile(os.path.join(model_dir, layout.EARLY_STOP_FILE)) as f:
       return json.load(f)
   except (tf.errors.NotFoundError, ValueError):
     return None

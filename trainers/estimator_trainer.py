@@ -139,7 +139,8 @@ def _eval_spec(config: Config, head: heads.Head, features: Any, labels: tf.Tenso
   canned = head.estimator_head()
   features = features if isinstance(features, dict) else {serving.IMAGE: features}
   metrics = canned.update_metrics(canned.metrics(), features, logits, labels)
-  metrics = {k: v for k, v in metrics.items() if k in model_lib.metric_keys(config)}
+  keys = model_lib.metric_keys(config)
+  metrics = {k: v for k, v in metrics.items() if k in keys}
   for key, metric in model_lib.declared_metrics(config).items():  # By the v1 functions.
     metrics[key] = metric.estimator_op(head, labels, logits)
   return tf.estimator.EstimatorSpec(_ModeKeys.EVAL, loss=loss, eval_metric_ops=metrics)

@@ -67,7 +67,7 @@ def make_loss(config: Config, training: bool = True) -> tf_keras.losses.Loss:
   return SpecLoss(model_lib.example_loss(config), reduction)
 
 
-def _head_metrics(config: Config) -> List[tf_keras.metrics.Metric]:
+def _eval_metrics(config: Config) -> List[tf_keras.metrics.Metric]:
   """The metrics the run reports (model.metric_keys): the head's, and the spec's declared
   v1 metrics (trainers/v1_metrics.py)."""
   keys, head = model_lib.metric_keys(config), heads.head(config)
@@ -80,7 +80,7 @@ def _loss_and_metrics(config: Config) -> Dict[str, Any]:
   """What evaluation compiles with: the loss (the mean), and the head's metrics, weighted
   under a --weight_column (Keras gives sample weights to `weighted_metrics` only)."""
   return {"loss": make_loss(config, training=False),
-          "weighted_metrics" if config.example_weights() else "metrics": _head_metrics(config)}
+          "weighted_metrics" if config.example_weights() else "metrics": _eval_metrics(config)}
 
 
 class _OneCollectiveModel(tf_keras.Model):
@@ -412,7 +412,7 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
       return
     loss = model_lib.example_loss(config)
     # As Keras's compiled loss tracks it: each batch's mean, weighted by its size.
-    self._metrics = [tf_keras.metrics.Mean("loss"), *_head_metrics(config)]
+    self._metrics = [tf_keras.metrics.Mean("loss"), *_eval_metrics(config)]
 
     @tf.function
     def update(images, labels, weights=None):

@@ -367,10 +367,10 @@ def example_loss(config: Config) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
 def metric_keys(config: Config) -> Tuple[str, ...]:
   """What evaluation reports: the head's metrics, without `average_loss` (the head's loss,
   not the spec's) for a spec with a loss of its own, and the spec's declared metrics."""
-  keys = heads.head(config).metric_keys
-  if spec(config).loss is not sparse_softmax_cross_entropy:
+  keys, model_spec = heads.head(config).metric_keys, spec(config)
+  if model_spec.loss is not sparse_softmax_cross_entropy:
     keys = tuple(k for k in keys if k != "average_loss")
-  return tuple(sorted((*keys, *spec(config).metrics)))
+  return tuple(sorted((*keys, *model_spec.metrics)))
 
 
 def declared_metrics(config: Config) -> Mapping[str, v1_metrics.Metric]:

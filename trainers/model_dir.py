@@ -30,6 +30,7 @@ from trainers.config import Config
 SUMMARY_FILE = "summary.json"
 PROGRESS_FILE = "progress.jsonl"
 LOSSES_FILE = "losses.json"  # In --record_dir: the per-step training losses, for the tools.
+EARLY_STOP_FILE = "early_stop.json"  # The step an early stop ended the run at (early_stopping).
 EXPORT_SUBDIR = "export"
 EVAL_SUBDIR = "eval"  # The Estimator's own name for its evaluation events.
 BACKUP_SUBDIR = "backup"

@@ -243,11 +243,11 @@ def _check_code(backend: str, config: Config, task: Optional[cluster.Task]) -> N
   from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
   if not config.estimator_program:
     model_lib.check(config)
-    metric, keys = config.early_stopping_metric, model_lib.metric_keys(config)
-    if metric and metric not in keys:
+    metric = config.early_stopping_metric
+    if metric and metric not in model_lib.metric_keys(config):
       raise model_registry.SpecError(
           f"--early_stopping_metric={metric}: the run's evaluations report "
-          f"{', '.join(keys)}; name one of them.")
+          f"{', '.join(model_lib.metric_keys(config))}; name one of them.")
   elif task is None:
     _check_program(backend, config)
 

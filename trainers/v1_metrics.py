@@ -262,13 +262,12 @@ class _KerasV1Metric(tf_keras.metrics.Metric):
     self._declared, self._head = metric, head
     self._args = metric._arguments(head)
     self._family = _family(metric.function)
-    if self._family == "thresholds":
-      self._at = _thresholds(metric)
+    self._at = _thresholds(metric) if self._family == "thresholds" else []
     n = self._args.get("num_classes")
     shape, dtype, names = {
         "mean": ((), tf.float32, ("total", "count")),
         "counts": ((), tf.float32, ("tp", "fp", "fn", "tn")),
-        "thresholds": ((len(getattr(self, "_at", ())),), tf.float32, ("tp", "fn", "tn", "fp")),
+        "thresholds": ((len(self._at),), tf.float32, ("tp", "fn", "tn", "fp")),
         "at_k": ((), tf.float64, ("tp", "fp", "fn")),
         "mean_per_class_accuracy": ((n,), tf.float32, ("total", "count")),
         "mean_iou": ((n, n), tf.float64, ("cm",)),

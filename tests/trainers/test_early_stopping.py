@@ -117,7 +117,7 @@ def test_a_run_with_no_early_stop_ends_at_train_steps(tmp_path):
   config = Config(train_steps=30, early_stopping_metric="loss", early_stopping_steps=5)
   assert early_stopping.for_run(config, str(tmp_path)) is config
   early_stopping.end_if_final(config, str(tmp_path), 30)  # The evaluator ends on its own.
-  (tmp_path / early_stopping.RECORD).write_text(json.dumps({"step": 12}))
+  (tmp_path / layout.EARLY_STOP_FILE).write_text(json.dumps({"step": 12}))
   assert early_stopping.final_step(config, str(tmp_path)) == 12
 
 
