@@ -14,7 +14,6 @@ import tensorflow as tf
 from absl import logging
 # No public API in TF 2.15 for AutoGraph's skip list, or for the coordination
 # service's settings, barrier and key-value store.
-from tensorflow.python.autograph.core import config as autograph_config
 from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.distribute import multi_worker_util
@@ -71,7 +70,6 @@ def setup_process(task: Optional[cluster.Task],
     tf.get_logger().removeHandler(handler)
   # The launcher asks a hung task for its stacks before killing it.
   faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-  skip_autograph_for_tf_keras()
   no_autotune_on_device_datasets()
   progress.mark_startup("imported")
   if task is None:
@@ -96,20 +94,6 @@ def _configure_coordination_service(resolver: tf.distribute.cluster_resolver.Clu
           _COORDINATION_CONFIG.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
           for job in (cluster.CHIEF, cluster.WORKER) if job in cluster_spec.jobs
       ])
-
-
-def skip_autograph_for_tf_keras() -> None:
-  """Stops AutoGraph from converting tf_keras's own code, as TF does for `keras`.
-
-  TF 2.15 lists `DoNotConvert('keras')` but not `tf_keras`, so every
-  tf.function that calls the model (Model.fit's train function, a bare loop)
-  transpiles ~150 tf_keras functions first (WORKSPACE.md, "AutoGraph").
-  tf_keras is Keras 2's code, written to run unconverted.
-  """
-  rule = autograph_config.DoNotConvert("tf_keras")
-  if not any(getattr(r, "_prefix", None) == "tf_keras"
-             for r in autograph_config.CONVERSION_RULES):
-    autograph_config.CONVERSION_RULES = (rule,) + tuple(autograph_config.CONVERSION_RULES)
 
 
 def no_autotune_on_device_datasets() -> None:

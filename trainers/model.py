@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Set
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.autograph.core import config as autograph_config
 import tf_keras
 
 from trainers import heads
@@ -180,6 +181,7 @@ def build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]] = 
 def _build(config: Config, initial_weights: Optional[Mapping[str, np.ndarray]]
            ) -> Tuple[tf_keras.Model, List[tf.Variable]]:
   """`build`, and the weights it made."""
+  skip_autograph_for_tf_keras()
   model_spec = spec(config)
   options = {**model_spec.options,
              **model_registry.parse_options(config.model_options, model_spec.options,
@@ -407,3 +409,18 @@ def initial_weights(path: Optional[str]) -> Optional[Weights]:
   """The weights in the `.npz` file at `path` (--init_weights), or None to initialize
   from the seed."""
   return load_weights_npz(path) if path else None
+
+
+def skip_autograph_for_tf_keras() -> None:
+  """Stops AutoGraph from converting tf_keras's own code, as TF does for `keras`.
+
+  TF 2.15 lists `DoNotConvert('keras')` but not `tf_keras`, so every
+  tf.function that calls a model (Model.fit's train function, `evaluate`, the
+  reference loop) transpiles tf_keras's functions first: seconds at each first
+  trace. tf_keras is Keras 2's code, written to run unconverted. `build` calls
+  this, so it holds in every process before any of its models is traced.
+  """
+  rule = autograph_config.DoNotConvert("tf_keras")
+  if not any(getattr(r, "_prefix", None) == "tf_keras"
+             for r in autograph_config.CONVERSION_RULES):
+    autograph_config.CONVERSION_RULES = (rule,) + tuple(autograph_config.CONVERSION_RULES)

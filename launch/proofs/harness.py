@@ -50,8 +50,9 @@ def named(checks: Sequence[Check], name: Callable[[str], str]) -> List[Check]:
 def deterministic(config: Config) -> Config:
   """`config` with its model's `deterministic_options` where --model_options sets none (a
   canned model's --dropout at 0 unless given), and a team's program's
-  `deterministic_params` where --program_params sets none: the proofs' settings, as a
-  reference loop cannot draw a backend's dropout masks, nor one backend the other's."""
+  `deterministic_params` where --program_params sets none: the proofs' settings. A
+  reference loop cannot draw a backend's dropout masks, and one backend draws the other's
+  only where the dropout has an op seed (a canned model's has none)."""
   if config.estimator_program:
     the_program = program_lib.load(config.estimator_program)
     given = model_registry.parse_options(config.program_params, the_program.params,

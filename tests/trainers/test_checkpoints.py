@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from trainers import checkpoints
+from trainers import failures
 from trainers import model as model_lib
 from trainers.config import Config
 
@@ -88,6 +89,35 @@ def test_what_is_set_aside_never_replaces_what_was_set_aside_before(tmp_path):
     assert checkpoints.set_aside_damaged(str(tmp_path))
   aside = sorted(os.listdir(tmp_path / "corrupt"))
   assert "ckpt-4.index" in aside and "ckpt-4.index.1" in aside
+
+
+def _keras_checkpoint_with_nan(directory, step):
+  model = model_lib.build(Config(seed=0))
+  model.compile(optimizer="sgd", loss="mse")
+  model.trainable_variables[0].assign(tf.fill(model.trainable_variables[0].shape, float("nan")))
+  return tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory), 3,
+                                    checkpoint_name="ckpt").save(checkpoint_number=step)
+
+
+def test_after_a_divergence_what_holds_nan_is_moved_aside_and_the_newest_finite_kept(
+    tmp_path):
+  finite = _keras_checkpoints(tmp_path, [2])[0]
+  _keras_checkpoint_with_nan(tmp_path, 4)
+  _keras_checkpoint_with_nan(tmp_path / "backup" / "chief", 5)
+  error = checkpoints.set_aside_diverged(str(tmp_path), failures.diverged(5))
+  assert isinstance(error, failures.DivergedError)
+  assert str(error).startswith(str(failures.diverged(5)))
+  aside = tmp_path / "diverged"
+  assert f"Moved to {aside}: backup/: holds NaN or Inf in" in str(error)
+  assert "ckpt-4: holds NaN or Inf in" in str(error)
+  assert f"The newest finite checkpoint, {finite}, is kept." in str(error)
+  assert {p.name.split(".")[0] for p in aside.iterdir()} == {"backup", "ckpt-4"}
+  assert tf.train.latest_checkpoint(str(tmp_path)) == finite
+  assert checkpoints.find(str(tmp_path)) == [finite]
+  # Nothing left to move: said so, and nothing moved.
+  again = checkpoints.set_aside_diverged(str(tmp_path), failures.diverged(5))
+  assert "Nothing saved holds NaN or Inf." in str(again)
+  assert checkpoints.find(str(tmp_path)) == [finite]
 
 
 def test_a_checkpoint_removed_while_it_is_inspected_is_no_problem(tmp_path, monkeypatch):

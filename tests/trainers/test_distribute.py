@@ -3,7 +3,6 @@
 import logging
 
 import tensorflow as tf
-from tensorflow.python.autograph.core import config as autograph_config
 
 from launch import cluster
 from launch import console
@@ -27,14 +26,6 @@ def test_task_logs_are_tagged_and_own_lines_carry_their_path():
   assert " saver.py:3] hi" in formatter.format(theirs)
   keep = console.LineFilter(verbose=False)
   assert keep(formatter.format(own).encode()) and not keep(formatter.format(theirs).encode())
-
-
-def test_autograph_skips_tf_keras_once():
-  distribute.skip_autograph_for_tf_keras()
-  distribute.skip_autograph_for_tf_keras()
-  rules = [r for r in autograph_config.CONVERSION_RULES
-           if getattr(r, "_prefix", None) == "tf_keras"]
-  assert len(rules) == 1
 
 
 def test_the_chief_rule_follows_the_cluster_layout():

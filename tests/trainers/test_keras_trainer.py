@@ -16,6 +16,7 @@ import tf_keras
 from data import mnist
 from launch.proofs import runs
 from tests.conftest import memory_input_fn, run_in_local_cluster, tamper_keras_checkpoint
+from trainers import checkpoints
 from trainers import evaluation
 from trainers import failures
 from trainers import keras_trainer
@@ -131,10 +132,17 @@ def test_weights_gone_nan_under_a_finite_loss_stop_the_run_at_that_step(tmp_path
     slot.assign(tf.fill(slot.shape, float("nan")))
 
   tamper_keras_checkpoint(str(tmp_path), config, nan_slot)
-  with pytest.raises(failures.DivergedError, match="weights became NaN or Inf by step 4:"):
+  with pytest.raises(failures.DivergedError, match="weights became NaN or Inf by step 4:"
+                     ) as raised:
     loop.train_and_evaluate(keras_trainer.Backend,
                             Config(**{**config.__dict__, "train_steps": 6}),
                             str(tmp_path), strategy=strategy, input_fn=input_fn)
+  # The checkpoint holding NaN is moved aside, not deleted, and the message says so.
+  aside = tmp_path / layout.DIVERGED_SUBDIR
+  assert {p.name.split(".")[0] for p in aside.iterdir()} == {"ckpt-3"}
+  assert f"Moved to {aside}: ckpt-3: holds NaN or Inf in" in str(raised.value)
+  assert "No finite checkpoint is left." in str(raised.value)
+  assert checkpoints.find(str(tmp_path)) == []
 
 
 # In each task of a 2-worker cluster: the trainer's model and Keras's own

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.autograph.core import config as autograph_config
+import tf_keras
 
 from trainers import model as model_lib
 from trainers import v1_metrics
@@ -120,6 +122,15 @@ def test_the_declared_metrics_are_reported_beside_the_heads(user_specs):
   config = Config(model="user_specs:METERED")
   assert model_lib.metric_keys(config) == ("accuracy", "auc_pr", "average_loss", "loss", "p3")
   assert sorted(model_lib.declared_metrics(config)) == ["auc_pr", "p3"]
+
+
+def test_building_a_model_makes_autograph_leave_tf_keras_alone_once():
+  model_lib.build(Config(seed=0))
+  model_lib.build(Config(seed=0))
+  rules = [r for r in autograph_config.CONVERSION_RULES
+           if getattr(r, "_prefix", None) == "tf_keras"]
+  assert len(rules) == 1
+  assert rules[0].matches(tf_keras.layers.Dense.__module__)
 
 
 def test_initial_weights_round_trip_through_npz(tmp_path):
