@@ -66,10 +66,14 @@ ESTIMATOR_MISSING = runner.estimator_unavailable()
 LONG_FIRST = ("real_data", "slow", "chaos", "multihost")
 
 
+@pytest.hookimpl(tryfirst=True)  # Before `-m` deselects: `-m quick` sees the mark.
 def pytest_collection_modifyitems(config, items):
-  """Orders the long tests first; without tf.estimator, skips (with the reason) what
-  runs it: tests marked `estimator`, and the estimator cases of parametrized tests
-  and fixtures."""
+  """Marks `quick` every test that is not long (LONG_FIRST) nor extended, and orders the
+  long ones first; without tf.estimator, skips (with the reason) what runs it: tests
+  marked `estimator`, and the estimator cases of parametrized tests and fixtures."""
+  for item in items:
+    if not any(item.get_closest_marker(mark) for mark in (*LONG_FIRST, "extended")):
+      item.add_marker(pytest.mark.quick)
   items.sort(key=lambda item: next((i for i, mark in enumerate(LONG_FIRST)
                                     if item.get_closest_marker(mark)), len(LONG_FIRST)))
   if not ESTIMATOR_MISSING:

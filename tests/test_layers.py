@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_module
 
 # Lowest first. A module's layer is the first pattern its path matches.
 LAYERS = (
@@ -127,6 +127,20 @@ def test_every_test_file_mirrors_a_module():
   strays = sorted(tests - mirrors - CROSS_CUTTING)
   assert not strays, (f"test files that mirror no module (move each, or name it in "
                       f"CROSS_CUTTING): {strays}")
+
+
+def test_the_quick_tier_tests_every_library_module():
+  """`pytest -m quick` (docs/testing.md) runs at least one test of each library module,
+  from its mirrored test file."""
+  collected = run_module("pytest", ["--collect-only", "-q", "-m", "quick", "-p", "no:xdist"],
+                         timeout=300)
+  assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+  files = {line.split("::")[0] for line in collected.stdout.splitlines() if "::" in line}
+  untested = [s for s in SOURCES
+              if not s.startswith("tests/") and not s.endswith("__init__.py")
+              and s not in BINARIES and str(pathlib.Path("tests") / _test_path(s)) not in files]
+  assert not untested, ("library modules whose test file has no quick test (one not "
+                        f"marked slow, real_data, chaos, multihost or extended): {untested}")
 
 
 def test_a_regular_install_ships_every_package():

@@ -179,6 +179,7 @@ ONE_COLLECTIVE_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_training_step_makes_one_collective_where_keras_makes_three(tmp_path):
   # Keras's own train_step reads its loss metric after every step, which under
   # MultiWorkerMirroredStrategy all-reduces the metric's total and count.
@@ -205,6 +206,7 @@ def test_v1_momentum_steps_as_the_v1_optimizer_under_a_changing_rate():
   np.testing.assert_allclose(var.numpy(), [want], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
   # The chief keeps 3 checkpoints: one it deletes between the evaluator reading
   # the checkpoint state and restoring it must be skipped, not end the evaluator.

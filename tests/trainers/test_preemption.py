@@ -272,6 +272,7 @@ def test_the_handler_works_as_pid_1(tmp_path):
   assert "preempted by SIGTERM at" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace needs root")
 def test_a_trainer_as_pid_1_saves_on_sigterm_and_resumes_from_that_step(tiny_data_dir,
                                                                           tmp_path):
@@ -301,6 +302,7 @@ def test_a_trainer_as_pid_1_saves_on_sigterm_and_resumes_from_that_step(tiny_dat
   assert starts == [0, saved] and summary["global_step"] == config.train_steps
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_a_local_cluster_saves_and_the_same_command_goes_on(tiny_data_dir, tmp_path):
   """The launcher as the drain: each task stops at the agreed step, which is saved; the
   launcher exits 130 with one line; the same command goes on from that step."""

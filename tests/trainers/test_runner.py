@@ -78,6 +78,7 @@ def run(request, tiny_data_dir, tmp_path_factory):
   return backend, workers, model_dir, result, evaluator
 
 
+@pytest.mark.slow
 @RUNS_GROUP
 def test_run_writes_a_valid_summary(run):
   backend, workers, model_dir, result, _ = run
@@ -97,6 +98,7 @@ def test_run_writes_a_valid_summary(run):
   assert os.listdir(os.path.join(model_dir, "eval"))  # Evaluation events.
 
 
+@pytest.mark.slow
 @RUNS_GROUP
 def test_only_the_chief_writes_to_model_dir(run):
   backend, workers, model_dir, _, evaluator = run
@@ -109,6 +111,7 @@ def test_only_the_chief_writes_to_model_dir(run):
     assert logs == sorted(expected)
 
 
+@pytest.mark.slow
 @RUNS_GROUP
 def test_estimator_workers_meet_before_any_exits(run):
   # Else a worker exiting while the chief closes its session stalls the chief
@@ -121,6 +124,7 @@ def test_estimator_workers_meet_before_any_exits(run):
       assert "All 2 workers reached estimator_training_done." in f.read(), task
 
 
+@pytest.mark.slow
 @RUNS_GROUP
 def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
   backend, workers, model_dir, result, _ = run
@@ -136,6 +140,7 @@ def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
     assert "cross_device_ops.py" not in result.stderr
 
 
+@pytest.mark.slow
 def test_verbosity_shows_tensorflows_own_logs_in_a_lone_process(tiny_data_dir, tmp_path):
   runs = {v: run_module("trainers.keras_main", [f"--model_dir={tmp_path / str(v)}", f"-v={v}",
                                                 *_flags(TINY, tiny_data_dir)])
@@ -146,6 +151,7 @@ def test_verbosity_shows_tensorflows_own_logs_in_a_lone_process(tiny_data_dir, t
   assert "cpu_feature_guard" in runs[1].stderr and "cpu_feature_guard" not in runs[0].stderr
 
 
+@pytest.mark.slow
 @RUNS_GROUP
 def test_the_evaluator_task_evaluates_the_final_checkpoint_for_the_chief(run):
   backend, workers, model_dir, _, evaluator = run
@@ -204,6 +210,7 @@ def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data
     np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=f"{backend} {name}")
 
 
+@pytest.mark.slow
 @pytest.mark.estimator
 def test_both_backends_binaries_export_the_same_serving_contract(tiny_data_dir, tmp_path_factory):
   export_dirs = {}
@@ -408,6 +415,7 @@ def test_no_task_of_a_local_cluster_can_be_reached_from_outside(tiny_data_dir, t
       launcher.wait(60)
 
 
+@pytest.mark.slow
 def test_tasks_started_with_different_clusters_both_stop(tiny_data_dir, tmp_path):
   """A chief told of 2 training tasks and a worker told of 3: each names the other's cluster."""
   ports = cluster.pick_free_ports(3)
@@ -445,6 +453,7 @@ def _local_endpoints(tasks):
   return lambda rtype, i: f"localhost:{ports[f'{rtype}-{i}']}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, tiny_data_dir,
                                                                        tmp_path):
@@ -457,6 +466,7 @@ def test_a_worker_only_cluster_with_an_evaluator_as_kubeflow_writes_it(backend, 
   assert "Waiting for the evaluator's result" in chief_log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_master_and_an_evaluator_outside_the_cluster_as_vertex_ai_writes_them(
     backend, tiny_data_dir, tmp_path):
@@ -468,6 +478,7 @@ def test_a_master_and_an_evaluator_outside_the_cluster_as_vertex_ai_writes_them(
   assert "Task chief:0 of 2 workers" in chief_log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend, workers", [("keras", 1), ("estimator", 1), ("keras", 2)])
 def test_a_diverging_run_stops_with_exit_3_and_saves_nothing_diverged(backend, workers,
                                                                      tiny_data_dir, tmp_path):
@@ -510,6 +521,7 @@ def _finished_six_steps(backend, tiny_data_dir, tmp_path):
   return model_dir, args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_truncated_checkpoint_is_set_aside_and_the_run_resumes_from_one_that_loads(
     backend, tiny_data_dir, tmp_path):
@@ -556,6 +568,7 @@ def test_a_peer_that_never_starts_is_waited_for_then_named_with_a_retried_exit(t
   assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.estimator
 def test_a_peer_that_listens_but_never_joins_is_stopped_with_the_same_exit(tiny_data_dir,
                                                                            tmp_path):
@@ -676,6 +689,7 @@ def test_a_second_run_on_a_busy_model_dir_is_refused_naming_the_first(backend, t
   assert "Nothing was changed" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_missing_checkpoint_index_resumes_from_the_newest_checkpoint_on_disk(
     backend, tiny_data_dir, tmp_path):
@@ -689,6 +703,7 @@ def test_a_missing_checkpoint_index_resumes_from_the_newest_checkpoint_on_disk(
   assert json.loads(longer.stdout.strip().splitlines()[-1])["global_step"] == 8
 
 
+@pytest.mark.slow
 def test_a_resume_with_other_settings_is_refused_unless_the_change_is_allowed(tiny_data_dir,
                                                                               tmp_path):
   model_dir, args = _finished_six_steps("keras", tiny_data_dir, tmp_path)
@@ -706,6 +721,7 @@ def test_a_resume_with_other_settings_is_refused_unless_the_change_is_allowed(ti
   assert json.loads(allowed.stdout.strip().splitlines()[-1])["global_step"] == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_rerun_of_a_finished_run_evaluates_again_and_keeps_its_export_and_figures(
     backend, tiny_data_dir, tmp_path):

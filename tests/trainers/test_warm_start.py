@@ -71,6 +71,7 @@ FORMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.estimator
 @pytest.mark.parametrize("target", ["keras", "estimator"])
 @pytest.mark.parametrize("source, form", [("keras", "regex"), ("estimator", "list"),
@@ -103,6 +104,7 @@ def test_a_warm_started_runs_first_weights_are_the_sources(target, source, form,
       assert not value.any(), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["keras", pytest.param("estimator",
                                                             marks=pytest.mark.estimator)])
 def test_a_resumed_run_does_not_warm_start(backend, sources, caplog):
@@ -171,6 +173,7 @@ def test_a_bad_map_exits_2_before_any_task_starts(sources, tiny_data_dir, tmp_pa
   assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.estimator
 @pytest.mark.parametrize("keep, kept", [(2, [4, 6]), (0, [0, 2, 4, 6])])
 def test_both_backends_keep_the_same_checkpoints(keep, kept, tmp_path):

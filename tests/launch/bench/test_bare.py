@@ -33,6 +33,7 @@ def test_the_ceiling_loop_writes_events_and_a_summary(tiny_data_dir, tmp_path):
   assert [e[0] for e in bench_measure.scalar_events(str(tmp_path / "eval"), "accuracy")] == [4, 8]
 
 
+@pytest.mark.slow
 def test_the_probe_times_every_part_under_an_injected_strategy(tiny_data_dir, tmp_path,
                                                               monkeypatch):
   config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir)

@@ -25,7 +25,8 @@ def _read_checkpoint(model_dir):
     # are carried by launch.handoff's tests).
     ("dnn", ["--task=binary:3", "--hidden_units=16,8", "--dnn_optimizer=adam",
              "--dnn_learning_rate=0.01"]),
-    ("wide_deep", ["--task=regression", "--hidden_units=16", "--dnn_learning_rate=0.002"]),
+    pytest.param("wide_deep", ["--task=regression", "--hidden_units=16",
+                               "--dnn_learning_rate=0.002"], marks=pytest.mark.slow),
 ])
 def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_dir, tmp_path):
   source = tmp_path / "canned"

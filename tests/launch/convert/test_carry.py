@@ -90,6 +90,7 @@ def keras_dir(estimator_dir, tmp_path_factory) -> str:
   return str(target)
 
 
+@pytest.mark.slow
 def test_round_trip_is_bit_identical_and_the_estimator_resumes(estimator_dir, keras_dir,
                                                               tiny_data_dir, tmp_path):
   original = _read_checkpoint(estimator_dir)
@@ -144,6 +145,7 @@ def test_estimator_export_and_converted_keras_serve_the_same(estimator_dir, kera
   assert "max |diff|, answers predict/logits, estimator vs keras" in failed
 
 
+@pytest.mark.slow
 def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tmp_path):
   target = tmp_path / "keras"
   result = run_module("launch.convert", [f"--from_estimator={estimator_dir}",
@@ -288,6 +290,7 @@ def test_cli_rejects_bad_directions_and_bad_maps(estimator_dir, tmp_path):
   assert not (tmp_path / "k").exists() and not (tmp_path / "e").exists()
 
 
+@pytest.mark.slow
 def test_a_batchnorm_model_round_trips_its_moving_statistics_without_slots(tiny_data_dir,
                                                                            tmp_path):
   model_dir = tmp_path / "estimator"

@@ -240,6 +240,7 @@ def test_cli_proves_a_schedule_with_warm_up_rate_for_rate(real_data_dir, tmp_pat
       [0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_backend_on_another_schedule_is_reported_at_the_step(tiny_data_dir, tmp_path):
   # Constant and cosine agree at step 1 (both the starting rate) and part from step 2;
   # most at step 3, cosine's 0.025 against 0.1.
@@ -253,6 +254,7 @@ def test_a_backend_on_another_schedule_is_reported_at_the_step(tiny_data_dir, tm
   assert checks["per-step learning rate rel diff, short run reference vs estimator"].passed
 
 
+@pytest.mark.slow
 def test_a_halved_estimator_gradient_is_reported_at_a_variable(tiny_data_dir, tmp_path):
   # v1 momentum is linear in the gradient, so halving the learning rate steps
   # exactly as a model_fn that divided its loss by the global batch would at

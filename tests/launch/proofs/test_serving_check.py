@@ -22,6 +22,7 @@ from trainers.config import Config
 needs_estimator = pytest.mark.skipif(bool(ESTIMATOR_MISSING), reason=str(ESTIMATOR_MISSING))
 
 
+@pytest.mark.slow
 @needs_estimator
 @pytest.mark.parametrize("model", ["cnn", "dnn"])
 def test_both_backends_serve_the_same_contract_and_answers(model, tmp_path):
@@ -63,6 +64,7 @@ def test_both_backends_serve_the_same_contract_and_answers(model, tmp_path):
       "signature serving_default", "signature classification"}
 
 
+@pytest.mark.slow
 def test_cli_passes_exports_of_one_model_and_fails_another(tiny_data_dir, tmp_path):
   config = Config(seed=1)
   weights = model_lib.get_weights(model_lib.build(config))

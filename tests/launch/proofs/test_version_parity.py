@@ -63,6 +63,7 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
             f"{version}") in failed
 
 
+@pytest.mark.slow
 @needs_both_installs
 def test_an_estimator_model_dir_from_2_15_converts_and_resumes_on_the_newest_tf(
     tiny_data_dir, tmp_path):

@@ -106,6 +106,7 @@ def _check_trained_and_evaluated(model_dir, stdout: str, config: Config) -> None
   assert "Waiting for the evaluator's result" in (logs / "worker-0.log").read_text()
 
 
+@pytest.mark.slow
 @needs_ray
 @pytest.mark.estimator
 def test_estimator_on_ray_trains_and_evaluates_as_a_local_cluster(tiny_data_dir, tmp_path):
@@ -119,6 +120,7 @@ def test_estimator_on_ray_trains_and_evaluates_as_a_local_cluster(tiny_data_dir,
   _check_trained_and_evaluated(model_dir, result.stdout, config)
 
 
+@pytest.mark.slow
 @needs_ray
 def test_sigterm_to_launch_ray_drains_every_task_and_the_same_command_goes_on(tiny_data_dir,
                                                                              tmp_path):

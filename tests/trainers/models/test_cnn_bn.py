@@ -64,6 +64,7 @@ def test_keras_updates_the_moving_statistics_as_the_reference_does(tmp_path):
                                                       tmp_path / "k"))
 
 
+@pytest.mark.slow
 @pytest.mark.estimator
 def test_the_estimator_runs_update_ops_and_ends_as_the_reference_does(tmp_path):
   from trainers import estimator_trainer  # noqa: PLC0415 -- needs tf.estimator.
