@@ -195,6 +195,11 @@ def _check_run(backend: str, config: Config, options: RunOptions
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
                      "its evaluator task.")
+  if (backend == "estimator" and config.early_stopping_metric and num_workers > 1 and task
+      and not task.has_evaluator):
+    raise ValueError("--early_stopping_metric reads the evaluator's results, and a multi-worker "
+                     "Estimator evaluates only in its evaluator task: add an evaluator task to "
+                     "TF_CONFIG's cluster, or leave --early_stopping_metric out.")
   if task and options.model_dir is None:
     raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
   if task:

@@ -10,9 +10,11 @@ import subprocess
 import pytest
 import tensorflow as tf
 
-from tests.conftest import run_module
+from tests.conftest import memory_input_fn, run_module
 from trainers import early_stopping
 from trainers import evaluation
+from trainers import keras_trainer
+from trainers import loop
 from trainers import model_dir as layout
 from trainers.config import Config
 
@@ -169,3 +171,23 @@ def test_a_cluster_stops_where_its_own_eval_records_say_and_stays_stopped(backen
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["global_step"] == 14
     assert "nothing to train" in again.stderr
+
+
+def test_a_chief_that_evaluates_itself_stops_on_its_own_evaluations(tmp_path):
+  """Keras without an evaluator task (--noevaluator, or one process): the chief's own
+  evaluations, every --checkpoint_every_steps, are what its checks read."""
+  config = Config(train_steps=40, global_batch_size=32, eval_batch_size=50,
+                  log_every_steps=2, checkpoint_every_steps=2, backup_every_steps=2,
+                  early_stopping_metric="loss", early_stopping_mode="max",
+                  early_stopping_steps=4, early_stopping_check_every_steps=2)
+  summary = loop.train_and_evaluate(
+      keras_trainer.Backend, config, str(tmp_path),
+      strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+      input_fn=memory_input_fn(config.global_batch_size))
+  record = summary["early_stop"]
+  assert summary["global_step"] == record["step"] == record["checked_at"] + 1 < 40
+  results = evaluation.read_results(str(tmp_path / layout.EVAL_SUBDIR))
+  seen = {s: results[s] for s in record["evaluated_steps"]}
+  rule = early_stopping.Rule("loss", "max", 4, 0, 2)
+  assert early_stopping.no_improvement(rule, seen).at == record["decided_at"]
+  assert max(seen) <= record["checked_at"]

@@ -305,6 +305,10 @@ def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_da
 def test_a_multi_worker_estimator_needs_its_evaluator(tiny_data_dir, tmp_path):
   _rejected("estimator", ["--workers=2", "--noevaluator"], {}, 2, "--noevaluator is for Keras",
             tiny_data_dir, tmp_path / "model")
+  # A cluster of its own without one: an early stop would wait for evaluations forever.
+  _rejected("estimator", ["--early_stopping_metric=loss", "--early_stopping_steps=10"],
+            _tf_config(), 2, "add an evaluator task to TF_CONFIG's cluster",
+            tiny_data_dir, tmp_path / "model")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
