@@ -12,8 +12,8 @@ from typing import Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
-# No public API in TF 2.15 for AutoGraph's skip list, or for the coordination
-# service's settings, barrier and key-value store.
+# No public API in TF 2.15 for the coordination service's settings, barrier and
+# key-value store.
 from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.distribute import multi_worker_util

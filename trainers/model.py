@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Set
 
 import numpy as np
 import tensorflow as tf
+# No public API in TF 2.15 for AutoGraph's skip list.
 from tensorflow.python.autograph.core import config as autograph_config
 import tf_keras
 
