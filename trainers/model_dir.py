@@ -56,11 +56,27 @@ def record_progress(model_dir: str, event: str, **fields: Any) -> None:
   """Appends one record to `model_dir/progress.jsonl` (chief only).
 
   The tools (chaos, bench, handoff) read these instead of parsing log lines.
-  Each record is written whole, in one write, so a reader sees whole lines.
+  Each record is written whole, in one write, so a reader sees whole lines. A line torn
+  by a crash or a full disk mid-write is ended first, so it cannot swallow this record.
   """
+  path = os.path.join(model_dir, PROGRESS_FILE)
   line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n"
-  with tf.io.gfile.GFile(os.path.join(model_dir, PROGRESS_FILE), "a") as f:
-    f.write(line)
+  prefix = "\n" if _torn(path) else ""
+  with tf.io.gfile.GFile(path, "a") as f:
+    f.write(prefix + line)
+
+
+def _torn(path: str) -> bool:
+  """Whether the file at `path` ends inside a line (a write cut short)."""
+  try:
+    size = tf.io.gfile.stat(path).length
+  except tf.errors.NotFoundError:
+    return False
+  if not size:
+    return False
+  with tf.io.gfile.GFile(path, "rb") as f:
+    f.seek(size - 1)
+    return f.read(1) != b"\n"
 
 
 def record_losses(record_dir: str, backend: str, losses: Sequence[float],

@@ -29,3 +29,16 @@ def test_a_workers_scratch_dir_is_its_own_and_emptied_on_reuse(tmp_path):
   assert other != path
   for p in (path, other):
     os.rmdir(p)
+
+
+def test_a_record_after_a_torn_line_is_read_whole(tmp_path):
+  """A full disk or a crash mid-append leaves a line without its end: the next record
+  (a resumed run's start) must not be appended to it, and lost."""
+  layout.record_progress(str(tmp_path), "start", from_step=0)
+  with open(tmp_path / layout.PROGRESS_FILE, "a") as f:
+    f.write('{"event": "step", "st')  # Cut short by ENOSPC.
+  layout.record_progress(str(tmp_path), "start", from_step=150)
+  layout.record_progress(str(tmp_path), "step", step=155)
+  records = runs.read_progress(str(tmp_path))
+  assert [(r["event"], r.get("from_step", r.get("step"))) for r in records] == [
+      ("start", 0), ("start", 150), ("step", 155)]
