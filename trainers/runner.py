@@ -249,10 +249,11 @@ def _check_code(backend: str, config: Config, task: Optional[cluster.Task]) -> N
   if not config.estimator_program:
     model_lib.check(config)
     metric = config.early_stopping_metric
-    if metric and metric not in model_lib.metric_keys(config):
+    keys = model_lib.metric_keys(config) if metric else ()
+    if metric and metric not in keys:
       raise model_registry.SpecError(
           f"--early_stopping_metric={metric}: the run's evaluations report "
-          f"{', '.join(model_lib.metric_keys(config))}; name one of them.")
+          f"{', '.join(keys)}; name one of them.")
   elif task is None:
     _check_program(backend, config)
 
