@@ -27,6 +27,8 @@ def _env(*paths: str) -> dict:
     (["--model=metrics_model:SPEC", "--early_stopping_metric=auc_roc",
       "--early_stopping_steps=100"],
      "--early_stopping_metric=auc_roc: the run's evaluations report accuracy, auc, auc_pr, "),
+    (["--model=metrics_model:SPEC", "--export=best", "--export_metric=auc_roc"],
+     "--export_metric=auc_roc: the run's evaluations report accuracy, auc, auc_pr, "),
     (["--model=bad_metrics:SPEC"],
      "importing bad_metrics failed: MetricError: tf.compat.v1.metrics.auc takes no argument "
      "'curv'; it takes num_thresholds, curve, summation_method, thresholds and of=."),

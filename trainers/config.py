@@ -252,6 +252,19 @@ class Config:
       0, "With --early_stopping_metric: training steps between checks of the evaluator's "
       "results (the hooks' run_every_steps; under MultiWorkerMirroredStrategy the hooks "
       "check by steps only); 0: --checkpoint_every_steps.")
+  export: str = _field("final", "Which SavedModels a run writes: final (the chief exports the "
+                       "trained model once, to model_dir/export/<time>), latest (each "
+                       "evaluated checkpoint, as tf.estimator.LatestExporter) or best (each "
+                       "best so far by --export_metric, as BestExporter), the last two by the "
+                       "task that evaluates, to model_dir/export/<latest|best>_exporter/<time>.")
+  exports_to_keep: Optional[int] = _field(
+      None, "With --export=latest or best: how many of the newest exports to keep (the "
+      "exporters' exports_to_keep); 0: all. Default 5, as theirs.")
+  export_metric: Optional[str] = _field(
+      None, "With --export=best: the evaluation metric that ranks checkpoints (a key of the "
+      "evaluator's results; BestExporter's default compare_fn ranks by loss).")
+  export_mode: str = _field("min", "With --export_metric: min (a lower value is better, as "
+                            "BestExporter's default) or max.")
   init_weights: Optional[str] = _field(None, "A .npz of initial weights by variable name "
                                        "(launch.parity writes one); default: initialize from "
                                        "--seed.")
@@ -621,6 +634,28 @@ class Config:
       raise ValueError("--early_stopping_metric stops one step after a check, as the "
                        "Estimator's hook does: it needs --steps_per_execution=1 (or 0).")
 
+  def validate_export(self) -> None:
+    """Raises ValueError naming the flag for an --export that is not final, latest or best,
+    best without --export_metric, a metric or mode without best, or a negative
+    --exports_to_keep (or one with final, which keeps its one export)."""
+    if self.export not in ("final", "latest", "best"):
+      raise ValueError(f"--export must be final, latest or best, got {self.export!r}.")
+    if self.export == "best" and not self.export_metric:
+      raise ValueError("--export=best ranks evaluations by a metric: give --export_metric "
+                       "(BestExporter's default ranks by loss: --export_metric=loss).")
+    if self.export != "best" and (self.export_metric or self.export_mode != "min"):
+      raise ValueError("--export_metric and --export_mode say which export is the best: give "
+                       "--export=best too, or leave them out.")
+    if self.export_mode not in ("min", "max"):
+      raise ValueError(f"--export_mode must be min or max, got {self.export_mode!r}.")
+    if self.exports_to_keep is not None:
+      if self.export == "final":
+        raise ValueError("--exports_to_keep is for --export=latest or best (final exports "
+                         "once): give one of them, or leave --exports_to_keep out.")
+      if self.exports_to_keep < 0:
+        raise ValueError(f"--exports_to_keep must be >= 0 (0: all), got "
+                         f"{self.exports_to_keep}.")
+
   def early_stopping_every(self) -> int:
     """The steps between early-stopping checks."""
     return self.early_stopping_check_every_steps or self.checkpoint_every_steps
@@ -643,6 +678,7 @@ class Config:
     self.validate_schedule()
     self.validate_checkpointing()
     self.validate_early_stopping()
+    self.validate_export()
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")

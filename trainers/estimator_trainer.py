@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -21,11 +21,11 @@ from trainers import checkpoints
 from trainers import distribute
 from trainers import early_stopping
 from trainers import evaluation
+from trainers import export
 from trainers import failures
 from trainers import heads
 from trainers import loop
 from trainers import model as model_lib
-from trainers import model_dir as layout
 from trainers import estimator_program
 from trainers import optimizers
 from trainers import program as program_lib
@@ -300,6 +300,45 @@ class _EndAtEarlyStop(tf.estimator.Exporter):
                                 int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP]))
 
 
+class _Recorded(tf.estimator.Exporter):
+  """The run's tf.estimator.LatestExporter or BestExporter (`exporter`), each of its decisions
+  recorded in its directory's exports.jsonl (trainers.export.record)."""
+
+  def __init__(self, exporter: tf.estimator.Exporter):
+    self._exporter = exporter
+
+  @property
+  def name(self) -> str:
+    return self._exporter.name
+
+  def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+    path = self._exporter.export(estimator, export_path, checkpoint_path, eval_result,
+                                 is_the_final_export)
+    path = path.decode() if isinstance(path, bytes) else path
+    export.record(export_path, int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP]),
+                  eval_result, path)
+    return path
+
+
+def make_exporter(config: Config, policy: export.Policy) -> tf.estimator.Exporter:
+  """The Estimator's own exporter for --export=latest or best, recorded (`_Recorded`)."""
+  receiver = _receiver(config)
+  if receiver is None:
+    raise program_lib.ProgramError(
+        f"--export={policy.kind} exports through the program's serving_input_receiver_fn, and "
+        f"{config.estimator_program} has none: add one, or leave --export out.")
+  if policy.kind == export.LATEST:
+    return _Recorded(tf.estimator.LatestExporter(policy.name, receiver,
+                                                 exports_to_keep=policy.keep))
+
+  def compare_fn(best_eval_result, current_eval_result):  # BestExporter checks these names.
+    return policy.metric not in best_eval_result or policy.better(current_eval_result,
+                                                                  best_eval_result)
+
+  return _Recorded(tf.estimator.BestExporter(policy.name, receiver, compare_fn=compare_fn,
+                                             exports_to_keep=policy.keep))
+
+
 def _reported_loss_scale(replicas: int) -> float:
   """What makes the loss the Estimator reports (in the train graph being built) the global
   batch's: a tf.compat.v1.train optimizer that scaled a mean loss for the replicas makes it
@@ -360,6 +399,8 @@ class Backend(loop.Backend):
     self._warm_start_dir: Optional[str] = None
     self._estimator = self._make_estimator()
     self._result: Optional[Tuple[Optional[Dict[str, float]], object]] = None
+    policy = export.Policy.of(run.config)
+    self._exporter = make_exporter(run.config, policy) if policy else None
 
   def _make_estimator(self) -> tf.estimator.Estimator:
     run, config = self.run, self.run.config
@@ -417,9 +458,11 @@ class Backend(loop.Backend):
         # for the next one: with 0 it spun, taking a third of a 2-core machine
         # from training and logging a warning per poll (35 MB a minute).
         throttle_secs=EVALUATOR_POLL_SECONDS if evaluator else 0,
-        # Run after each evaluation is written: the evaluator task ends at an early stop.
-        exporters=([_EndAtEarlyStop(run.config, run.model_dir)]
-                   if evaluator and run.config.early_stopping_metric else None),
+        # Run in this order after each evaluation is written: the export --export asks of
+        # it, then the evaluator task's end at an early stop.
+        exporters=[*([self._exporter] if self._exporter else []),
+                   *([_EndAtEarlyStop(run.config, run.model_dir)]
+                     if evaluator and run.config.early_stopping_metric else [])],
     )
     return tf.estimator.train_and_evaluate(self._estimator, train_spec, eval_spec)
 
@@ -492,6 +535,16 @@ class Backend(loop.Backend):
   def export(self) -> Optional[str]:
     return _export(self._estimator, self.run.config, self.run.model_dir)
 
+  def export_evaluation(self, step: int, metrics: Dict[str, float]) -> Optional[str]:
+    policy = export.Policy.of(self.run.config)
+    if not any(entry["step"] == step for entry in export.read_record(self.run.model_dir, policy)):
+      # A cluster without an evaluator task: its chief evaluated the final step alone.
+      self._exporter.export(self._estimator, policy.directory(self.run.model_dir),
+                            tf.train.latest_checkpoint(self.run.model_dir),
+                            {**metrics, tf.compat.v1.GraphKeys.GLOBAL_STEP: step}, True)
+    # One process: train_and_evaluate ran the exporter after each evaluation.
+    return export.current(self.run.model_dir, policy)
+
 
 def _estimator(config: Config, run_config: tf.estimator.RunConfig,
                records: Optional[Tuple[List[float], List[float]]] = None,
@@ -522,15 +575,20 @@ def _retention(config: Config) -> Dict[str, Any]:
 def _export(estimator: tf.estimator.Estimator, config: Config, out_dir: str) -> Optional[str]:
   """The SavedModel of `estimator`'s newest checkpoint under `out_dir/export/`; with a team's
   program, through its serving_input_receiver_fn (None if it has none)."""
-  if config.estimator_program:
-    receiver = program_lib.load(config.estimator_program).serving_input_receiver_fn
-    if receiver is None:
-      return None
-  else:
-    receiver = serving.estimator_receiver_fn(serving.feature_name(config),
-                                             as_dict=bool(model_lib.spec(config).canned))
-  return estimator.export_saved_model(os.path.join(out_dir, layout.EXPORT_SUBDIR),
+  receiver = _receiver(config)
+  if receiver is None:
+    return None
+  return estimator.export_saved_model(export.final_export_parent(out_dir),
                                       receiver).decode()
+
+
+def _receiver(config: Config) -> Optional[Callable[[], Any]]:
+  """The run's serving_input_receiver_fn: a team's program's (None if it has none), or the
+  one of the serving contract (trainers/serving.py)."""
+  if config.estimator_program:
+    return program_lib.load(config.estimator_program).serving_input_receiver_fn
+  return serving.estimator_receiver_fn(serving.feature_name(config),
+                                       as_dict=bool(model_lib.spec(config).canned))
 
 
 def export_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:

@@ -345,17 +345,23 @@ def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chi
 
 class _EvalSummaries(tf_keras.callbacks.Callback):
   """The evaluator task's results, as the Estimator's evaluator writes them: the head's
-  metrics in `model_dir/eval`, at the checkpoint's step; then the evaluator ends if that
-  was an early-stopped run's last step (early_stopping.EvaluationDone)."""
+  metrics in `model_dir/eval`, at the checkpoint's step; the export --export asks of it, as
+  the Estimator's exporters run then; then the evaluator ends if that was an early-stopped
+  run's last step (early_stopping.EvaluationDone)."""
 
   def __init__(self, config: Config, model_dir: str):
     super().__init__()
     self._config, self._model_dir = config, model_dir
+    policy = export.Policy.of(config)
+    self._exports = export.Exports(policy, model_dir) if policy else None
 
   def on_test_end(self, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Restored from the checkpoint.
     evaluation.log_result(step, logs)
     evaluation.write_result(self._model_dir, step, logs)
+    if self._exports:
+      self._exports.after_evaluation(step, logs, servable_saver(
+          self._config, model_lib.get_weights(self.model)))
     early_stopping.end_if_final(self._config, self._model_dir, step)
 
 
@@ -403,13 +409,18 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
   """
 
   def __init__(self, config: Config, eval_model: Optional[tf_keras.Model],
-               dataset: Optional[tf.data.Dataset], model_dir: str):
+               dataset: Optional[tf.data.Dataset], model_dir: str,
+               exports: Optional[export.Exports]):
     super().__init__()
     self._eval_model, self._dataset = eval_model, dataset
     self._every, self._total = config.checkpoint_every_steps, config.train_steps
-    self._model_dir = model_dir
+    self._config, self._model_dir, self._exports = config, model_dir, exports
     if eval_model is None:
       return
+    if exports:
+      # Compiled here, outside fit's strategy scope, as an export is (servable_saver); the
+      # callbacks run inside it, where a model built would hold distributed variables.
+      eval_model.compile(**_loss_and_metrics(config))
     loss = model_lib.example_loss(config)
     # As Keras's compiled loss tracks it: each batch's mean, weighted by its size.
     self._metrics = [tf_keras.metrics.Mean("loss"), *_eval_metrics(config)]
@@ -441,11 +452,27 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
     metrics = {m.name: float(m.result()) for m in self._metrics}
     evaluation.log_result(step, metrics)
     evaluation.write_result(self._model_dir, step, metrics)
+    if self._exports:
+      self._exports.after_evaluation(step, metrics, saver(self._config, self._eval_model))
 
 
 def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
-  """Writes `model` as a SavedModel answering the Estimator's signatures (trainers/serving.py),
-  or a port's own (`ModelSpec.signatures`: its program's export's)."""
+  """Writes `model` as a SavedModel (`saver`) under `model_dir/export`, as --export=final
+  does; returns its directory."""
+  return export.write_staged(export.final_export_parent(model_dir), saver(config, model))
+
+
+def servable_saver(config: Config, weights: model_lib.Weights) -> Callable[[str], None]:
+  """`saver` of a model outside any strategy holding `weights`, compiled as evaluation
+  compiles it (a loaded export can `evaluate`)."""
+  model = model_lib.build(config, weights)
+  model.compile(**_loss_and_metrics(config))
+  return saver(config, model)
+
+
+def saver(config: Config, model: tf_keras.Model) -> Callable[[str], None]:
+  """What writes `model` to a directory as a SavedModel answering the Estimator's signatures
+  (trainers/serving.py), or a port's own (`ModelSpec.signatures`: its program's export's)."""
   own = model_lib.spec(config).signatures
 
   def save(directory: str) -> None:
@@ -454,7 +481,7 @@ def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
                    model, serving.feature_name(config), heads.head(config)))
     serving.mark_methods(directory)
 
-  return export.write_staged(model_dir, save)
+  return save
 
 
 class Backend(loop.Backend):
@@ -463,6 +490,14 @@ class Backend(loop.Backend):
   name = "keras"
   _model: tf_keras.Model
   _weights: model_lib.Weights  # Every weight once trained, read on every worker.
+
+  def __init__(self, run: loop.Run):
+    super().__init__(run)
+    policy = export.Policy.of(run.config)
+    # The chief's exports of its own evaluations: one for the process, whose first the
+    # exporters' rule counts.
+    self._exports = (export.Exports(policy, run.model_dir)
+                     if policy and run.chief and run.chief_evaluates else None)
 
   def evaluate_checkpoints(self) -> None:
     run_evaluator(self.run.config, self.run.model_dir, self.run.input_fn)
@@ -521,7 +556,7 @@ class Backend(loop.Backend):
     if run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       callbacks.append(_PeriodicEval(
           config, model_lib.build(config) if run.chief else None,  # Outside the strategy.
-          run.input_fn(mnist.EVAL, None) if run.chief else None, run.model_dir))
+          run.input_fn(mnist.EVAL, None) if run.chief else None, run.model_dir, self._exports))
     try:
       self._model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     finally:
@@ -536,8 +571,9 @@ class Backend(loop.Backend):
     return metrics
 
   def export(self) -> str:
-    # A model outside the strategy's scope, holding the trained weights, compiled as
-    # evaluation compiles it (a loaded export can `evaluate`).
-    model = model_lib.build(self.run.config, self._weights)
-    model.compile(**_loss_and_metrics(self.run.config))
-    return export_model(self.run.config, model, self.run.model_dir)
+    return export.write_staged(export.final_export_parent(self.run.model_dir),
+                               servable_saver(self.run.config, self._weights))
+
+  def export_evaluation(self, step: int, metrics: Dict[str, float]) -> Optional[str]:
+    return self._exports.after_evaluation(step, metrics,
+                                          servable_saver(self.run.config, self._weights))

@@ -6,7 +6,9 @@ A backend supplies only what differs, as a `Backend` subclass built for one run:
   evaluate_checkpoints()  the evaluator task: evaluate each new checkpoint to the end
   train()                 train from wherever model_dir stands to config.train_steps
   evaluate(step)          the chief's own evaluation, when no evaluator task exists
-  export()                write the SavedModel; returns its directory
+  export()                write the SavedModel (--export=final); returns its directory
+  export_evaluation(step, metrics)
+                          the chief's evaluation exported as --export=latest|best says
 
 `train_and_evaluate` runs them, decides which task does what (the evaluator
 dispatch, the chief's share), sets aside what a divergence left, stops a preempted
@@ -26,6 +28,7 @@ from trainers import checkpoints
 from trainers import distribute
 from trainers import early_stopping
 from trainers import evaluation
+from trainers import export as export_lib
 from trainers import failures
 from trainers import inputs
 from trainers import model_dir as layout
@@ -123,8 +126,13 @@ class Backend(abc.ABC):
     model_dir/eval at `step`."""
 
   @abc.abstractmethod
-  def export(self) -> str:
+  def export(self) -> Optional[str]:
     """Writes the SavedModel (chief only); returns its directory."""
+
+  @abc.abstractmethod
+  def export_evaluation(self, step: int, metrics: Dict[str, float]) -> Optional[str]:
+    """The chief evaluates (no evaluator task): its evaluation of the final `step` exported
+    by the run's export.Policy, once; returns the current export (the latest, the best)."""
 
 
 def train_and_evaluate(
@@ -209,7 +217,15 @@ def train_and_evaluate(
   evaluation.log_result(step, metrics)
   report = trained.report
   kept = _finished_run(model_dir, step) if report.trained_steps == 0 else None
-  export_dir = kept["export_dir"] if kept else trainer.export()
+  policy = export_lib.Policy.of(config)
+  if kept:
+    export_dir = kept["export_dir"]
+  elif not policy:
+    export_dir = trainer.export()
+  elif run.chief_evaluates:
+    export_dir = trainer.export_evaluation(step, metrics)
+  else:
+    export_dir = export_lib.wait_for(model_dir, policy, step)
   return layout.write_summary(
       backend.name, config, model_dir,
       workers=distribute.num_workers(strategy),

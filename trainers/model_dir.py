@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -56,14 +56,37 @@ def record_progress(model_dir: str, event: str, **fields: Any) -> None:
   """Appends one record to `model_dir/progress.jsonl` (chief only).
 
   The tools (chaos, bench, handoff) read these instead of parsing log lines.
-  Each record is written whole, in one write, so a reader sees whole lines. A line torn
-  by a crash or a full disk mid-write is ended first, so it cannot swallow this record.
   """
-  path = os.path.join(model_dir, PROGRESS_FILE)
-  line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n"
+  append_record(os.path.join(model_dir, PROGRESS_FILE),
+                {"event": event, "time": round(time.time(), 3), **fields})
+
+
+def append_record(path: str, record: Dict[str, Any]) -> None:
+  """Appends `record` to the JSON-lines file at `path`, whole, in one write, so a reader
+  sees whole lines. A line torn by a crash or a full disk mid-write is ended first, so it
+  cannot swallow this record."""
+  line = json.dumps(record) + "\n"
   prefix = "\n" if _torn(path) else ""
   with tf.io.gfile.GFile(path, "a") as f:
     f.write(prefix + line)
+
+
+def read_records(path: str) -> List[Dict[str, Any]]:
+  """The records of the JSON-lines file at `path` (`append_record`), oldest first; none if
+  it is not there. A line being written (no newline yet) is left for the next read, and one
+  torn by a crash is skipped: the records after it still count."""
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      text = f.read()
+  except tf.errors.NotFoundError:
+    return []
+  records = []
+  for line in text.split("\n")[:-1]:
+    try:
+      records.append(json.loads(line))
+    except ValueError:
+      pass
+  return records
 
 
 def _torn(path: str) -> bool:

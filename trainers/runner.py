@@ -248,12 +248,14 @@ def _check_code(backend: str, config: Config, task: Optional[cluster.Task]) -> N
   from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
   if not config.estimator_program:
     model_lib.check(config)
-    metric = config.early_stopping_metric
-    keys = model_lib.metric_keys(config) if metric else ()
-    if metric and metric not in keys:
-      raise model_registry.SpecError(
-          f"--early_stopping_metric={metric}: the run's evaluations report "
-          f"{', '.join(keys)}; name one of them.")
+    named = {flag: getattr(config, flag) for flag in ("early_stopping_metric", "export_metric")
+             if getattr(config, flag)}
+    keys = model_lib.metric_keys(config) if named else ()
+    for flag, metric in named.items():
+      if metric not in keys:
+        raise model_registry.SpecError(
+            f"--{flag}={metric}: the run's evaluations report {', '.join(keys)}; name one "
+            "of them.")
   elif task is None:
     _check_program(backend, config)
 
@@ -264,7 +266,12 @@ def _check_program(backend: str, config: Config) -> None:
   from trainers import model as model_lib  # noqa: PLC0415 -- imports TensorFlow.
   if backend == "estimator":
     from trainers import estimator_program  # noqa: PLC0415 -- imports tf.estimator.
+    from trainers import estimator_trainer  # noqa: PLC0415 -- imports tf.estimator.
+    from trainers import export  # noqa: PLC0415 -- imports TensorFlow.
     estimator_program.check(config)
+    policy = export.Policy.of(config)
+    if policy:
+      estimator_trainer.make_exporter(config, policy)  # Needs the program's receiver.
   else:
     inputs.check_fits(config, model_lib.input_shapes(config))
 

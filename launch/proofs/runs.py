@@ -103,22 +103,8 @@ def read_summary(model_dir: str) -> Dict[str, Any]:
 
 
 def read_progress(model_dir: str) -> List[Dict[str, Any]]:
-  """The chief's progress records so far, oldest first (see layout.record_progress).
-
-  A line being written (no newline yet) is left for the next read.
-  """
-  try:
-    with open(os.path.join(model_dir, layout.PROGRESS_FILE)) as f:
-      text = f.read()
-  except OSError:
-    return []
-  records = []
-  for line in text.split("\n")[:-1]:
-    try:
-      records.append(json.loads(line))
-    except ValueError:
-      pass  # Torn by a crash mid-write: the records after it still count.
-  return records
+  """The chief's progress records so far, oldest first (see layout.record_progress)."""
+  return layout.read_records(os.path.join(model_dir, layout.PROGRESS_FILE))
 
 
 def check_or_exit(config: Config, workers: int, idx_dir: Optional[str],

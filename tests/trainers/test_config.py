@@ -116,6 +116,15 @@ from trainers.config import Config
       "early_stopping_check_every_steps": -5}, "--early_stopping_check_every_steps must be >= 0"),
     ({"early_stopping_metric": "loss", "early_stopping_steps": 10, "steps_per_execution": 10},
      "it needs --steps_per_execution=1 (or 0)."),
+    ({"export": "best"}, "--export=best ranks evaluations by a metric: give --export_metric"),
+    ({"export": "newest"}, "--export must be final, latest or best, got 'newest'."),
+    ({"export_metric": "loss"}, "--export_metric and --export_mode say which export is the "
+     "best: give --export=best too"),
+    ({"export": "latest", "export_mode": "max"}, "give --export=best too"),
+    ({"export": "best", "export_metric": "loss", "export_mode": "lower"},
+     "--export_mode must be min or max, got 'lower'."),
+    ({"exports_to_keep": 3}, "--exports_to_keep is for --export=latest or best"),
+    ({"export": "latest", "exports_to_keep": -1}, "--exports_to_keep must be >= 0 (0: all)"),
 ])
 def test_bad_settings_are_named(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):

@@ -1,5 +1,6 @@
 """trainers.loop: the outer loop's dispatch, with a backend that records what it is asked."""
 
+import dataclasses
 import json
 import os
 from typing import Dict, List
@@ -10,6 +11,7 @@ import tensorflow as tf
 from launch import cluster
 from launch.proofs import runs
 from trainers import evaluation
+from trainers import export
 from trainers import failures
 from trainers import loop
 from trainers import model_dir as layout
@@ -47,6 +49,10 @@ class _Recording(loop.Backend):
   def export(self) -> str:
     self.calls.append("export")
     return "/exported"
+
+  def export_evaluation(self, step: int, metrics: Dict[str, float]) -> str:
+    self.calls.append(f"export_evaluation {step}")
+    return "/exported/best"
 
 
 class _ClusterStrategy:
@@ -96,6 +102,24 @@ def test_the_chief_of_a_cluster_with_an_evaluator_takes_its_result(tmp_path, bac
   summary = loop.train_and_evaluate(backend, CONFIG, str(tmp_path), strategy=strategy)
   assert backend.calls == ["train chief=True chief_evaluates=False", "export"]
   assert (summary["workers"], summary["test_accuracy"]) == (2, 0.5)
+
+
+def test_with_latest_or_best_the_task_that_evaluates_exports(tmp_path, backend, monkeypatch):
+  config = dataclasses.replace(CONFIG, export="best", export_metric="loss")
+  (tmp_path / "alone").mkdir()
+  summary = loop.train_and_evaluate(backend, config, str(tmp_path / "alone"),
+                                    strategy=tf.distribute.get_strategy())
+  assert backend.calls[-2:] == ["evaluate 6", "export_evaluation 6"]
+  assert summary["export_dir"] == "/exported/best"
+  # In a cluster, the chief waits for the evaluator task's decision on its final step.
+  monkeypatch.setattr(backend, "calls", [])
+  strategy = _as_task(monkeypatch, 0, evaluator=True)
+  evaluation.write_result(str(tmp_path), 6, {"accuracy": 0.5, "loss": 1.0})
+  exports = export.Exports(export.Policy.of(config), str(tmp_path))
+  exported = exports.after_evaluation(6, {"loss": 1.0}, lambda directory: None)
+  summary = loop.train_and_evaluate(backend, config, str(tmp_path), strategy=strategy)
+  assert backend.calls == ["train chief=True chief_evaluates=False"]
+  assert summary["export_dir"] == exported
 
 
 def test_a_worker_trains_and_writes_nothing(tmp_path, backend, monkeypatch):
