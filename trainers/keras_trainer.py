@@ -20,6 +20,7 @@ from trainers import loop
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import optimizers
+from trainers import preemption
 from trainers import schedules
 from trainers import serving
 from trainers import step_duties
@@ -399,21 +400,24 @@ def run_evaluator(config: Config, model_dir: str, input_fn: Optional[inputs.Inpu
 
 class _PeriodicEval(tf_keras.callbacks.Callback):
   """Chief only: evaluates the whole test split every `every` steps, as the Estimator's
-  evaluator does for each checkpoint, and writes the head's metrics to `model_dir/eval`.
+  evaluator does for each checkpoint, writes the head's metrics to `model_dir/eval` and
+  exports as --export=latest|best says (`exports`).
 
   The evaluation model is built before `fit`, outside the strategy (as in
-  `evaluate_weights`), and gets the training weights copied in; the final step
-  is left to the end-of-training evaluation. Callbacks run inside fit's
+  `evaluate_weights`), and gets the training weights copied in; the final step (an early
+  stop's too) is left to the end-of-training evaluation. Callbacks run inside fit's
   strategy scope, where Keras `evaluate` would shard the test set across the
   workers, so a plain loop updates the metrics `evaluate` would.
   """
 
   def __init__(self, config: Config, eval_model: Optional[tf_keras.Model],
                dataset: Optional[tf.data.Dataset], model_dir: str,
-               exports: Optional[export.Exports]):
+               exports: Optional[export.Exports],
+               early_stop: Optional[preemption.Agreement]):
     super().__init__()
     self._eval_model, self._dataset = eval_model, dataset
     self._every, self._total = config.checkpoint_every_steps, config.train_steps
+    self._early_stop = early_stop
     self._config, self._model_dir, self._exports = config, model_dir, exports
     if eval_model is None:
       return
@@ -437,7 +441,9 @@ class _PeriodicEval(tf_keras.callbacks.Callback):
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self.model.optimizer.iterations.numpy())  # Global, also after a resume.
-    if step % self._every or step >= self._total:
+    # The last step, an early stop's too (agreed by every task), is the loop's to evaluate.
+    if (step % self._every or step >= self._total
+        or (self._early_stop and self._early_stop.stopped_at is not None)):
       return
     # Every worker reads: a replica-local weight (BatchNorm's moving statistics) is
     # read as the mean over the workers, a collective that every worker must join.
@@ -556,7 +562,8 @@ class Backend(loop.Backend):
     if run.chief_evaluates and config.checkpoint_every_steps < config.train_steps:
       callbacks.append(_PeriodicEval(
           config, model_lib.build(config) if run.chief else None,  # Outside the strategy.
-          run.input_fn(mnist.EVAL, None) if run.chief else None, run.model_dir, self._exports))
+          run.input_fn(mnist.EVAL, None) if run.chief else None, run.model_dir, self._exports,
+          run.early_stop))
     try:
       self._model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     finally:

@@ -5,7 +5,9 @@ evaluators' end."""
 
 import dataclasses
 import json
+import os
 import subprocess
+from typing import Optional
 
 import pytest
 import tensorflow as tf
@@ -135,6 +137,46 @@ def _run(backend: str, data_dir: str, model_dir, *flags: str) -> subprocess.Comp
 EARLY = ["--workers=2", "--train_steps=300", "--early_stopping_metric=loss",
          "--early_stopping_mode=max", "--early_stopping_steps=4",
          "--early_stopping_check_every_steps=2"]
+# The evaluator exports each evaluation that is its best so far by accuracy, keeping one.
+BEST = ["--export=best", "--export_metric=accuracy", "--export_mode=max", "--exports_to_keep=1"]
+
+
+def _check_best_exports(model_dir, summary, data_dir: str) -> None:
+  """The evaluator's decisions follow BestExporter's rule over its own evaluations (its first
+  always; then a higher accuracy), the last export is the one kept and the summary's, and it
+  serves the accuracy evaluated at its step."""
+  from trainers import export  # noqa: PLC0415
+  policy = export.Policy(export.BEST, 1, "accuracy", "max")
+  record = export.read_record(str(model_dir), policy)
+  best = None
+  for entry in record:
+    exported = best is None or entry["metrics"]["accuracy"] > best
+    assert bool(entry["export_dir"]) == exported, record
+    best = entry["metrics"]["accuracy"] if exported else best
+  last = [entry for entry in record if entry["export_dir"]][-1]
+  kept = [name for name in os.listdir(policy.directory(str(model_dir))) if name.isdigit()]
+  assert [os.path.basename(last["export_dir"])] == kept
+  assert summary["export_dir"] == last["export_dir"] and record[-1]["step"] == 14
+  assert _served_accuracy(last["export_dir"], data_dir) == pytest.approx(
+      last["metrics"]["accuracy"], abs=1e-6)
+
+
+def _served_accuracy(export_dir: str, data_dir: Optional[str], input_fn=None) -> float:
+  """The accuracy of the export's `predict` answers to the test split's tf.Examples (of
+  `data_dir`, or `input_fn`'s)."""
+  from data import mnist  # noqa: PLC0415
+  from launch.proofs import serving_check  # noqa: PLC0415
+  from trainers import inputs  # noqa: PLC0415
+  predict = tf.saved_model.load(export_dir).signatures["predict"]
+  right = total = 0
+  input_fn = input_fn or inputs.default_input_fn(Config(data_dir=data_dir, eval_batch_size=100))
+  for images, labels in input_fn(mnist.EVAL, None):
+    examples = serving_check.examples(images.numpy(), "image")
+    answers = predict(examples=tf.constant([e.SerializeToString() for e in examples]))
+    right += int(tf.reduce_sum(tf.cast(
+        answers["class_ids"][:, 0] == tf.cast(labels, tf.int64), tf.int32)))
+    total += int(labels.shape[0])
+  return right / total
 
 
 @pytest.mark.slow
@@ -149,9 +191,10 @@ def test_a_cluster_stops_where_its_own_eval_records_say_and_stays_stopped(backen
   # run goes on at 2 workers with an evaluator task, checking at step 13 what they say.
   first = _run(backend, tiny_data_dir, model_dir, "--workers=1", "--train_steps=12")
   assert first.returncode == 0, first.stderr[-3000:]
-  result = _run(backend, tiny_data_dir, model_dir, *EARLY)
+  result = _run(backend, tiny_data_dir, model_dir, *EARLY, *BEST)
   assert result.returncode == 0, result.stderr[-3000:]  # The evaluator task ended too.
   summary = json.loads(result.stdout.strip().splitlines()[-1])
+  _check_best_exports(model_dir, summary, tiny_data_dir)
   record = summary["early_stop"]
   assert (record["checked_at"], record["step"], summary["global_step"]) == (13, 14, 14)
   # The decision, recomputed from the evaluations the check had read.
@@ -167,7 +210,7 @@ def test_a_cluster_stops_where_its_own_eval_records_say_and_stays_stopped(backen
   assert any(e["event"] == "early_stopped" and e["step"] == 14 for e in events)
   assert "Every training task stops at its first step after step 13." in result.stderr
   if backend == "keras":  # The same command again trains nothing more.
-    again = _run(backend, tiny_data_dir, model_dir, *EARLY)
+    again = _run(backend, tiny_data_dir, model_dir, *EARLY, *BEST)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["global_step"] == 14
     assert "nothing to train" in again.stderr
@@ -179,7 +222,8 @@ def test_a_chief_that_evaluates_itself_stops_on_its_own_evaluations(tmp_path):
   config = Config(train_steps=40, global_batch_size=32, eval_batch_size=50,
                   log_every_steps=2, checkpoint_every_steps=2, backup_every_steps=2,
                   early_stopping_metric="loss", early_stopping_mode="max",
-                  early_stopping_steps=4, early_stopping_check_every_steps=2)
+                  early_stopping_steps=4, early_stopping_check_every_steps=2,
+                  export="latest", exports_to_keep=2)
   summary = loop.train_and_evaluate(
       keras_trainer.Backend, config, str(tmp_path),
       strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
@@ -191,3 +235,11 @@ def test_a_chief_that_evaluates_itself_stops_on_its_own_evaluations(tmp_path):
   rule = early_stopping.Rule("loss", "max", 4, 0, 2)
   assert early_stopping.no_improvement(rule, seen).at == record["decided_at"]
   assert max(seen) <= record["checked_at"]
+  # It exported each of its evaluations, inside fit's strategy scope but the last.
+  from trainers import export  # noqa: PLC0415
+  exports = export.read_record(str(tmp_path), export.Policy.of(config))
+  assert [entry["step"] for entry in exports] == sorted(results)
+  assert all(entry["export_dir"] for entry in exports)
+  assert summary["export_dir"] == exports[-1]["export_dir"]
+  assert _served_accuracy(summary["export_dir"], None, memory_input_fn(32)) == pytest.approx(
+      results[summary["global_step"]]["accuracy"], abs=1e-6)
