@@ -95,3 +95,32 @@ def test_a_session_created_again_ends_a_cluster_task_as_a_lost_peer():
     hook.after_create_session(None, None)
   lost = distribute.lost_peer(raised.value)
   assert isinstance(lost, tf.errors.AbortedError) and "out of step" in lost.message
+
+
+def test_latest_exports_each_evaluation_and_a_chief_alone_exports_its_final_one(tmp_path):
+  """One process: train_and_evaluate runs the LatestExporter after each evaluation. A chief
+  with no evaluator task evaluates only the final step, and exports that (here through the
+  BestExporter, its first): the same answers as the latest export of that checkpoint."""
+  from trainers import export  # noqa: PLC0415
+  config = Config(**{**CONFIG.__dict__, "export": "latest", "exports_to_keep": 1})
+  input_fn = memory_input_fn(CONFIG.global_batch_size)
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  summary = loop.train_and_evaluate(estimator_trainer.Backend, config, str(tmp_path),
+                                    strategy=strategy, input_fn=input_fn)
+  latest = export.Policy.of(config)
+  assert [e["step"] for e in export.read_record(str(tmp_path), latest)] == [3, 6]
+  assert summary["export_dir"] == export.current(str(tmp_path), latest)
+  assert len([n for n in os.listdir(latest.directory(str(tmp_path))) if n.isdigit()]) == 1
+
+  best = Config(**{**CONFIG.__dict__, "export": "best", "export_metric": "loss"})
+  backend = estimator_trainer.Backend(loop.Run(best, str(tmp_path), input_fn, None, strategy,
+                                               chief=True, chief_evaluates=True))
+  exported = backend.export_evaluation(6, summary["test_metrics"])
+  assert exported and os.path.dirname(exported) == export.Policy.of(best).directory(
+      str(tmp_path))
+  images = input_fn(mnist.EVAL, None).take(1).get_single_element()[0].numpy()
+  answers = [serving_check.answers(tf.saved_model.load(d), [images], serving.IMAGE)
+             for d in (summary["export_dir"], exported)]
+  for key, value in answers[0].items():
+    np.testing.assert_array_equal(value, answers[1][key], err_msg=key)
+  assert backend.export_evaluation(6, summary["test_metrics"]) == exported  # Once a step.
