@@ -1,11 +1,13 @@
 """What a run keeps in its model_dir, by name, and the run records the chief writes there.
 
-The layout (both backends; only the chief writes, the evaluator task adds `eval/`):
+The layout (both backends; only the chief writes, the evaluator task adds `eval/` and the
+exports of --export=latest|best):
 
   checkpoint, ckpt-<step>.* (Keras) or model.ckpt-<step>.* (the Estimator)
   backup/        Keras BackupAndRestore's state while training runs
   eval/          the evaluator's metrics (the head's: trainers/heads.py), by step
-  export/<time>/ SavedModels, as the Estimator names them
+  export/<time>/ SavedModels, as the Estimator names them (export/<name>_exporter/<time>/
+                 with --export=latest or best: trainers.export)
   progress.jsonl one JSON record a line: start, step (trainers.progress)
   summary.json   the finished run's figures (write_summary)
   corrupt/, diverged/  checkpoints set aside, never deleted (trainers.checkpoints)
