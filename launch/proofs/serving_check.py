@@ -115,12 +115,12 @@ def examples(images: np.ndarray, feature: str) -> List[tf.train.Example]:
       for image in images]
 
 
-def requests(images: np.ndarray, feature: str, loaded: Any) -> List[object]:
-  """A client's requests for `images` to each signature of the contract an export
-  (`loaded`) has, by what it takes and gives: a Classify request to one of `inputs` giving
-  `classes` and `scores`, a Regress request to one of `inputs` giving `outputs`, a Predict
-  request to `predict` (serialized tf.Examples) and to `image:predict`."""
-  batch = examples(images, feature)
+def requests(images: np.ndarray, batch: List[tf.train.Example], loaded: Any) -> List[object]:
+  """A client's requests for `images` (as tf.Examples: `batch`) to each signature of the
+  contract an export (`loaded`) has, by what it takes and gives: a Classify request to one
+  of `inputs` giving `classes` and `scores`, a Regress request to one of `inputs` giving
+  `outputs`, a Predict request to `predict` (serialized tf.Examples) and to
+  `image:predict`."""
   made: List[object] = []
   for name in serving.CONTRACT_ORDER:
     if name not in loaded.signatures:  # compare_signatures reports it.
@@ -148,7 +148,7 @@ def respond(loaded: object, request: object) -> object:
   if isinstance(request, (classification_pb2.ClassificationRequest,
                           regression_pb2.RegressionRequest)):
     serialized = [e.SerializeToString() for e in request.input.example_list.examples]
-    out = signature(**{serving.CLASSIFY_INPUT: tf.constant(serialized)})
+    out = call(signature, **{serving.CLASSIFY_INPUT: tf.constant(serialized)})
     if isinstance(request, regression_pb2.RegressionRequest):
       response = regression_pb2.RegressionResponse()
       for value in out["outputs"].numpy().reshape(-1):
@@ -160,12 +160,22 @@ def respond(loaded: object, request: object) -> object:
       for label, score in zip(labels, scores):
         classification.classes.add(label=label.decode(), score=score)
     return response
-  out = signature(**{key: tf.constant(tf.make_ndarray(proto))
+  out = call(signature, **{key: tf.constant(tf.make_ndarray(proto))
                      for key, proto in request.inputs.items()})
   response = predict_pb2.PredictResponse()
   for key, value in out.items():
     response.outputs[key].CopyFrom(tf.make_tensor_proto(value.numpy()))
   return response
+
+
+def call(signature: Any, **inputs: tf.Tensor) -> Dict[str, tf.Tensor]:
+  """`signature(**inputs)`, numpy's printing summarized meanwhile: TF 2.15 formats every
+  argument into an error message each time a loaded TF1 signature (an Estimator's export)
+  fails its structured binding, before its flat call answers
+  (function_type_utils.bind_function_inputs); printing a batch of serialized tf.Examples
+  whole took half of a comparison's time."""
+  with np.printoptions(threshold=1, edgeitems=1):
+    return signature(**inputs)
 
 
 def read_response(name: str, response: object) -> Answers:
@@ -187,9 +197,22 @@ def read_response(name: str, response: object) -> Answers:
 def answers(loaded: Any, image_batches: Iterable[np.ndarray], feature: str) -> Answers:
   """The answers of an export (`loaded`: tf.saved_model.load's) to a client's requests for
   every image."""
+  return _answers(loaded, _with_examples(image_batches, feature))
+
+
+def _with_examples(image_batches: Iterable[np.ndarray], feature: str
+                   ) -> List[Tuple[np.ndarray, List[tf.train.Example]]]:
+  """Each batch of images, and as the tf.Examples a client sends (`examples`)."""
+  return [(images, examples(images, feature))
+          for images in (np.asarray(batch) for batch in image_batches)]
+
+
+def _answers(loaded: Any, batches: Iterable[Tuple[np.ndarray, List[tf.train.Example]]]
+             ) -> Answers:
+  """`answers`, to batches of images with their tf.Examples (`_with_examples`)."""
   parts: Dict[str, List[np.ndarray]] = {}
-  for images in image_batches:
-    for request in requests(np.asarray(images), feature, loaded):
+  for images, batch in batches:
+    for request in requests(images, batch, loaded):
       name = request.model_spec.signature_name
       for key, value in read_response(name, respond(loaded, request)).items():
         parts.setdefault(key, []).append(value)
@@ -293,15 +316,16 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
   """Every check of the module docstring, for the exports in `first_dir` and `second_dir`.
 
   Args:
-    image_batches: returns the images to request answers for, in batches (each call a
-      fresh iterable: both exports answer them).
+    image_batches: returns the images to request answers for, in batches (called once:
+      both exports answer them).
     feature: the tf.Example feature holding the image (serving.feature_name).
     atol: the limit on |difference| of scores, probabilities and logits.
     names: how the report names the two exports.
     required: the signatures both must have (by default the contract's).
   """
   loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
-  first, second = (answers(export, image_batches(), feature) for export in loaded)
+  batches = _with_examples(image_batches(), feature)  # Built once, asked of both.
+  first, second = (_answers(export, batches) for export in loaded)
   count = len(next(iter(first.values()))) if first else 0
   return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
           + compare_answers(first, second, names, atol, f"{count} test images")
@@ -349,7 +373,7 @@ def export_answers(loaded: Any, feature_batches: Iterable[Any]
         unfed.setdefault(name, "an input the features do not hold")
         continue
       try:
-        outputs = signature(**arguments)
+        outputs = call(signature, **arguments)
       except tf.errors.OpError as e:  # A parsing receiver that wants other features.
         unfed[name] = f"{type(e).__name__}: {_kernel_message(e.message)}"
         continue
