@@ -13,6 +13,7 @@ from absl import logging
 from trainers import model_dir as layout
 
 RESULT_WAIT_SECONDS = 600.0  # How long a chief waits for the evaluator's final result.
+POLL_SECONDS = 0.25  # How often it looks: the run ends that much sooner after the result.
 _MEAN_LOSS = "average_loss"
 
 
@@ -94,7 +95,7 @@ def wait_for_result(model_dir: str, step: int, timeout: float = RESULT_WAIT_SECO
     result = read_result(eval_dir, step)
     if result:
       return result
-    time.sleep(1.0)
+    time.sleep(POLL_SECONDS)
   raise TimeoutError(
       f"No evaluation of step {step} appeared in {eval_dir} within {timeout:.0f} s: "
       "is the evaluator task running? (launch.local --evaluator starts one)."

@@ -162,7 +162,7 @@ def wait_for(model_dir: str, policy: Policy, step: int,
       raise TimeoutError(
           f"The evaluator recorded no export decision for step {step} in "
           f"{policy.directory(model_dir)} within {timeout:.0f} s: is it running?")
-    time.sleep(1.0)
+    time.sleep(evaluation.POLL_SECONDS)
   return current(model_dir, policy)
 
 
