@@ -34,7 +34,6 @@ from trainers import model_dir as layout
 from trainers.config import Config
 
 FINAL, LATEST, BEST = "final", "latest", "best"
-KINDS = (FINAL, LATEST, BEST)
 DEFAULT_EXPORTS_TO_KEEP = 5  # LatestExporter's and BestExporter's.
 RECORD_FILE = "exports.jsonl"
 _TIMESTAMP_ATTEMPTS = 10  # As export_utils.get_timestamped_export_dir, a second apart.

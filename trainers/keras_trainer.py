@@ -469,11 +469,14 @@ def export_model(config: Config, model: tf_keras.Model, model_dir: str) -> str:
 
 
 def servable_saver(config: Config, weights: model_lib.Weights) -> Callable[[str], None]:
-  """`saver` of a model outside any strategy holding `weights`, compiled as evaluation
-  compiles it (a loaded export can `evaluate`)."""
-  model = model_lib.build(config, weights)
-  model.compile(**_loss_and_metrics(config))
-  return saver(config, model)
+  """`saver` of a model built when it saves, outside any strategy, holding `weights`,
+  compiled as evaluation compiles it (a loaded export can `evaluate`)."""
+  def save(directory: str) -> None:
+    model = model_lib.build(config, weights)
+    model.compile(**_loss_and_metrics(config))
+    saver(config, model)(directory)
+
+  return save
 
 
 def saver(config: Config, model: tf_keras.Model) -> Callable[[str], None]:
