@@ -275,6 +275,13 @@ def test_each_bad_input_exits_2_naming_the_fix_and_writes_nothing(real_data_dir,
       env=env))
   assert ("its hook Exploding.after_run ran and failed: RuntimeError: no disk for the log (at "
           + str(tmp_path / "broken_program.py")) in said
+  # A metric its eval_metric_ops do not have, found at its first evaluation.
+  said = _error(run_module("trainers.estimator_main", [
+      "--estimator_program=team_program:PROGRAM", "--export=best", "--export_metric=auc",
+      "--train_steps=2", "--checkpoint_every_steps=2", f"--model_dir={tmp_path / 'metric'}",
+      data], env=env))
+  assert ("--export_metric=auc: the evaluation of step 2 has no such metric; it has "
+          "accuracy, auc_pr, loss,") in said
   # Keras calls it after each execution: of 10 steps here (--steps_per_execution's auto).
   for backend, flags, step in (("estimator", [], 1), ("keras", ["--model=team_port:SPEC"], 10)):
     said = _error(run_module(f"trainers.{backend}_main", [

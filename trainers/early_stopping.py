@@ -67,10 +67,6 @@ class Decision:
   best: float
 
 
-class MissingMetricError(ValueError):
-  """The evaluator's results have no --early_stopping_metric."""
-
-
 def no_improvement(rule: Rule, results: Mapping[int, Mapping[str, float]]
                    ) -> Optional[Decision]:
   """The hooks' stop_if_no_metric_improvement_fn over `results` (step -> metrics): the first
@@ -80,11 +76,7 @@ def no_improvement(rule: Rule, results: Mapping[int, Mapping[str, float]]
   for step in sorted(results):
     if step < rule.min_steps:
       continue
-    if rule.metric not in results[step]:
-      raise MissingMetricError(
-          f"--early_stopping_metric={rule.metric}: the evaluation of step {step} has no such "
-          f"metric; it has {', '.join(sorted(results[step]))}.")
-    value = results[step][rule.metric]
+    value = evaluation.metric_value(results[step], rule.metric, "--early_stopping_metric", step)
     if best is None or rule.better(value, best):
       best, best_step = value, step
     if step - best_step >= rule.steps:

@@ -301,22 +301,24 @@ class _EndAtEarlyStop(tf.estimator.Exporter):
 
 
 class _Recorded(tf.estimator.Exporter):
-  """The run's tf.estimator.LatestExporter or BestExporter (`exporter`), each of its decisions
-  recorded in its directory's exports.jsonl (trainers.export.record)."""
+  """The run's tf.estimator.LatestExporter or BestExporter (`exporter`, of `policy`), each of
+  its decisions recorded in its directory's exports.jsonl (trainers.export.record)."""
 
-  def __init__(self, exporter: tf.estimator.Exporter):
-    self._exporter = exporter
+  def __init__(self, exporter: tf.estimator.Exporter, policy: export.Policy):
+    self._exporter, self._policy = exporter, policy
 
   @property
   def name(self) -> str:
     return self._exporter.name
 
   def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+    step = int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP])
+    if self._policy.kind == export.BEST:
+      self._policy.value(eval_result, step)  # Every evaluation has the metric, the first too.
     path = self._exporter.export(estimator, export_path, checkpoint_path, eval_result,
                                  is_the_final_export)
     path = path.decode() if isinstance(path, bytes) else path
-    export.record(export_path, int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP]),
-                  eval_result, path)
+    export.record(export_path, step, eval_result, path)
     return path
 
 
@@ -329,14 +331,14 @@ def make_exporter(config: Config, policy: export.Policy) -> tf.estimator.Exporte
         f"{config.estimator_program} has none: add one, or leave --export out.")
   if policy.kind == export.LATEST:
     return _Recorded(tf.estimator.LatestExporter(policy.name, receiver,
-                                                 exports_to_keep=policy.keep))
+                                                 exports_to_keep=policy.keep), policy)
 
   def compare_fn(best_eval_result, current_eval_result):  # BestExporter checks these names.
     return policy.metric not in best_eval_result or policy.better(current_eval_result,
                                                                   best_eval_result)
 
   return _Recorded(tf.estimator.BestExporter(policy.name, receiver, compare_fn=compare_fn,
-                                             exports_to_keep=policy.keep))
+                                             exports_to_keep=policy.keep), policy)
 
 
 def _reported_loss_scale(replicas: int) -> float:

@@ -80,6 +80,24 @@ def mean_loss(metrics: Dict[str, float]) -> Dict[str, float]:
   return {**metrics, "loss": metrics[_MEAN_LOSS]}
 
 
+class MissingMetricError(ValueError):
+  """An evaluation without the metric a flag names (--early_stopping_metric, --export_metric):
+  a team's program's eval_metric_ops, say, that the run could not check before training."""
+
+
+def metric_value(metrics: Mapping[str, float], name: str, flag: str,
+                 step: Optional[int] = None) -> float:
+  """The metric `name` of one evaluation (the loss the per-example mean: `mean_loss`);
+  MissingMetricError naming `flag` if it has none."""
+  metrics = mean_loss(dict(metrics))
+  if name not in metrics:
+    at = "" if step is None else f" of step {step}"
+    raise MissingMetricError(
+        f"{flag}={name}: the evaluation{at} has no such metric; it has "
+        f"{', '.join(sorted(k for k in metrics if k != 'global_step'))}.")
+  return float(metrics[name])
+
+
 def read_result(eval_dir: str, step: int) -> Optional[Dict[str, float]]:
   """The evaluator's metrics at `step`, or None if it has not evaluated it."""
   return read_results(eval_dir).get(step)

@@ -66,11 +66,14 @@ class Policy:
   def directory(self, model_dir: str) -> str:
     return os.path.join(model_dir, layout.EXPORT_SUBDIR, self.name)
 
+  def value(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> float:
+    """The evaluation's --export_metric (evaluation.metric_value: MissingMetricError)."""
+    return evaluation.metric_value(metrics, self.metric, "--export_metric", step)
+
   def better(self, current: Mapping[str, Any], best: Mapping[str, Any]) -> bool:
     """BestExporter's compare_fn: whether the evaluation `current` beats `best` (the loss the
-    per-example mean in both, evaluation.mean_loss)."""
-    now = float(evaluation.mean_loss(dict(current))[self.metric])
-    then = float(evaluation.mean_loss(dict(best))[self.metric])
+    per-example mean in both)."""
+    now, then = self.value(current), self.value(best)
     return now > then if self.mode == "max" else now < then
 
 
@@ -183,6 +186,8 @@ class Exports:
     export, or None."""
     policy = self._policy
     export_dir = None
+    if policy.kind == BEST:
+      policy.value(metrics, step)  # Every evaluation has the metric, the first too.
     if policy.kind == LATEST or self._best is None or policy.better(metrics, self._best):
       self._best = dict(metrics)
       export_dir = write_staged(self._parent, save)

@@ -402,13 +402,15 @@ def _train_here(backend: str, config: Config, model_dir: str,
   except ImportError as e:  # tf.estimator on TensorFlow >= 2.16: the message says what to do.
     return _error(str(e), exit_codes.USAGE)
   # They import TensorFlow.
-  from trainers import distribute, failures, loop, warm_start  # noqa: PLC0415
+  from trainers import distribute, evaluation, failures, loop, warm_start  # noqa: PLC0415
   try:
     loop.train_and_evaluate(trainer.Backend, config, model_dir)
   except failures.DivergedError as e:
     return _error(str(e), exit_codes.DIVERGED)
-  except (model_registry.SpecError, warm_start.WarmStartError) as e:
-    # A program's code, or a warm start, checked in a cluster's task once its strategy is made.
+  except (model_registry.SpecError, warm_start.WarmStartError,
+          evaluation.MissingMetricError) as e:
+    # A program's code, or a warm start, checked in a cluster's task once its strategy is
+    # made; a program's metric, once it is evaluated.
     return _error(str(e), exit_codes.USAGE)
   except Exception as e:
     full = failures.no_space_left(e)

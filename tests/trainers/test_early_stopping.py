@@ -72,7 +72,7 @@ def test_the_rule_names_the_evaluation_that_stops_and_the_best_before_it():
   results = {step: {"loss": loss} for step, loss, _ in HISTORY}
   decision = early_stopping.no_improvement(early_stopping.Rule("loss", "min", 30, 0, 1), results)
   assert decision == early_stopping.Decision(at=50, best_step=20, best=0.9)
-  with pytest.raises(early_stopping.MissingMetricError, match="has no such metric; it has loss"):
+  with pytest.raises(evaluation.MissingMetricError, match="has no such metric; it has loss"):
     early_stopping.no_improvement(early_stopping.Rule("auc", "max", 30, 0, 1), results)
 
 

@@ -169,3 +169,30 @@ def test_the_chief_waits_for_the_evaluators_decision_on_its_final_step(tmp_path)
   assert _kept_steps(parent) == [10]
   with pytest.raises(TimeoutError, match="step 30"):
     export.wait_for(str(tmp_path), policy, 30, timeout=1)
+
+
+@pytest.mark.parametrize("backend", ["keras", pytest.param("estimator",
+                                                           marks=pytest.mark.estimator)])
+def test_an_evaluation_without_the_export_metric_is_named(backend, tmp_path, monkeypatch):
+  """A team's program's eval_metric_ops, which no check before training reads: its first
+  evaluation already."""
+  from trainers import evaluation  # noqa: PLC0415
+  from trainers.config import Config  # noqa: PLC0415
+  monkeypatch.setattr(export, "time", _Clock())
+  policy = export.Policy(export.BEST, 2, "auc")
+  if backend == "keras":
+    def evaluate(step, metrics):
+      export.Exports(policy, str(tmp_path)).after_evaluation(step, metrics, _saver(step))
+  else:
+    from trainers import estimator_trainer  # noqa: PLC0415
+    exporter = estimator_trainer.make_exporter(
+        Config(export="best", export_metric="auc"), policy)
+
+    def evaluate(step, metrics):
+      exporter.export(_Estimator(str(tmp_path)), policy.directory(str(tmp_path)),
+                      f"{tmp_path}/model.ckpt-{step}", {**metrics, "global_step": step}, False)
+  with pytest.raises(evaluation.MissingMetricError,
+                     match=r"--export_metric=auc: the evaluation of step 10 has no such "
+                           r"metric; it has accuracy, loss\."):
+    evaluate(10, {"loss": 0.5, "accuracy": 0.9})
+  assert not os.path.exists(policy.directory(str(tmp_path)))
