@@ -14,6 +14,9 @@ Faults (docs/operations.md, "When things go wrong", has what each must leave):
   truncate_checkpoint  a finished run's newest checkpoint cut short; then the run extended
   nan_loss             one training batch made NaN (a test-only hook)
   disk_full            model_dir's own small tmpfs filled (root only; skipped otherwise)
+  early_stop_kill_evaluator  a run that stops early (its loss must not fall): the evaluator
+                       SIGKILLed before the stop, which still comes
+  early_stop_preempt   the same run: SIGTERM to a training task as the stop is recorded
 
 Each trial trains the backend on local workers (--engine=ray: on Ray Train, a Ray
 cluster started on this machine) with its evaluator task and makes its fault at a
@@ -22,7 +25,8 @@ at which step, exit code, restarts, final step, steps redone, checkpoint valid,
 wall time. Each trial's outcome is also appended to <out>/chaos_trials.jsonl as it
 ends, so a long run that is stopped keeps what it finished. Exits 0 only if every
 trial (but those skipped, which say why) ended with the documented exit code, at
-exactly --train_steps with a valid, evaluated checkpoint where the run recovers,
+exactly --train_steps (an early stop's step, below it) with a valid, evaluated checkpoint
+where the run recovers,
 with the newest checkpoint loadable where it stops, its output naming the fault,
 no process left running and nothing left behind in model_dir or the tasks'
 temporary directory.

@@ -28,6 +28,17 @@ table in docs/operations.md documents:
 - disk_full: model_dir on a tmpfs of its own (root only), filled at a random
   step. Exit 4 naming the full disk, nothing restarted, the newest checkpoint
   loads; with the space freed, the same command resumes to `train_steps`.
+- early_stop_kill_evaluator: a run with early stopping (`early_stopping`: the loss
+  must not fall, so it stops once two evaluations are a checkpoint interval apart) has
+  its evaluator SIGKILLed before the stop; restarted alone, it evaluates on, and the run
+  still stops early.
+- early_stop_preempt: SIGTERM to a random training task as soon as the chief has recorded
+  the early stop's step (`early_stop.json`), before that step is trained: the preemption
+  and the stop meet, and the resumed run trains nothing past the stop.
+
+An early-stopped trial recovers at the step `early_stop.json` names, below `train_steps`:
+that step is the newest checkpoint, the summary's and evaluated, and no step after it was
+trained.
 
 Every trial also checks that no process of any attempt is left, and that nothing
 is left behind in model_dir or in the tasks' temporary directory; where the run
@@ -52,12 +63,14 @@ import tensorflow as tf
 from launch import exit_codes
 from launch.proofs import runs
 from trainers import checkpoints
+from trainers import early_stopping
 from trainers import evaluation
 from trainers import model_dir as layout
 from trainers.config import Config
 
 FAULTS = ("kill_worker", "kill_evaluator", "stop_chief", "kill_launcher", "truncate_checkpoint",
-          "nan_loss", "disk_full", "preempt", "drain")
+          "nan_loss", "disk_full", "preempt", "drain", "early_stop_kill_evaluator",
+          "early_stop_preempt")
 # What a finished run must not leave in model_dir (Keras backup, Estimator worker
 # copies, staging directories, a save cut short).
 LEFTOVER_PREFIXES = (layout.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
@@ -78,7 +91,9 @@ MESSAGES = {
     "truncate_checkpoint": r"Set aside in \S+corrupt what does not load: \S*ckpt-\d+",
     "nan_loss": r"the training loss or the weights became NaN or Inf by step \d+",
     "disk_full": r"error: a write failed: No space left on device",
-    **dict.fromkeys(("preempt", "drain"), r"Preempted: (chief|worker)-\d+ exited with code 143"),
+    **dict.fromkeys(("preempt", "drain", "early_stop_preempt"),
+                    r"Preempted: (chief|worker)-\d+ exited with code 143"),
+    "early_stop_kill_evaluator": r"Restart 1 of \d+ of the evaluator alone",
 }
 
 
@@ -241,7 +256,8 @@ class _Context:
 
 
 def _check_recovered(ctx: _Context, exit_code: int) -> None:
-  """The run recovered: exit 0, the exact final step, a checkpoint that loads, evaluated."""
+  """The run recovered: exit 0, the exact final step (`train_steps`, or where an early stop
+  ended it, below that), a checkpoint that loads, evaluated."""
   result, config, model_dir = ctx.result, ctx.config, ctx.model_dir
   if exit_code != 0:
     result.problems.append(f"exit code {exit_code}: {_tail(ctx.log_path, 5)}")
@@ -249,12 +265,17 @@ def _check_recovered(ctx: _Context, exit_code: int) -> None:
     result.final_step = runs.read_summary(model_dir)["global_step"]
   except (OSError, ValueError, KeyError):
     result.problems.append("no summary.json in model_dir")
-  if result.final_step != config.train_steps:
-    result.problems.append(f"final step {result.final_step}, not {config.train_steps}")
-  _check_checkpoint(ctx, config.train_steps)
-  if evaluation.read_result(os.path.join(model_dir, layout.EVAL_SUBDIR),
-                             config.train_steps) is None:
-    result.problems.append(f"the final step {config.train_steps} was not evaluated")
+  final = config.train_steps
+  if config.early_stopping_metric:
+    record = early_stopping.read_record(model_dir)
+    if not record or record["step"] >= config.train_steps:
+      result.problems.append(f"the run did not stop early: early_stop.json holds {record}")
+    final = record["step"] if record else final
+  if result.final_step != final:
+    result.problems.append(f"final step {result.final_step}, not {final}")
+  _check_checkpoint(ctx, final)
+  if evaluation.read_result(os.path.join(model_dir, layout.EVAL_SUBDIR), final) is None:
+    result.problems.append(f"the final step {final} was not evaluated")
 
 
 def _check_checkpoint(ctx: _Context, step: Optional[int], before: Optional[int] = None) -> None:
@@ -388,6 +409,8 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   if fault not in FAULTS:
     raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}.")
   result = Trial(trial, backend, fault)
+  if fault.startswith("early_stop_"):
+    config = early_stopping_config(config)
   name = f"{backend}-{fault}-{trial}"
   trial_dir = os.path.join(out_dir, name)
   tmp_dir = os.path.join(trial_dir, "tmp")
@@ -435,10 +458,11 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   return result
 
 
-def _kill(ctx: _Context) -> None:
-  """kill_worker and kill_evaluator: SIGKILL to one task; the launcher restarts it."""
-  evaluator = ctx.result.fault == "kill_evaluator"
-  target = _pick_step(ctx.rng, ctx.config)
+def _kill(ctx: _Context, target: Optional[int] = None) -> None:
+  """kill_worker and kill_evaluator: SIGKILL to one task (at `target`, or a random step); the
+  launcher restarts it."""
+  evaluator = ctx.result.fault.endswith("kill_evaluator")
+  target = target or _pick_step(ctx.rng, ctx.config)
   run = ctx.launch()
   if run.wait_for_step(target):
     victim = ctx.rng.choice([t for t in run.tasks()
@@ -634,10 +658,61 @@ def _disk_full(ctx: _Context) -> None:
   _check_recovered(ctx, exit_code)
 
 
+def _early_stop_kill_evaluator(ctx: _Context) -> None:
+  """kill_evaluator in a run that stops early: before the stop (which its second
+  evaluation a checkpoint interval after the first decides), which still comes."""
+  _kill(ctx, ctx.rng.randint(1, ctx.config.checkpoint_every_steps))
+  record = early_stopping.read_record(ctx.model_dir)
+  if record and ctx.result.fault_step is not None and record["checked_at"] < ctx.result.fault_step:
+    ctx.result.problems.append(f"the evaluator was killed at step {ctx.result.fault_step}, "
+                               f"after the stop was decided at {record['checked_at']}")
+
+
+def _early_stop_preempt(ctx: _Context) -> None:
+  """SIGTERM to a training task once the chief has recorded the early stop's step."""
+  run = ctx.launch()
+  stop = None
+  while run.proc.poll() is None and time.monotonic() < run.deadline:
+    record = early_stopping.read_record(ctx.model_dir)
+    if record:
+      stop = record["step"]
+      break
+    time.sleep(0.02)
+  if stop is not None:
+    victim = ctx.rng.choice([t for t in run.tasks() if not t["name"].startswith("evaluator")])
+    ctx.result.how = f"SIGTERM to {victim['name']} at the stop (step {stop})"
+    ctx.result.fault_step = _progress(ctx.model_dir)[0]
+    os.kill(victim["pid"], signal.SIGTERM)
+  else:
+    ctx.result.problems.append("the run ended before it recorded an early stop")
+  ctx.result.exit_code = run.wait(ctx.result)
+  ctx.pids.update(run.pids)
+  _check_restarts(ctx, None)
+  if not runs.read_tasks(runs.task_log_dir(ctx.model_dir)).get("preemptions"):
+    ctx.result.problems.append("the launcher counted no preemption")
+  trained = [r["step"] for r in runs.read_progress(ctx.model_dir) if r["event"] == "step"]
+  if stop is not None and max(trained, default=0) > stop:
+    ctx.result.problems.append(f"trained to step {max(trained)}, past the stop at {stop}")
+  _check_recovered(ctx, ctx.result.exit_code)
+
+
+def early_stopping_config(config: Config) -> Config:
+  """The run of an early_stop_* trial: it stops once the loss has not risen for a checkpoint
+  interval, which a training loss never does: after its second evaluation that far apart.
+  Ten intervals long at least, so that an evaluator killed and restarted (which skips the
+  checkpoints written meanwhile) still evaluates two before the end."""
+  return dataclasses.replace(
+      config, train_steps=max(config.train_steps, 10 * config.checkpoint_every_steps),
+      early_stopping_metric="loss", early_stopping_mode="max",
+      early_stopping_steps=config.checkpoint_every_steps,
+      early_stopping_check_every_steps=config.log_every_steps)
+
+
 _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_chief,
            "kill_launcher": _kill_launcher, "truncate_checkpoint": _truncate_checkpoint,
            "nan_loss": _nan_loss, "disk_full": _disk_full, "preempt": _preempt,
-           "drain": _preempt}
+           "drain": _preempt, "early_stop_kill_evaluator": _early_stop_kill_evaluator,
+           "early_stop_preempt": _early_stop_preempt}
 
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,

@@ -53,6 +53,11 @@ def test_each_fault_ends_as_documented(backend, fault, tiny_data_dir, tmp_path):
       assert t.exit_code == 3 and t.restarts == 0 and t.final_step is None
     elif fault == "disk_full":
       assert t.exit_code == 4 and t.restarts == 0 and t.final_step == config.train_steps
+    elif fault.startswith("early_stop_"):  # It stopped early, there and only there.
+      record = json.loads((tmp_path / f"{backend}-{fault}-{t.trial}" / "model" /
+                           "early_stop.json").read_text())
+      assert t.final_step == record["step"] < chaos.early_stopping_config(config).train_steps
+      assert t.restarts == 0 and t.exit_code == 0, table
     else:
       assert t.final_step == config.train_steps
       assert (t.restarts >= 1) == (fault in RESTARTED)
