@@ -252,6 +252,12 @@ class Config:
       0, "With --early_stopping_metric: training steps between checks of the evaluator's "
       "results (the hooks' run_every_steps; under MultiWorkerMirroredStrategy the hooks "
       "check by steps only); 0: --checkpoint_every_steps.")
+  log_tensors: str = _field(
+      "", "Comma-separated values every training task logs every --log_every_steps, as a "
+      "tf.estimator.LoggingTensorHook in a model_fn's training_hooks logs them: loss (this "
+      "worker's batch loss), learning_rate, global_step, or a layer's name (its output on "
+      "this worker's batch). Not for a canned --model, nor an --estimator_program on the "
+      "Estimator (its own hooks log).")
   export: str = _field("final", "Which SavedModels a run writes: final (the chief exports the "
                        "trained model once, to model_dir/export/<time>), latest (each "
                        "evaluated checkpoint, as tf.estimator.LatestExporter) or best (each "
@@ -634,6 +640,21 @@ class Config:
       raise ValueError("--early_stopping_metric stops one step after a check, as the "
                        "Estimator's hook does: it needs --steps_per_execution=1 (or 0).")
 
+  def logged_tensors(self) -> List[str]:
+    """--log_tensors as its names."""
+    return [name.strip() for name in self.log_tensors.split(",")] if self.log_tensors else []
+
+  def validate_log_tensors(self) -> None:
+    """Raises ValueError naming the flag for an empty or repeated name in --log_tensors, or
+    --log_tensors with a canned --model, whose layers the canned Estimator builds."""
+    names = self.logged_tensors()
+    if any(not name for name in names) or len(set(names)) < len(names):
+      raise ValueError(f"--log_tensors={self.log_tensors}: give each name once, separated by "
+                       "commas (loss,learning_rate,global_step or a layer's name).")
+    if names and self.model in CANNED:
+      raise ValueError(f"--log_tensors is for a spec's layers; --model={self.model} is a "
+                       "canned Estimator, which builds its own: leave --log_tensors out.")
+
   def validate_export(self) -> None:
     """Raises ValueError naming the flag for an --export that is not final, latest or best,
     best without --export_metric, a metric or mode without best, or a negative
@@ -679,6 +700,7 @@ class Config:
     self.validate_checkpointing()
     self.validate_early_stopping()
     self.validate_export()
+    self.validate_log_tensors()
     if self.steps_per_execution < 0:
       raise ValueError(f"--steps_per_execution must be >= 0 (0 = auto), got "
                        f"{self.steps_per_execution}.")

@@ -97,7 +97,13 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
 
   def model_fn(features, labels, mode):
     model = model_lib.build(config, initial_weights)
-    logits = model(features, training=mode == _ModeKeys.TRAIN)
+    # Training with --log_tensors naming layers: the same layers, giving their outputs too.
+    taps = model_lib.layer_taps(model, config.logged_tensors()) if mode == _ModeKeys.TRAIN \
+        else None
+    if taps:
+      logits, *outputs = taps(features, training=True)
+    else:
+      logits, outputs = model(features, training=mode == _ModeKeys.TRAIN), []
     if mode == _ModeKeys.PREDICT:
       predicted = serving.predictions(logits, head)
       return tf.estimator.EstimatorSpec(mode, predictions=predicted,
@@ -108,12 +114,18 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
     loss = model_lib.v1_loss(config, labels, logits)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = schedules.v1_rate(config, global_step)
+    # A dashboard's learning-rate curve; Keras's reporter writes the same tag.
+    tf.compat.v1.summary.scalar(schedules.SUMMARY_TAG, learning_rate)
     optimizer = optimizers.v1_optimizer(config, learning_rate)
     # The graph's, which are the model's: a Keras model built in a graph does not track
     # what tf.compat.v1.layers create in it (for Keras layers the lists are equal).
     trainable = tf.compat.v1.trainable_variables()
-    with tf.control_dependencies(update_ops(model, features)):
+    with tf.control_dependencies(update_ops(taps or model, features)):
       train_op = _minimize(optimizer, loss, global_step, trainable, config.clip_global_norm)
+    layers = [name for name in config.logged_tensors() if name not in model_lib.LOGGED]
+    logged = {"loss": loss, "learning_rate": learning_rate, **dict(zip(layers, outputs))}
+    hooks = [_LogTensors(step_duties.TensorLog(config.logged_tensors(), config.log_every_steps),
+                         logged)] if config.log_tensors else []
     chief_hooks = []
     if config.record_dir:
       # The global-batch loss (as Keras reports it) needs an all-reduce that
@@ -125,9 +137,32 @@ def make_model_fn(config: Config, losses: Optional[List[float]] = None,
       chief_hooks.append(_Recorder(global_loss, learning_rate, losses, rates))
     _check_weights_after(train_op, global_step, trainable, config.keras_steps_per_execution())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
-                                      training_chief_hooks=chief_hooks)
+                                      training_chief_hooks=chief_hooks, training_hooks=hooks)
 
   return model_fn
+
+
+class _LogTensors(tf.estimator.SessionRunHook):
+  """--log_tensors in every training task, as LoggingTensorHook in a model_fn's
+  training_hooks logs them, at the steps Keras logs them (step_duties.TensorLog):
+  `tensors` (this replica's) and `global_step`, the step that ran."""
+
+  def __init__(self, log: step_duties.TensorLog, tensors: Dict[str, tf.Tensor]):
+    self._log, self._tensors = log, tensors
+    self._step = 0
+
+  def after_create_session(self, session, coord):
+    self._step = int(session.run(tf.compat.v1.train.get_global_step()))
+
+  def before_run(self, run_context):
+    if self._log.due(self._step + 1):
+      return tf.estimator.SessionRunArgs(self._tensors)
+    return None
+
+  def after_run(self, run_context, run_values):
+    self._step += 1
+    if run_values.results:
+      self._log.log(self._step, {**run_values.results, "global_step": self._step})
 
 
 def _eval_spec(config: Config, head: heads.Head, features: Any, labels: tf.Tensor,

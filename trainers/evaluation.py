@@ -52,23 +52,29 @@ def _numeric_scalar(tensor) -> bool:
           and tf.as_dtype(tensor.dtype) != tf.string)
 
 
-def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
-  """Every step the evaluator evaluated, with every metric it wrote, from its event files.
-
-  The Estimator writes them in one event; Keras's tf.summary writes one event per value,
-  `loss` last: a step is there once its loss is.
-  """
+def read_scalars(directory: str) -> Dict[int, Dict[str, float]]:
+  """Every numeric scalar summary in `directory`'s event files, by step and tag: TF1
+  summaries (the Estimator's) and TF2 tensors (Keras's) alike."""
   values: Dict[int, Dict[str, float]] = {}
-  for path in sorted(glob.glob(os.path.join(eval_dir, "events.out.tfevents.*"))):
+  for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
     try:
       for event in tf.compat.v1.train.summary_iterator(path):
         for v in event.summary.value:
           if v.HasField("simple_value") or _numeric_scalar(v.tensor):
             values.setdefault(int(event.step), {})[v.tag] = _scalar(v)
     except tf.errors.DataLossError:
-      pass  # The evaluator is still writing this file.
-  values = {step: mean_loss(metrics) for step, metrics in values.items()}
-  return {step: metrics for step, metrics in sorted(values.items()) if "loss" in metrics}
+      pass  # Its writer is still writing this file.
+  return dict(sorted(values.items()))
+
+
+def read_results(eval_dir: str) -> Dict[int, Dict[str, float]]:
+  """Every step the evaluator evaluated, with every metric it wrote, from its event files.
+
+  The Estimator writes them in one event; Keras's tf.summary writes one event per value,
+  `loss` last: a step is there once its loss is.
+  """
+  return {step: mean_loss(metrics) for step, metrics in read_scalars(eval_dir).items()
+          if "loss" in metrics}
 
 
 def mean_loss(metrics: Dict[str, float]) -> Dict[str, float]:

@@ -2,7 +2,7 @@
 
 import os
 import shutil
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -98,11 +98,16 @@ class _OneCollectiveModel(tf_keras.Model):
   It updates no `metrics` given to `compile`: reading them would cost those collectives.
   """
 
-  def __init__(self, model: tf_keras.Model, clip_norm: Optional[float] = None):
+  def __init__(self, model: tf_keras.Model, clip_norm: Optional[float] = None,
+               logged: Sequence[str] = (), summed: bool = False):
     """clip_norm: clip each replica's gradients by their global norm before the all-reduce,
-    as a v1 model_fn does (--clip_global_norm)."""
+    as a v1 model_fn does (--clip_global_norm). logged: the --log_tensors each step gives
+    among its logs (as `logged/<name>`): this replica's, as a model_fn's are; its loss
+    `summed` (model.SUM), else a mean."""
     super().__init__(model.inputs, model.outputs, name=model.name)
-    self._clip_norm = clip_norm
+    self._clip_norm, self._logged, self._summed = clip_norm, list(logged), summed
+    # Past the attribute tracking too: the same layers, which the model tracks.
+    object.__setattr__(self, "_taps", model_lib.layer_taps(model, logged))
     # Set past Keras's attribute tracking: a tracked metric would be saved in
     # checkpoints and listed among the model's weights. In float64: StepsCallback takes
     # each step's loss as the difference of two running sums, which in float32 keep
@@ -117,7 +122,12 @@ class _OneCollectiveModel(tf_keras.Model):
   def train_step(self, data):
     images, labels, weights = tf_keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
-      loss = self.compute_loss(images, labels, self(images, training=True), weights)
+      if self._taps:
+        logits, *outputs = self._taps(images, training=True)
+      else:
+        logits, outputs = self(images, training=True), []
+      loss = self.compute_loss(images, labels, logits, weights)
+    replica_loss = loss
     variables = self.trainable_variables
     gradients = tape.gradient(loss, variables)
     if self._clip_norm is not None:  # This replica's, before the all-reduce: v1's meaning.
@@ -134,13 +144,29 @@ class _OneCollectiveModel(tf_keras.Model):
     self._loss_mean.update_state(loss)
     # This worker's own copy, the same on every worker: Mean.result() would
     # all-reduce it.
-    return {"loss": self._loss_mean.total / self._loss_mean.count}
+    return {"loss": self._loss_mean.total / self._loss_mean.count,
+            **(self._logged_values(replica_loss, outputs) if self._logged else {})}
+
+  def _logged_values(self, loss: tf.Tensor, outputs: List[tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """Each --log_tensors value of this step (`logged/<name>`), once its update is applied:
+    the rate it trained with, the step it is."""
+    # compile's mean is this replica's sum over the global batch: its own mean is that
+    # times the replicas.
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    layers = [name for name in self._logged if name not in model_lib.LOGGED]
+    values = {"loss": loss if self._summed else loss * replicas,
+              "learning_rate": tf.identity(self.optimizer.learning_rate),
+              "global_step": tf.identity(self.optimizer.iterations),
+              **dict(zip(layers, outputs))}
+    return {f"logged/{name}": values[name] for name in self._logged}
 
 
 def compile_model(config: Config) -> tf_keras.Model:
   """Builds and compiles the shared model, in the current strategy's scope."""
   weights = model_lib.initial_weights(config.init_weights)
-  model = _OneCollectiveModel(model_lib.build(config, weights), config.clip_global_norm)
+  model = _OneCollectiveModel(model_lib.build(config, weights), config.clip_global_norm,
+                              config.logged_tensors(),
+                              model_lib.loss_reduction(config) == model_lib.SUM)
   # Callbacks run, and the host waits for the device, once per execution.
   # No training accuracy: nothing reads it (the Estimator computes none while
   # training either), and _OneCollectiveModel's step would not update it.
@@ -177,12 +203,13 @@ class StepsCallback(tf_keras.callbacks.Callback):
   """
 
   def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str],
-               rates: Optional[List[float]] = None):
+               rates: Optional[List[float]] = None, rate_summary: bool = False):
     """rates: where to record the rate each step trained with (one step per execution), if
-    anywhere."""
+    anywhere. rate_summary: the reporter writes the rate too (not a canned model's: the
+    canned Estimator writes none)."""
     super().__init__()
     self.duties, self.rates = duties, rates
-    self.reporter = _Reporter(duties, summary_dir)
+    self.reporter = _Reporter(duties, summary_dir, rate_summary)
     self._first_batch: Optional[int] = None
     self._previous_sum = 0.0
 
@@ -205,17 +232,23 @@ class StepsCallback(tf_keras.callbacks.Callback):
     self._previous_sum = loss_sum
     if self.rates is not None:  # The rate the step trained with, set by apply_gradients.
       self.rates.append(float(self.model.optimizer.learning_rate.numpy()))
+    tensors = self.duties.tensors
+    if tensors.due(self.duties.step):  # An execution ends at each logging step.
+      tensors.log(self.duties.step, {name: logs[f"logged/{name}"] for name in tensors.names})
     if self.duties.should_stop():
       self.model.stop_training = True
 
 
 class _Reporter(tf_keras.callbacks.Callback):
   """The progress report of StepsCallback's duties, last in the callback list: a progress
-  record at a checkpoint's or backup's step means that save exists."""
+  record at a checkpoint's or backup's step means that save exists. On the chief, the
+  Estimator's TensorBoard tags with it: `loss`, `global_step/sec` and (`rate_summary`) the
+  `learning_rate` the step trained with, which the project's model_fn writes."""
 
-  def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str]):
+  def __init__(self, duties: step_duties.StepDuties, summary_dir: Optional[str],
+               rate_summary: bool = False):
     super().__init__()
-    self._duties = duties
+    self._duties, self._rate_summary = duties, rate_summary
     self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
 
   def on_train_batch_end(self, batch, logs=None):
@@ -224,6 +257,8 @@ class _Reporter(tf_keras.callbacks.Callback):
       with self._writer.as_default(step=self._duties.step):
         tf.summary.scalar("loss", reported.loss)
         tf.summary.scalar("global_step/sec", reported.steps_per_sec)
+        if self._rate_summary:  # Set by the step's apply_gradients.
+          tf.summary.scalar(schedules.SUMMARY_TAG, self.model.optimizer.learning_rate)
 
   def on_train_end(self, logs=None):
     self._duties.end()
@@ -540,7 +575,8 @@ class Backend(loop.Backend):
     rates = [] if config.record_dir and not model_lib.spec(config).canned else None
     if fit_start < config.train_steps:
       self._fit(dataset, config.train_steps - fit_start, backup_dir,
-                StepsCallback(duties, run.model_dir if run.chief else None, rates))
+                StepsCallback(duties, run.model_dir if run.chief else None, rates,
+                              rate_summary=not model_lib.spec(config).canned))
     else:
       logging.info("%s holds a finished run at step %d: nothing to train.", final, self._step())
       # The optimizer's slots, which only a step would create, are not needed.

@@ -83,7 +83,8 @@ class Run:
     return step_duties_lib.StepDuties(
         config.log_every_steps, config.train_steps, self.model_dir if self.chief else None,
         self.preemption, program_lib.step_hooks(config.estimator_program, self.chief),
-        config.estimator_program or "", self.early_stop, checks)
+        config.estimator_program or "", self.early_stop, checks,
+        step_duties_lib.TensorLog(config.logged_tensors(), config.log_every_steps))
 
 
 @dataclasses.dataclass(frozen=True)

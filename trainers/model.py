@@ -31,7 +31,8 @@ starts from `--seed`, the given value when it starts from `--init_weights`.
 import dataclasses
 import inspect
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -288,10 +289,41 @@ def graph_model(config: Config) -> GraphModel:
 def check(config: Config) -> None:
   """Raises SpecError unless `config.model` loads and builds with `config.model_options`
   (`graph_model`: no eager state, nothing left behind) for the run's head, its loss is
-  one the head can take (`example_loss`) and so are its metrics (`declared_metrics`)."""
-  graph_model(config)
+  one the head can take (`example_loss`) and so are its metrics (`declared_metrics`), and
+  each --log_tensors name is one of `LOGGED` or a layer's."""
+  check_log_tensors(config, graph_model(config).model)
   example_loss(config)
   declared_metrics(config)
+
+
+def check_log_tensors(config: Config, model: Optional[tf_keras.Model] = None) -> None:
+  """Raises SpecError unless each --log_tensors name is one of `LOGGED` or a layer of the
+  model (`model`, else `graph_model`'s)."""
+  names = [name for name in config.logged_tensors() if name not in LOGGED]
+  if not names:
+    return
+  model = model or graph_model(config).model
+  layers = [layer.name for layer in model.layers
+            if not isinstance(layer, tf_keras.layers.InputLayer)]
+  for name in names:
+    if name not in layers:
+      raise model_registry.SpecError(
+          f"--log_tensors: {name!r} is none of {', '.join(LOGGED)} nor a layer of model "
+          f"{config.model!r}, whose layers are {', '.join(layers)}.")
+
+
+# What --log_tensors names besides layers: the values a model_fn's LoggingTensorHook logs.
+LOGGED = ("loss", "learning_rate", "global_step")
+
+
+def layer_taps(model: tf_keras.Model, names: Sequence[str]) -> Optional[tf_keras.Model]:
+  """The model giving `model`'s output and the output of each layer `names` names (others,
+  `LOGGED`'s, skipped), the same layers and weights; None if none is a layer's."""
+  layers = [name for name in names if name not in LOGGED]
+  if not layers:
+    return None
+  return tf_keras.Model(model.inputs, [model.output, *(model.get_layer(name).output
+                                                       for name in layers)])
 
 
 def input_shapes(config: Config) -> Dict[str, Tuple[Optional[int], ...]]:

@@ -195,6 +195,10 @@ def _check_run(backend: str, config: Config, options: RunOptions
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
                      "its evaluator task.")
+  if backend == "estimator" and config.estimator_program and config.log_tensors:
+    raise ValueError("--log_tensors is for the Keras port and the project's model_fn: an "
+                     "--estimator_program's own training_hooks (a LoggingTensorHook) log "
+                     "what it logs. Leave --log_tensors out.")
   if (backend == "estimator" and config.early_stopping_metric and num_workers > 1 and task
       and not task.has_evaluator):
     raise ValueError("--early_stopping_metric reads the evaluator's results, and a multi-worker "
@@ -274,6 +278,7 @@ def _check_program(backend: str, config: Config) -> None:
       estimator_trainer.make_exporter(config, policy)  # Needs the program's receiver.
   else:
     inputs.check_fits(config, model_lib.input_shapes(config))
+    model_lib.check_log_tensors(config)
 
 
 def _check_warm_start(backend: str, config: Config, model_dir: Optional[str]) -> None:

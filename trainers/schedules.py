@@ -20,6 +20,9 @@ import tf_keras
 from trainers.config import Config
 
 _SCHEDULES = tf_keras.optimizers.schedules
+# The rate's TensorBoard tag in model_dir, each step's rate, in both backends (the
+# project's model_fn writes it, as a team's often did; Keras's reporter too).
+SUMMARY_TAG = "learning_rate"
 
 
 def v1_rate(config: Config, global_step: tf.Tensor) -> tf.Tensor:

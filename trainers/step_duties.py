@@ -16,7 +16,10 @@ so a progress record at a backup's step means that backup exists.
 """
 
 import math
-from typing import List, NamedTuple, Optional, Sequence
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+from absl import logging
 
 from trainers import early_stopping
 from trainers import failures
@@ -31,6 +34,23 @@ class Reported(NamedTuple):
   steps_per_sec: float
 
 
+class TensorLog:
+  """--log_tensors: the values each training task logs at every `every`-th step (the steps of
+  the progress lines), in LoggingTensorHook's words: `loss = 0.31, hidden = [[...]]`."""
+
+  def __init__(self, names: Sequence[str], every: int):
+    self.names, self._every = list(names), every
+
+  def due(self, step: int) -> bool:
+    """Whether the step `step` (counted from 1) logs."""
+    return bool(self.names) and step % self._every == 0
+
+  def log(self, step: int, values: Mapping[str, Any]) -> None:
+    with np.printoptions(suppress=True):  # As LoggingTensorHook prints them.
+      logging.info("Tensors at step %d: %s", step,
+                   ", ".join(f"{name} = {np.asarray(values[name])}" for name in self.names))
+
+
 class StepDuties:
   """The duties of one training run in this process (see the module's docstring)."""
 
@@ -38,10 +58,13 @@ class StepDuties:
                agreement: Optional[preemption.Agreement] = None,
                hooks: Sequence[program.StepHook] = (), program_name: str = "",
                early_stop: Optional[preemption.Agreement] = None,
-               checks: Optional[early_stopping.Checks] = None):
+               checks: Optional[early_stopping.Checks] = None,
+               tensors: Optional[TensorLog] = None):
     """model_dir: where the chief records progress; None on other workers. hooks: the step
     hooks of the program `program_name`, which its errors name. early_stop: where an early
-    stop ends training (every training task), decided by the chief's `checks`."""
+    stop ends training (every training task), decided by the chief's `checks`. tensors:
+    what --log_tensors logs (Keras's loop logs it; a model_fn's hook, the Estimator's)."""
+    self.tensors = tensors or TensorLog((), every)
     self._every, self._total, self._agreement = every, total, agreement
     self._early_stop, self._checks = early_stop, checks
     self._model_dir, self._hooks, self._program = model_dir, hooks, program_name

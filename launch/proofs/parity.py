@@ -33,6 +33,7 @@ from trainers import heads
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers import schedules
 from trainers import serving
 from trainers.config import Config
 
@@ -267,6 +268,7 @@ class _Phases:
       checks += compare_shards({r: self.runs.run_dir(n) for r, n in short_runs.items()},
                                workers, config.data_dir)
     checks += rate_checks(config, "short", steps, self.runs)
+    checks += tensorboard_checks(config, summaries, steps)
     if not self.program:  # The port's clipping, if any, is held by the weights' checks.
       checks += clipping_checks(short, workers, clipped, weights, tolerances.weight_atol)
     return checks, summaries, floor
@@ -400,6 +402,40 @@ def reference_floor(config: Config, workers: int, weights: model_lib.Weights) ->
   _, other = reference.train_reference(config, workers, any_batch_size=True)
   (check,) = harness.compare_weights({"reference": weights, "any batch size": other}, 0.0)
   return check.measured
+
+
+def tensorboard_checks(config: Config, summaries: Dict[str, Dict[str, Any]], steps: int
+                       ) -> List[Check]:
+  """The TensorBoard scalars each backend wrote in model_dir during a run of `steps` steps:
+  Keras writes every tag the Estimator writes (its dashboards keep working); each
+  `learning_rate` point (the project's model_fn's) is the rate its step trained with, the
+  reference's. None for a canned model, whose Estimator writes its own (each hidden layer's
+  fraction_of_zero_values)."""
+  if config.canned_settings():
+    return []
+  scalars = {b: evaluation.read_scalars(summaries[b]["model_dir"]) for b in BACKENDS}
+  tags = {b: sorted({tag for values in s.values() for tag in values}) for b, s in scalars.items()}
+  missing = sorted(set(tags["estimator"]) - set(tags["keras"]))
+  checks = [Check("TensorBoard tags in model_dir, the estimator's written by keras too",
+                  not missing, float(len(missing)), 0.0,
+                  "; ".join(f"{b}: {', '.join(t)}" for b, t in tags.items())
+                  + (f"; keras lacks {', '.join(missing)}" if missing else ""))]
+  if config.estimator_program:  # Its model_fn writes what it writes; rate_checks hold rates.
+    return checks
+  run = dataclasses.replace(config, train_steps=steps)
+  for backend in BACKENDS:
+    points = {step: values[schedules.SUMMARY_TAG] for step, values in scalars[backend].items()
+              if schedules.SUMMARY_TAG in values}
+    # Summaries hold float32: the step's rate as the step computed it, to the bit.
+    gaps = {step: abs(float(np.float32(reference.rate(run, step - 1))) - value)
+            for step, value in points.items()}
+    worst = max(gaps, key=gaps.get, default=None)
+    checks.append(Check(
+        f"TensorBoard {schedules.SUMMARY_TAG} is its step's rate, {backend}",
+        bool(points) and not any(gaps.values()), gaps[worst] if gaps else float("nan"), 0.0,
+        f"steps {sorted(points)}" + (f", the widest gap at step {worst}" if gaps else
+                                     f": no {schedules.SUMMARY_TAG} points")))
+  return checks
 
 
 def window_mean_check(backend: str, model_dir: str, losses: Sequence[float],

@@ -124,6 +124,9 @@ from trainers.config import Config
     ({"export": "best", "export_metric": "loss", "export_mode": "lower"},
      "--export_mode must be min or max, got 'lower'."),
     ({"exports_to_keep": 3}, "--exports_to_keep is for --export=latest or best"),
+    ({"log_tensors": "loss,,hidden"}, "--log_tensors=loss,,hidden: give each name once"),
+    ({"log_tensors": "loss,loss"}, "give each name once"),
+    ({"model": "dnn", "log_tensors": "loss"}, "--model=dnn is a canned Estimator"),
     ({"export": "latest", "exports_to_keep": -1}, "--exports_to_keep must be >= 0 (0: all)"),
 ])
 def test_bad_settings_are_named(changes, message):

@@ -152,3 +152,16 @@ def test_eval_sums():
   np.testing.assert_allclose(loss_sum, float(tf.reduce_sum(want)), rtol=1e-5)
   assert count == 5 and correct == int(tf.reduce_sum(tf.cast(
       tf.argmax(logits, -1) == labels, tf.int32)))
+
+
+def test_a_logged_tensor_is_a_known_value_or_a_layer_of_the_model():
+  model_lib.check_log_tensors(Config(log_tensors="loss,learning_rate,global_step,conv,hidden"))
+  with pytest.raises(SpecError,
+                     match=r"--log_tensors: 'dense' is none of loss, learning_rate, "
+                           r"global_step nor a layer of model 'cnn', whose layers are conv, "
+                           r"pool, flatten, hidden, logits\."):
+    model_lib.check(Config(log_tensors="loss,dense"))
+  model = model_lib.build(Config())
+  taps = model_lib.layer_taps(model, ["loss", "hidden"])
+  assert [t.shape.as_list() for t in taps.outputs] == [[None, 10], [None, 64]]
+  assert model_lib.layer_taps(model, ["loss"]) is None

@@ -311,6 +311,14 @@ def test_a_multi_worker_estimator_needs_its_evaluator(tiny_data_dir, tmp_path):
             tiny_data_dir, tmp_path / "model")
 
 
+@pytest.mark.estimator
+def test_an_estimator_programs_own_hooks_log_what_it_logs(tiny_data_dir, tmp_path):
+  _rejected("estimator", ["--estimator_program=team_program:PROGRAM", "--log_tensors=loss"],
+            {"PYTHONPATH": str(REPO / "docs" / "examples")}, 2,
+            "an --estimator_program's own training_hooks (a LoggingTensorHook) log what it "
+            "logs", tiny_data_dir, tmp_path / "model")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_busy_port_is_rejected(backend, tiny_data_dir, tmp_path):
   with socket.socket() as busy:

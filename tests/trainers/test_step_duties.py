@@ -53,3 +53,56 @@ def test_stops_at_the_agreed_step_and_not_before():
   duties.stepped(2, 0.5)
   assert duties.should_stop() and agreement.stopped_at == 2
   assert not StepDuties(every=1, total=1, model_dir=None).should_stop()  # No agreement.
+
+
+def test_both_backends_log_the_same_tensors_at_the_same_steps(tmp_path, monkeypatch):
+  """--log_tensors, as a LoggingTensorHook in a model_fn's training_hooks logs them: this
+  worker's batch loss, the step's rate and step, a layer's output on the batch. One worker,
+  the same data and initial weights: the same values, at the progress lines' steps."""
+  import numpy as np  # noqa: PLC0415
+  import tensorflow as tf  # noqa: PLC0415
+  from tests.conftest import ESTIMATOR_MISSING, memory_input_fn  # noqa: PLC0415
+  from trainers import keras_trainer, loop, step_duties  # noqa: PLC0415
+  from trainers.config import Config  # noqa: PLC0415
+  if ESTIMATOR_MISSING:
+    pytest.skip(ESTIMATOR_MISSING)
+  from trainers import estimator_trainer  # noqa: PLC0415
+  logged = {}
+
+  def log(self, step, values):
+    logged.setdefault(backend, []).append(
+        (step, {name: np.asarray(values[name]) for name in self.names}))
+
+  monkeypatch.setattr(step_duties.TensorLog, "log", log)
+  config = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=3,
+                  checkpoint_every_steps=6, learning_rate_schedule="cosine",
+                  log_tensors="loss,learning_rate,global_step,hidden")
+  for backend, module in (("keras", keras_trainer), ("estimator", estimator_trainer)):
+    loop.train_and_evaluate(module.Backend, config, str(tmp_path / backend),
+                            strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+                            input_fn=memory_input_fn(config.global_batch_size))
+  assert [step for step, _ in logged["keras"]] == [step for step, _ in logged["estimator"]] \
+      == [3, 6]
+  for (step, ours), (_, theirs) in zip(logged["keras"], logged["estimator"]):
+    assert ours["global_step"] == theirs["global_step"] == step
+    assert ours["learning_rate"] == theirs["learning_rate"] < config.learning_rate
+    assert ours["hidden"].shape == theirs["hidden"].shape == (32, 64)
+    np.testing.assert_allclose(ours["hidden"], theirs["hidden"], atol=1e-5, err_msg=step)
+    np.testing.assert_allclose(ours["loss"], theirs["loss"], rtol=1e-5, err_msg=step)
+  # The rate summary too, at each backend's own summary steps: the step's rate.
+  from trainers import evaluation, schedules  # noqa: PLC0415
+  for backend in logged:
+    rates = {step: values[schedules.SUMMARY_TAG] for step, values in
+             evaluation.read_scalars(str(tmp_path / backend)).items()
+             if schedules.SUMMARY_TAG in values}
+    assert rates and all(0 < rate <= config.learning_rate for rate in rates.values()), backend
+
+
+def test_a_tensor_log_logs_at_the_progress_steps_as_the_hook_words_it(caplog):
+  from trainers import step_duties  # noqa: PLC0415
+  log = step_duties.TensorLog(["loss", "hidden"], 5)
+  assert [step for step in range(1, 16) if log.due(step)] == [5, 10, 15]
+  assert not step_duties.TensorLog([], 5).due(5)
+  with caplog.at_level("INFO"):
+    log.log(5, {"loss": 0.25, "hidden": [[1e-9, 2.0]], "unasked": 1})
+  assert "Tensors at step 5: loss = 0.25, hidden = [[0. 2.]]" in caplog.text
