@@ -15,8 +15,8 @@ Faults (docs/operations.md, "When things go wrong", has what each must leave):
   nan_loss             one training batch made NaN (a test-only hook)
   disk_full            model_dir's own small tmpfs filled (root only; skipped otherwise)
   early_stop_kill_evaluator  a run that stops early (its loss must not fall): the evaluator
-                       SIGKILLed before the stop, which still comes
-  early_stop_preempt   the same run: SIGTERM to a training task as the stop is recorded
+                       SIGKILLed as the chief records the stop's step
+  early_stop_preempt   the same run: SIGTERM to a training task then
 
 Each trial trains the backend on local workers (--engine=ray: on Ray Train, a Ray
 cluster started on this machine) with its evaluator task and makes its fault at a

@@ -28,13 +28,13 @@ table in docs/operations.md documents:
 - disk_full: model_dir on a tmpfs of its own (root only), filled at a random
   step. Exit 4 naming the full disk, nothing restarted, the newest checkpoint
   loads; with the space freed, the same command resumes to `train_steps`.
-- early_stop_kill_evaluator: a run with early stopping (`early_stopping`: the loss
-  must not fall, so it stops once two evaluations are a checkpoint interval apart) has
-  its evaluator SIGKILLed before the stop; restarted alone, it evaluates on, and the run
-  still stops early.
-- early_stop_preempt: SIGTERM to a random training task as soon as the chief has recorded
-  the early stop's step (`early_stop.json`), before that step is trained: the preemption
-  and the stop meet, and the resumed run trains nothing past the stop.
+- early_stop_kill_evaluator: a run with early stopping (`early_stopping_config`: the
+  loss must not fall, so it stops once two evaluations are a checkpoint interval apart,
+  which a run of two intervals in one process leaves it) has its evaluator SIGKILLed as
+  soon as the chief records the early stop's step (`early_stop.json`), before that step is
+  trained; restarted alone, the evaluator evaluates the final step and ends.
+- early_stop_preempt: the same, SIGTERM to a random training task instead: the
+  preemption and the stop meet, and the resumed run trains nothing past the stop.
 
 An early-stopped trial recovers at the step `early_stop.json` names, below `train_steps`:
 that step is the newest checkpoint, the summary's and evaluated, and no step after it was
@@ -239,7 +239,8 @@ class _Context:
     backend: the backend trained.
     config: the run's hyperparameters.
     rng: the trial's random choices (step, signal, victim).
-    launch: starts the run as a user would: `launch(train_steps=..., extra_env=...)`.
+    launch: starts the run as a user would: `launch(train_steps=..., extra_env=...)`; with
+      `run_config`, that config's run; `alone`, in one process (the cluster's, else).
     pids: every task pid seen, for the check that none is left.
     model_dir: the run's model_dir.
     log_path: the launcher's output, appended by every launch.
@@ -432,10 +433,11 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
     ray_dir = env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="chaos-ray-", dir="/tmp")
   start = time.monotonic()
 
-  def launch(train_steps: int = config.train_steps, extra_env: Optional[Dict] = None) -> _Run:
-    command = runs.trainer_command(backend, dataclasses.replace(config, train_steps=train_steps),
-                                   workers=workers, model_dir=model_dir, timeout=timeout,
-                                   engine=engine)
+  def launch(train_steps: int = config.train_steps, extra_env: Optional[Dict] = None,
+             run_config: Optional[Config] = None, alone: bool = False) -> _Run:
+    command = runs.trainer_command(
+        backend, dataclasses.replace(run_config or config, train_steps=train_steps),
+        workers=1 if alone else workers, model_dir=model_dir, timeout=timeout, engine=engine)
     return _Run(command, model_dir, log_path, {**env, **(extra_env or {})},
                 time.monotonic() + timeout)
 
@@ -458,11 +460,10 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
   return result
 
 
-def _kill(ctx: _Context, target: Optional[int] = None) -> None:
-  """kill_worker and kill_evaluator: SIGKILL to one task (at `target`, or a random step); the
-  launcher restarts it."""
-  evaluator = ctx.result.fault.endswith("kill_evaluator")
-  target = target or _pick_step(ctx.rng, ctx.config)
+def _kill(ctx: _Context) -> None:
+  """kill_worker and kill_evaluator: SIGKILL to one task; the launcher restarts it."""
+  evaluator = ctx.result.fault == "kill_evaluator"
+  target = _pick_step(ctx.rng, ctx.config)
   run = ctx.launch()
   if run.wait_for_step(target):
     victim = ctx.rng.choice([t for t in run.tasks()
@@ -658,18 +659,19 @@ def _disk_full(ctx: _Context) -> None:
   _check_recovered(ctx, exit_code)
 
 
-def _early_stop_kill_evaluator(ctx: _Context) -> None:
-  """kill_evaluator in a run that stops early: before the stop (which its second
-  evaluation a checkpoint interval after the first decides), which still comes."""
-  _kill(ctx, ctx.rng.randint(1, ctx.config.checkpoint_every_steps))
-  record = early_stopping.read_record(ctx.model_dir)
-  if record and ctx.result.fault_step is not None and record["checked_at"] < ctx.result.fault_step:
-    ctx.result.problems.append(f"the evaluator was killed at step {ctx.result.fault_step}, "
-                               f"after the stop was decided at {record['checked_at']}")
-
-
-def _early_stop_preempt(ctx: _Context) -> None:
-  """SIGTERM to a training task once the chief has recorded the early stop's step."""
+def _early_stop(ctx: _Context) -> None:
+  """early_stop_kill_evaluator and early_stop_preempt: the fault made as the chief records the
+  early stop's step, before training it; the run must end there, having lost nothing."""
+  every = ctx.config.checkpoint_every_steps
+  # Its history first: one process, evaluating its checkpoints at `every` and 2 x `every`,
+  # which the cluster's first check finds a stop in (the loss has not risen for `every`).
+  plain = dataclasses.replace(ctx.config, early_stopping_metric=None, early_stopping_steps=0,
+                              early_stopping_mode="min", early_stopping_check_every_steps=0)
+  first = ctx.launch(train_steps=2 * every, run_config=plain, alone=True)
+  if first.wait(ctx.result) != 0:
+    ctx.result.problems.append(f"the run to step {2 * every} failed: {_tail(ctx.log_path, 5)}")
+    return
+  evaluator = ctx.result.fault == "early_stop_kill_evaluator"
   run = ctx.launch()
   stop = None
   while run.proc.poll() is None and time.monotonic() < run.deadline:
@@ -679,16 +681,17 @@ def _early_stop_preempt(ctx: _Context) -> None:
       break
     time.sleep(0.02)
   if stop is not None:
-    victim = ctx.rng.choice([t for t in run.tasks() if not t["name"].startswith("evaluator")])
-    ctx.result.how = f"SIGTERM to {victim['name']} at the stop (step {stop})"
+    victim = ctx.rng.choice([t for t in run.tasks()
+                             if t["name"].startswith("evaluator") == evaluator])
+    ctx.result.how = f"{'SIGKILL' if evaluator else 'SIGTERM'} to {victim['name']} at the stop"
     ctx.result.fault_step = _progress(ctx.model_dir)[0]
-    os.kill(victim["pid"], signal.SIGTERM)
+    os.kill(victim["pid"], signal.SIGKILL if evaluator else signal.SIGTERM)
   else:
     ctx.result.problems.append("the run ended before it recorded an early stop")
   ctx.result.exit_code = run.wait(ctx.result)
   ctx.pids.update(run.pids)
-  _check_restarts(ctx, None)
-  if not runs.read_tasks(runs.task_log_dir(ctx.model_dir)).get("preemptions"):
+  _check_restarts(ctx, "evaluator_restarts" if evaluator else None)
+  if not evaluator and not runs.read_tasks(runs.task_log_dir(ctx.model_dir)).get("preemptions"):
     ctx.result.problems.append("the launcher counted no preemption")
   trained = [r["step"] for r in runs.read_progress(ctx.model_dir) if r["event"] == "step"]
   if stop is not None and max(trained, default=0) > stop:
@@ -698,11 +701,10 @@ def _early_stop_preempt(ctx: _Context) -> None:
 
 def early_stopping_config(config: Config) -> Config:
   """The run of an early_stop_* trial: it stops once the loss has not risen for a checkpoint
-  interval, which a training loss never does: after its second evaluation that far apart.
-  Ten intervals long at least, so that an evaluator killed and restarted (which skips the
-  checkpoints written meanwhile) still evaluates two before the end."""
+  interval, which a training loss never does. Four intervals long at least: the stop comes
+  at its first check after two (`_early_stop`)."""
   return dataclasses.replace(
-      config, train_steps=max(config.train_steps, 10 * config.checkpoint_every_steps),
+      config, train_steps=max(config.train_steps, 4 * config.checkpoint_every_steps),
       early_stopping_metric="loss", early_stopping_mode="max",
       early_stopping_steps=config.checkpoint_every_steps,
       early_stopping_check_every_steps=config.log_every_steps)
@@ -711,8 +713,8 @@ def early_stopping_config(config: Config) -> Config:
 _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_chief,
            "kill_launcher": _kill_launcher, "truncate_checkpoint": _truncate_checkpoint,
            "nan_loss": _nan_loss, "disk_full": _disk_full, "preempt": _preempt,
-           "drain": _preempt, "early_stop_kill_evaluator": _early_stop_kill_evaluator,
-           "early_stop_preempt": _early_stop_preempt}
+           "drain": _preempt, "early_stop_kill_evaluator": _early_stop,
+           "early_stop_preempt": _early_stop}
 
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
