@@ -273,6 +273,35 @@ def test_a_halved_estimator_gradient_is_reported_at_a_variable(tiny_data_dir, tm
   assert "FAIL" in parity.format_table(report)
 
 
+def _write_scalars(directory, points):
+  """TF2 scalar summaries, as Keras's reporter writes them: {step: {tag: value}}."""
+  writer = tf.summary.create_file_writer(str(directory))
+  for step, values in points.items():
+    with writer.as_default(step=step):
+      for tag, value in values.items():
+        tf.summary.scalar(tag, value)
+  writer.close()
+
+
+def test_the_tensorboard_checks_find_a_missing_tag_and_a_wrong_rate(tmp_path):
+  from launch.proofs import reference  # noqa: PLC0415
+  config = Config(learning_rate_schedule="cosine")
+  run = Config(learning_rate_schedule="cosine", train_steps=10)
+  rate = {step: float(np.float32(reference.rate(run, step - 1))) for step in (1, 5, 6, 10)}
+  _write_scalars(tmp_path / "estimator", {s: {"loss": 1.0, "global_step/sec": 5.0,
+                                              "learning_rate": rate[s]} for s in (1, 6)})
+  _write_scalars(tmp_path / "keras", {5: {"loss": 1.0, "learning_rate": rate[5]},
+                                      10: {"loss": 1.0, "learning_rate": rate[10] * 1.01}})
+  summaries = {b: {"model_dir": str(tmp_path / b)} for b in ("keras", "estimator")}
+  checks = {c.name: c for c in parity.tensorboard_checks(config, summaries, 10)}
+  tags = checks["TensorBoard tags in model_dir, the estimator's written by keras too"]
+  assert not tags.passed and "keras lacks global_step/sec" in tags.where
+  assert checks["TensorBoard learning_rate is its step's rate, estimator"].passed
+  wrong = checks["TensorBoard learning_rate is its step's rate, keras"]
+  assert not wrong.passed and wrong.where == "steps [5, 10], the widest gap at step 10"
+  assert parity.tensorboard_checks(Config(model="dnn"), summaries, 10) == []
+
+
 def test_the_reference_is_held_to_its_rounding_floor_and_the_backends_to_weight_atol():
   zero, off = {"w": np.zeros(1)}, {"w": np.full(1, 3e-6)}
   weights = {"reference": zero, "keras": off, "estimator": zero}
