@@ -278,6 +278,9 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
       "--values=0.1,0.01,0.001"], {}, "--boundaries=20,10 must be steps >= 0, increasing."),
     (["--staircase"], {}, "--staircase is not a setting of --learning_rate_schedule=cosine"),
     (["extra"], {}, "Unexpected arguments: extra"),
+    # Under MultiWorkerMirroredStrategy the Estimator's hooks take steps only.
+    (["--early_stopping_check_every_secs=60"], {},
+     "Did you mean: early_stopping_check_every_steps"),
     ([], {"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),
     ([], _tf_config("worker", 3), "task.index 3 is out of range"),
     ([], _tf_config("ps", 0), "task.type 'ps' is not run here"),
@@ -447,12 +450,19 @@ def _run_platform_tasks(backend, configs, tasks, data_dir, model_dir):
   """Runs each of `tasks` (names in `configs`, the chief's first) as a trainer with its
   TF_CONFIG, all at once, as a platform starts them; returns the chief's log."""
   args = [f"--model_dir={model_dir}", "--timeout=300", *_flags(TINY, data_dir)]
+
+  def run(task):
+    try:
+      return run_module(f"trainers.{backend}_main", args, env={"TF_CONFIG": configs[task]},
+                        timeout=300)
+    except subprocess.TimeoutExpired as e:  # Each task's own words say where it hung.
+      return subprocess.CompletedProcess(e.cmd, None, e.stdout or b"", e.stderr or b"")
+
   with concurrent.futures.ThreadPoolExecutor(len(tasks)) as pool:
-    results = list(pool.map(
-        lambda task: run_module(f"trainers.{backend}_main", args,
-                                env={"TF_CONFIG": configs[task]}, timeout=300), tasks))
-  for result in results:
-    assert result.returncode == 0, result.stderr[-3000:]
+    results = list(pool.map(run, tasks))
+  for task, result in zip(tasks, results):
+    said = {t: str(r.stderr)[-1500:] for t, r in zip(tasks, results)}
+    assert result.returncode == 0, (task, said)
   summary = json.loads(results[0].stdout.strip().splitlines()[-1])
   assert (summary["workers"], summary["global_step"]) == (2, STEPS)
   assert evaluation.read_result(str(model_dir / "eval"), STEPS) == pytest.approx(
