@@ -1,14 +1,15 @@
 """MNIST, the dataset both backends train on: its facts here, and by module
 
-  layout.py    where TFDS keeps the prepared dataset, and whether it is there (no TensorFlow)
+  store.py     where TFDS keeps the prepared dataset, and whether it is there (no TensorFlow)
   idx.py       the IDX file reader (no TensorFlow)
   ready.py     `ensure_prepared` and `check_prepared`: the data made ready for a run, the
                builder loaded only when it is missing (no TensorFlow until then)
   build.py     the offline TFDS builder and the checked download, under one lock
   pipeline.py  the shared `input_fn(mode, input_context)` and the shards' fingerprints
+  tabular.py   MNIST as a table: raw features derived from each image, as tf.Examples
 
 A launcher checks the data before it starts any task, and it starts tasks sooner when it
-has not imported TensorFlow (2 to 3 s here): importing this package, `layout` or `ready`
+has not imported TensorFlow (2 to 3 s here): importing this package, `store` or `ready`
 imports none.
 """
 

@@ -8,12 +8,12 @@ only its shard and batches per replica.
 import hashlib
 import json
 import os
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from data.mnist import EVAL, TRAIN
+from data.mnist import EVAL, TRAIN, tabular as table
 from data.mnist.store import DATASET, check_prepared
 
 SPLIT_FOR_MODE = {TRAIN: "train", EVAL: "test"}
@@ -84,6 +84,7 @@ def input_fn(
     record_dir: Optional[str] = None,
     label: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
     weight: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
+    tabular: Optional[Mapping[str, object]] = None,
 ) -> tf.data.Dataset:
   """Builds one input pipeline of (image, label) batches for both backends.
 
@@ -102,11 +103,15 @@ def input_fn(
       from its scaled image and its digit; None: the digit.
     weight: `weight(image, digit)` -> one example's weight (a canned model's
       --weight_column), likewise; None: no weights.
+    tabular: a parse_example spec of the tabular features (data/mnist/tabular.py): each
+      image becomes a serialized tf.Example of its features, and each batch is parsed
+      with this spec, as a team's input_fn parses its records; None: the images.
 
   Returns:
-    A `tf.data.Dataset` of (float32 images in [0, 1] of shape (B, 28, 28, 1),
-    labels of shape (B,): int64 digits, or what `label` gives), and with `weight` each
-    batch's float32 weights (B,) third, as Keras's `fit` takes sample weights.
+    A `tf.data.Dataset` of (float32 images in [0, 1] of shape (B, 28, 28, 1), or with
+    `tabular` the dict of parsed features, labels of shape (B,): int64 digits, or what
+    `label` gives), and with `weight` each batch's float32 weights (B,) third, as Keras's
+    `fit` takes sample weights.
   """
   if mode not in SPLIT_FOR_MODE:
     raise ValueError(f"mode must be one of {sorted(SPLIT_FOR_MODE)}, got {mode!r}")
@@ -123,14 +128,24 @@ def input_fn(
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     # Each pipeline feeds its worker's replicas one batch each per step.
     batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-  scale = (_scale if label is None and weight is None else
-           lambda image, digit: _labelled(*_scale(image, digit), label, weight))
-  ds = ds.map(scale, num_parallel_calls=os.cpu_count() or 1).cache()
+  if tabular is not None:
+    table.check_spec(tabular)
+
+  def example(image, digit):
+    labelled = (_scale(image, digit) if label is None and weight is None else
+                _labelled(*_scale(image, digit), label, weight))
+    if tabular is None:
+      return labelled
+    return (table.serialize(table.features(labelled[0])), *labelled[1:])
+
+  ds = ds.map(example, num_parallel_calls=os.cpu_count() or 1).cache()
   if training:
     ds = ds.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
   # Training drops partial batches so every step has the same global batch,
   # which keeps the gradient the same in both backends.
   ds = ds.batch(batch_size, drop_remainder=training)
+  if tabular is not None:
+    ds = ds.map(lambda records, *rest: (tf.io.parse_example(records, tabular), *rest))
   # No autotuning: TF 2.15 does not wake the autotuning thread when a
   # distributed iterator is deleted, so the end of `fit` waited out its sleep,
   # up to 20 s (see distribute.no_autotune_on_device_datasets). Map runs once
