@@ -1,8 +1,8 @@
 """A team's feature columns as Keras preprocessing: the same ids, the same dense tensors,
 and weights laid out as the Estimator lays them out.
 
-    dense = columns.DenseFeatures(feature_columns)     # tf.keras.layers.DenseFeatures
-    logits = columns.LinearModel(feature_columns, units=10)   # the canned LinearModel
+    dense = columns.DenseFeaturesTwin(feature_columns)     # tf.keras.layers.DenseFeatures
+    logits = columns.LinearModelTwin(feature_columns, units=10)   # the canned LinearModel
     x = dense(features)  # features: what the input_fn gives, tensors and SparseTensors
 
 Each column becomes the Keras layers that replace it (`ids` for a categorical column,
@@ -36,12 +36,14 @@ for a categorical column the empty string and -1 are missing values, dropped
 """
 
 import math
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
 
 Features = Dict[str, object]
+# init(weight_name, default_initializer) -> the initializer to give it (trainers/model.py).
+Init = Callable[[str, object], object]
 
 
 class Ids(NamedTuple):
@@ -98,9 +100,23 @@ def _check_dtype(column, value) -> None:
                       f"the feature {column.key!r} is {value.dtype.name}")
 
 
-# Categorical columns: each twin's call(features) gives the column's Ids.
+# Categorical columns: each twin's `pair(features)` gives the column's Ids (and so does
+# calling it eagerly). The twins that hold one call `pair`: a layer called in a graph may
+# not give None, which Ids.weights mostly is.
 
-class _Hashed(tf_keras.layers.Layer):
+class _Categorical(tf_keras.layers.Layer):
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self.built = True  # No weights to build; a SavedModel keeps the built ones whole.
+
+  def call(self, features):
+    return self.pair(features)
+
+  def pair(self, features) -> Ids:
+    raise NotImplementedError
+
+class _Hashed(_Categorical):
   """categorical_column_with_hash_bucket: Hashing."""
 
   def __init__(self, column, **kwargs):
@@ -108,13 +124,13 @@ class _Hashed(tf_keras.layers.Layer):
     self.column = column
     self.hashing = tf_keras.layers.Hashing(column.hash_bucket_size)
 
-  def call(self, features):
+  def pair(self, features) -> Ids:
     value = _present(raw(features, self.column.key))
     _check_dtype(self.column, value)
     return Ids(_with_values(value, self.hashing(value.values)), None)
 
 
-class _Lookup(tf_keras.layers.Layer):
+class _Lookup(_Categorical):
   """categorical_column_with_vocabulary_list or _file: StringLookup, its out-of-vocabulary
   ids moved after the vocabulary (or to default_value) as the column's table puts them."""
 
@@ -128,7 +144,7 @@ class _Lookup(tf_keras.layers.Layer):
         vocabulary=[v if isinstance(v, str) else str(v) for v in vocabulary],
         num_oov_indices=max(self.oov, 1), mask_token=None)
 
-  def call(self, features):
+  def pair(self, features) -> Ids:
     value = _present(raw(features, self.column.key))
     _check_dtype(self.column, value)
     keys = value.values if value.dtype == tf.string else tf.strings.as_string(value.values)
@@ -153,7 +169,7 @@ def _vocabulary(column) -> List:
   return lines if column.dtype == tf.string else [int(line) for line in lines]
 
 
-class _Identity(tf_keras.layers.Layer):
+class _Identity(_Categorical):
   """categorical_column_with_identity: the value is the id; out of [0, num_buckets) it is
   default_value (if the column has one)."""
 
@@ -161,7 +177,7 @@ class _Identity(tf_keras.layers.Layer):
     super().__init__(name=f"{column.name}_identity", **kwargs)
     self.column = column
 
-  def call(self, features):
+  def pair(self, features) -> Ids:
     value = _present(raw(features, self.column.key))
     if not value.dtype.is_integer:
       raise ColumnError(f"identity column {self.column.name!r} takes integers; the feature "
@@ -173,7 +189,7 @@ class _Identity(tf_keras.layers.Layer):
     return Ids(_with_values(value, ids), None)
 
 
-class _Bucketized(tf_keras.layers.Layer):
+class _Bucketized(_Categorical):
   """bucketized_column: Discretization of its numeric source; a d-wide source's i-th value
   has ids offset by i * (len(boundaries) + 1)."""
 
@@ -186,7 +202,7 @@ class _Bucketized(tf_keras.layers.Layer):
   def buckets(self, features) -> tf.Tensor:
     return tf.cast(self.discretize(self.source.value(features)), tf.int64)
 
-  def call(self, features):
+  def pair(self, features) -> Ids:
     buckets = self.buckets(features)
     dims = self.column.source_column.shape[0]
     batch = tf.shape(buckets, out_type=tf.int64)[0]
@@ -196,7 +212,7 @@ class _Bucketized(tf_keras.layers.Layer):
     return Ids(tf.SparseTensor(tf.stack([rows, cols], 1), values, [batch, dims]), None)
 
 
-class _Cross(tf_keras.layers.Layer):
+class _Cross(_Categorical):
   """crossed_column: the column's hashed cross of every value of its inputs (raw features
   as they are, categorical columns' ids), in the column's order."""
 
@@ -205,13 +221,13 @@ class _Cross(tf_keras.layers.Layer):
     self.column = column
     self.leaves = [key if isinstance(key, str) else ids(key) for key in _leaves(column)]
 
-  def call(self, features):
+  def pair(self, features) -> Ids:
     inputs = []
     for leaf in self.leaves:
       if isinstance(leaf, str):
         inputs.append(raw(features, leaf))
         continue
-      pair = leaf(features)
+      pair = leaf.pair(features)
       if pair.weights is not None:
         raise ColumnError(f"crossed_column {self.column.name!r} crosses a weighted column, "
                           f"which the column refuses too")
@@ -228,7 +244,7 @@ def _leaves(column) -> list:
   return leaves
 
 
-class _Weighted(tf_keras.layers.Layer):
+class _Weighted(_Categorical):
   """weighted_categorical_column: its column's ids with the weight feature (a dense weight
   of zero is a missing one)."""
 
@@ -237,7 +253,7 @@ class _Weighted(tf_keras.layers.Layer):
     self.column = column
     self.inner = ids(column.categorical_column)
 
-  def call(self, features):
+  def pair(self, features) -> Ids:
     weights = raw(features, self.column.weight_feature_key)
     if weights.dtype != self.column.dtype:
       raise ColumnError(f"{self.column.name!r}: the weight feature "
@@ -245,10 +261,10 @@ class _Weighted(tf_keras.layers.Layer):
                         f"column takes {self.column.dtype.name}")
     if not isinstance(weights, tf.SparseTensor):
       weights = _present(weights, missing=0.0)
-    return Ids(self.inner(features).ids, weights)
+    return Ids(self.inner.pair(features).ids, weights)
 
 
-def ids(column) -> tf_keras.layers.Layer:
+def ids(column) -> _Categorical:
   """The twin of a categorical column: a layer giving its Ids from the raw features."""
   kind = _kind(column)
   if kind == "HashedCategoricalColumn":
@@ -284,7 +300,7 @@ class _Numeric(tf_keras.layers.Layer):
 
   def __init__(self, column, **kwargs):
     super().__init__(name=f"{column.name}_numeric", **kwargs)
-    self.column = column
+    self.column, self.built = column, True
 
   def value(self, features) -> tf.Tensor:
     value = raw(features, self.column.key)
@@ -323,7 +339,7 @@ class _Indicator(tf_keras.layers.Layer):
         num_tokens=column.categorical_column.num_buckets, output_mode="count")
 
   def call(self, features):
-    pair = self.ids(features)
+    pair = self.ids.pair(features)
     keep = pair.ids.values >= 0
     found = tf.sparse.retain(pair.ids, keep)
     if pair.weights is None:
@@ -355,13 +371,13 @@ class _Embedding(tf_keras.layers.Layer):
 class _Embedded(_Embedding):
   """embedding_column: its ids looked up in its own table."""
 
-  def __init__(self, column, **kwargs):
+  def __init__(self, column, initializer, **kwargs):
     super().__init__(column.name, column.categorical_column.num_buckets, column.dimension,
-                     column.initializer, **kwargs)
+                     initializer, **kwargs)
     self.column, self.ids = column, ids(column.categorical_column)
 
   def call(self, features):
-    return self.lookup(self.ids(features), self.column.combiner, self.column.max_norm)
+    return self.lookup(self.ids.pair(features), self.column.combiner, self.column.max_norm)
 
 
 class _SharedEmbedded(tf_keras.layers.Layer):
@@ -372,14 +388,20 @@ class _SharedEmbedded(tf_keras.layers.Layer):
     self.column, self.ids, self.table = column, ids(column.categorical_column), table
 
   def call(self, features):
-    pair = self.ids(features)
+    pair = self.ids.pair(features)
     return self.table(pair.ids, pair.weights, combiner=self.column.combiner,
                       max_norm=self.column.max_norm)
 
 
-def dense(column, tables: Optional[Dict[str, _Embedding]] = None) -> tf_keras.layers.Layer:
+def _initializer(init: Optional[Init], name: str, default):
+  return default if init is None else init(name, default)
+
+
+def dense(column, tables: Optional[Dict[str, _Embedding]] = None, init: Optional[Init] = None,
+          scope: str = "") -> tf_keras.layers.Layer:
   """The twin of a dense column: a layer giving its dense tensor (batch x elements).
-  `tables`: the shared embedding tables by name, filled as shared columns are met."""
+  `tables`: the shared embedding tables by name, filled as shared columns are met; `init`
+  gives a table's initializer by its weight's name, under `scope` (the layer's name)."""
   kind = _kind(column)
   if kind == "NumericColumn":
     return _Numeric(column)
@@ -388,8 +410,13 @@ def dense(column, tables: Optional[Dict[str, _Embedding]] = None) -> tf_keras.la
   if kind == "IndicatorColumn":
     return _Indicator(column)
   if kind == "EmbeddingColumn":
-    return _Embedded(column)
+    return _Embedded(column, _initializer(init, f"{scope}/{column.name}/embedding_weights",
+                                          column.initializer))
   if kind == "SharedEmbeddingColumn":
+    if init is not None:
+      raise ColumnError(f"{column.name!r}: shared embeddings are twinned (the same answers) "
+                        f"but not yet in a canned model's twin, whose weights are set by "
+                        f"name; give each column an embedding_column of its own there")
     # The creator keeps the shared table's settings private; its name is the variable's,
     # `<sorted columns' names>_shared_embedding` unless the program named it.
     creator = column.shared_embedding_column_creator
@@ -409,49 +436,53 @@ def _sorted(columns) -> list:
   return sorted(columns, key=lambda c: c.name)
 
 
-class DenseFeatures(tf_keras.layers.Layer):
+class DenseFeaturesTwin(tf_keras.layers.Layer):
   """The twin of tf.keras.layers.DenseFeatures (a canned DNN's input layer): each column's
   dense tensor, in order of the columns' names, concatenated."""
 
-  def __init__(self, feature_columns, name: str = "input_layer", **kwargs):
+  def __init__(self, feature_columns, name: str = "input_layer", init: Optional[Init] = None,
+               **kwargs):
     super().__init__(name=name, **kwargs)
     self.tables: Dict[str, _Embedding] = {}
-    self.columns = [dense(c, self.tables) for c in _sorted(feature_columns)]
+    self.columns = [dense(c, self.tables, init, name) for c in _sorted(feature_columns)]
 
   def call(self, features):
     return tf.concat([column(features) for column in self.columns], axis=1)
 
 
-class LinearModel(tf_keras.layers.Layer):
+class LinearModelTwin(tf_keras.layers.Layer):
   """The twin of the canned LinearModel: per column (in order of names) a `weights`
   variable of (num_buckets or elements) x units, zeros at first; a categorical column's ids
   look up rows, summed (`sparse_combiner`) with their weights, a dense column's tensor is
   multiplied; all summed, plus `bias_weights`."""
 
   def __init__(self, feature_columns, units: int, sparse_combiner: str = "sum",
-               name: str = "linear_model", **kwargs):
+               name: str = "linear_model", init: Optional[Init] = None, **kwargs):
     super().__init__(name=name, **kwargs)
-    self.units, self.combiner = units, sparse_combiner
+    self.units, self.combiner, self.init = units, sparse_combiner, init
     self.tables: Dict[str, _Embedding] = {}
     self.parts: List[Tuple[object, tf_keras.layers.Layer, bool]] = []
     for column in _sorted(feature_columns):
       categorical = _kind(column) in _CATEGORICAL
-      self.parts.append((column, ids(column) if categorical else dense(column, self.tables),
-                         categorical))
+      self.parts.append((column, ids(column) if categorical else dense(
+          column, self.tables, init, name), categorical))
 
   def build(self, input_shape):
+    def weight(name: str, shape):
+      return self.add_weight(name, shape=shape, initializer=_initializer(
+          self.init, f"{self.name}/{name}", "zeros"))
+
     self.column_weights = [
-        self.add_weight(f"{_scope_name(column.name)}/weights",
-                        shape=(column.num_buckets if categorical else
-                               _elements(column), self.units), initializer="zeros")
+        weight(f"{_scope_name(column.name)}/weights",
+               (column.num_buckets if categorical else _elements(column), self.units))
         for column, _, categorical in self.parts]
-    self.bias = self.add_weight("bias_weights", shape=(self.units,), initializer="zeros")
+    self.bias = weight("bias_weights", (self.units,))
 
   def call(self, features):
     sums = []
     for (_, layer, categorical), weights in zip(self.parts, self.column_weights):
       if categorical:
-        pair = layer(features)
+        pair = layer.pair(features)
         sums.append(tf.nn.safe_embedding_lookup_sparse(
             weights, _rows(pair.ids), None if pair.weights is None else _rows(pair.weights),
             combiner=self.combiner))

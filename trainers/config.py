@@ -46,21 +46,26 @@ _DNN = {"hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activati
 # (--digit_weights); a classifier's label_vocabulary; the loss_reduction.
 _HEAD = {"weight_column": "", "digit_weights": "", "label_vocabulary": "",
          "loss_reduction": ""}
+# What a canned model reads: the image (one numeric column, --feature_name), or the tabular
+# features (data/mnist/tabular.py) through --feature_columns (default: TABULAR_COLUMNS).
+_FEATURES = {"features": "image", "feature_columns": ""}
+FEATURE_KINDS = ("image", "tabular")
+TABULAR_COLUMNS = "trainers.models.tabular:COLUMNS"
 CANNED = {
     "dnn": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
-            **_HEAD},
+            **_HEAD, **_FEATURES},
     "linear": {"feature_name": "image", "linear_optimizer": "ftrl", "linear_learning_rate": 0.2,
-               **_HEAD},
+               **_HEAD, **_FEATURES},
     "wide_deep": {**_DNN, "feature_name": "image", "dnn_optimizer": "adagrad",
                   "dnn_learning_rate": 0.001, "linear_optimizer": "ftrl",
-                  "linear_learning_rate": 0.005, **_HEAD},
+                  "linear_learning_rate": 0.005, **_HEAD, **_FEATURES},
 }
 # The tf.compat.v1.estimator classes take the same arguments, with the same defaults.
 CANNED.update({f"{name}_v1": settings for name, settings in CANNED.items()})
 CANNED_SETTINGS = ("hidden_units", "dropout", "batch_norm", "activation", "feature_name",
                    "dnn_optimizer", "dnn_learning_rate", "linear_optimizer",
                    "linear_learning_rate", "weight_column", "digit_weights",
-                   "label_vocabulary", "loss_reduction")
+                   "label_vocabulary", "loss_reduction", "features", "feature_columns")
 # A canned class's loss_reduction, by its flag's value (the class's default when not given:
 # the TF2 ones' sum_over_batch_size, the tf.compat.v1 ones' sum).
 CANNED_REDUCTIONS = ("sum_over_batch_size", "sum")
@@ -101,6 +106,14 @@ def parse_task(task: str) -> Tuple[str, Optional[int]]:
     return kind, None
   raise ValueError(f"--task={task} is not one of {MULTICLASS}, {BINARY}:D with D a digit "
                    f"0 to 9 ({BINARY}:7: is it a 7?), {REGRESSION}.")
+
+
+def columns_path(settings: Dict[str, Any]) -> str:
+  """Where a canned model's feature columns are (package.module:NAME) under
+  --features=tabular, from its settings; "" for the image's one column."""
+  if settings.get("features") != "tabular":
+    return ""
+  return settings["feature_columns"] or TABULAR_COLUMNS
 
 
 def widths(hidden_units: str) -> List[int]:
@@ -217,6 +230,15 @@ class Config:
                                          "loss_reduction, sum_over_batch_size or sum "
                                          "(default: the class's, sum_over_batch_size for "
                                          "the TF2 ones, sum for the _v1 ones).")
+  features: Optional[str] = _field(None, "dnn, linear, wide_deep: what the model reads: "
+                                   "image (one numeric_column of the 784 pixels) or tabular "
+                                   "(raw features derived from each image, as tf.Examples, "
+                                   "through feature columns: docs/training.md, \"Feature "
+                                   "columns\"); default image.")
+  feature_columns: Optional[str] = _field(
+      None, "With --features=tabular: package.module:NAME, a team's list of "
+      "tf.feature_column columns (or a dict of the canned parts' lists, linear and dnn, or a "
+      "function making either); default " + TABULAR_COLUMNS + ", a census model's kinds.")
   seed: int = _field(1, "Seeds the initial weights and the shuffle order.")
   data_dir: Optional[str] = _field(None, "TFDS data directory holding mnist/ (default: "
                                    "$TFDS_DATA_DIR or ~/tensorflow_datasets); prepared there "
@@ -403,6 +425,14 @@ class Config:
       if settings["activation"] not in CANNED_ACTIVATIONS:
         raise ValueError(f"--activation={settings['activation']} is not one of "
                          f"{', '.join(CANNED_ACTIVATIONS)}.")
+    if settings["features"] not in FEATURE_KINDS:
+      raise ValueError(f"--features={settings['features']} is not one of "
+                       f"{', '.join(FEATURE_KINDS)}.")
+    if settings["feature_columns"] and settings["features"] != "tabular":
+      raise ValueError("--feature_columns describe the tabular features: give "
+                       "--features=tabular with them, or leave them out for the image.")
+    if settings["feature_columns"]:
+      model_registry.find_module(settings["feature_columns"], model_registry.COLUMNS)
     if not settings["feature_name"].isidentifier():
       raise ValueError(f"--feature_name={settings['feature_name']!r}: give a name of letters, "
                        "digits and underscores (image).")

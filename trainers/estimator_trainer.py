@@ -33,6 +33,7 @@ from trainers import schedules
 from trainers import serving
 from trainers import step_duties
 from trainers.config import Config
+from trainers.models import canned
 
 if not hasattr(tf, "estimator"):
   raise ImportError(
@@ -475,9 +476,14 @@ class Backend(loop.Backend):
       return dataset
     settings = self.run.config.canned_settings()
     feature, column = settings["feature_name"], settings["weight_column"]
+
+    def as_dict(features):  # The image, or the tabular features' dict already.
+      return features if isinstance(features, dict) else {feature: features}
+
     if column:
-      return dataset.map(lambda image, label, weight: ({feature: image, column: weight}, label))
-    return dataset.map(lambda image, label: ({feature: image}, label))
+      return dataset.map(lambda features, label, weight: (
+          {**as_dict(features), column: weight}, label))
+    return dataset.map(lambda features, label: (as_dict(features), label))
 
   def _train_and_evaluate(self, hooks: List[tf.estimator.SessionRunHook]):
     """tf.estimator.train_and_evaluate on the shared input_fn (called once per worker with
@@ -625,7 +631,8 @@ def _receiver(config: Config) -> Optional[Callable[[], Any]]:
   if config.estimator_program:
     return program_lib.load(config.estimator_program).serving_input_receiver_fn
   return serving.estimator_receiver_fn(serving.feature_name(config),
-                                       as_dict=bool(model_lib.spec(config).canned))
+                                       as_dict=bool(model_lib.spec(config).canned),
+                                       spec=canned.parse_spec(config.canned_settings()))
 
 
 def export_checkpoint(model_dir: str, config: Config, out_dir: str) -> str:

@@ -10,6 +10,7 @@ from data.mnist import pipeline
 from trainers import heads
 from trainers import program
 from trainers.config import MULTICLASS, Config
+from trainers.models import canned
 
 InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 
@@ -17,7 +18,8 @@ InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 def default_input_fn(config: Config) -> InputFn:
   """The run's input: the input_fn of its --estimator_program if it has one, else the shared
   MNIST input_fn, bound to the config's batch sizes, data and seed, its labels the task's
-  (trainers/heads.py), with each example's weight by its digit under a --weight_column."""
+  (trainers/heads.py), with each example's weight by its digit under a --weight_column,
+  its features the tabular ones a canned model's columns read under --features=tabular."""
   if config.estimator_program:
     own = program.load(config.estimator_program).input_fn
     if own is not None:
@@ -25,6 +27,7 @@ def default_input_fn(config: Config) -> InputFn:
 
   head = heads.head(config)
   weights = config.example_weights()
+  tabular = canned.parse_spec(config.canned_settings())
 
   def weight(image: tf.Tensor, digit: tf.Tensor) -> tf.Tensor:
     del image  # A digit's weight, --digit_weights.
@@ -37,7 +40,7 @@ def default_input_fn(config: Config) -> InputFn:
                              record_dir=config.record_dir,
                              label=(None if head.kind == MULTICLASS and not head.vocabulary
                                     else head.label),
-                             weight=weight if weights else None)
+                             weight=weight if weights else None, tabular=tabular)
 
   return input_fn
 

@@ -26,6 +26,7 @@ from trainers import serving
 from trainers import step_duties
 from trainers import warm_start
 from trainers.config import Config
+from trainers.models import canned
 
 
 def make_optimizer(config: Config) -> tf_keras.optimizers.Optimizer:
@@ -522,7 +523,8 @@ def saver(config: Config, model: tf_keras.Model) -> Callable[[str], None]:
   def save(directory: str) -> None:
     model.save(directory, save_format="tf",
                signatures=own(model) if own else serving.keras_signatures(
-                   model, serving.feature_name(config), heads.head(config)))
+                   model, serving.feature_name(config), heads.head(config),
+                   canned.parse_spec(config.canned_settings())))
     serving.mark_methods(directory)
 
   return save

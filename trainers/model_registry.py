@@ -59,6 +59,13 @@ MODEL = Named(
     "a ModelSpec in a module on PYTHONPATH (docs/MIGRATION.md, \"Bring your model\")", BUILT_IN)
 
 
+COLUMNS = Named(
+    "feature columns", "list of tf.feature_column columns, a dict of such lists by canned "
+    "part (linear, dnn), or a function returning either", "COLUMNS = [...]",
+    "--feature_columns takes package.module:NAME, a list of tf.feature_column columns in a "
+    "module on PYTHONPATH (docs/training.md, \"Feature columns\")")
+
+
 def locate(name: str, named: Named = MODEL) -> Tuple[str, str]:
   """(module, attribute) of the object `name` names; SpecError for a malformed name."""
   path = named.built_in.get(name, name)

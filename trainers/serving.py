@@ -22,6 +22,10 @@ logistic, float [N, 1]; a regression head's `serving_default` and `regression` a
 `image:predict` takes the image tensor, for clients that send no tf.Example; the
 Estimator names the signatures of an alternative receiver `<receiver>:<output>`.
 
+Under `--features=tabular` the tf.Examples hold a canned model's raw features, parsed by its
+columns' spec (`make_parse_example_spec`, as the canned parsing receiver parses them), and
+there is no `image:predict`.
+
 The Estimator builds these from `estimator_export_outputs` and `estimator_receiver_fn`; Keras
 from `keras_signatures`, then `mark_methods` on the written SavedModel
 (`tf.saved_model.save` gives every signature the Predict method name).
@@ -32,7 +36,7 @@ receiver instead; its port's spec gives the same signatures (`ModelSpec.signatur
 """
 
 import os
-from typing import Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -58,9 +62,11 @@ CLASSIFY_INPUT = "inputs"  # tf.saved_model.CLASSIFY_INPUTS: Classify's one inpu
 PREDICT_INPUT = "examples"  # The parsing receiver's name for the serialized protos.
 
 
-def signature_keys(head: heads.Head) -> Tuple[str, ...]:
-  """The signatures an export for `head` has: the head's and `image:predict`."""
-  return (*head.signatures, IMAGE_PREDICT)
+def signature_keys(head: heads.Head, spec: Optional[Dict[str, Any]] = None
+                   ) -> Tuple[str, ...]:
+  """The signatures an export for `head` has: the head's, and `image:predict` unless the
+  requests hold tabular features (`spec`, their parse spec)."""
+  return (*head.signatures, *([] if spec else [IMAGE_PREDICT]))
 
 
 def feature_name(config: Config) -> str:
@@ -103,7 +109,8 @@ def estimator_export_outputs(predicted: Dict[str, tf.Tensor],
           for key, method in head.signatures.items()}
 
 
-def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
+def estimator_receiver_fn(feature: str, as_dict: bool, spec: Optional[Dict[str, Any]] = None
+                          ) -> Callable[[], object]:
   """The Estimator's serving input: serialized tf.Examples, parsed as
   `build_parsing_serving_input_receiver_fn` parses them, and the parsed images as the
   alternative receiver `image` (signature `image:predict`).
@@ -111,14 +118,20 @@ def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
   Args:
     feature: the tf.Example feature holding the image.
     as_dict: the model_fn takes a dict of features (a canned Estimator), not the tensor.
+    spec: the tabular features' parse spec (a canned model's columns'); then the examples
+      parsed by it are the features, and there is no alternative receiver.
   """
 
   def receiver():
     serialized = tf.compat.v1.placeholder(tf.string, [None], name="input_example_tensor")
+    inputs = {PREDICT_INPUT: serialized}
+    if spec:
+      return tf.estimator.export.ServingInputReceiver(
+          tf.io.parse_example(serialized, spec), inputs)
     # Fed directly, it replaces the parsed images: the float signature's input.
     images = tf.compat.v1.placeholder_with_default(parse_images(serialized, feature),
                                                    (None,) + mnist.IMAGE_SHAPE, name=IMAGE)
-    inputs, alternatives = {PREDICT_INPUT: serialized}, {IMAGE: {IMAGE: images}}
+    alternatives = {IMAGE: {IMAGE: images}}
     if as_dict:
       return tf.estimator.export.ServingInputReceiver({feature: images}, inputs, alternatives)
     return tf.estimator.export.TensorServingInputReceiver(images, inputs, alternatives)
@@ -126,30 +139,36 @@ def estimator_receiver_fn(feature: str, as_dict: bool) -> Callable[[], object]:
   return receiver
 
 
-def keras_signatures(model: tf_keras.Model, feature: str,
-                     head: heads.Head = heads.DIGITS) -> Dict[str, Callable]:
+def keras_signatures(model: tf_keras.Model, feature: str, head: heads.Head = heads.DIGITS,
+                     spec: Optional[Dict[str, Any]] = None) -> Dict[str, Callable]:
   """The signatures of the contract for the run's head, for `tf.saved_model.save` (then run
-  `mark_methods` on what it wrote): Classify and Regress take `inputs`, Predict `examples`."""
+  `mark_methods` on what it wrote): Classify and Regress take `inputs`, Predict `examples`;
+  with `spec`, the tabular features' parse spec, the examples are parsed by it."""
 
-  def serve(images: tf.Tensor, method: str) -> Dict[str, tf.Tensor]:
-    return head.signature_outputs(head.predictions(model(images, training=False)), method)
+  def serve(features, method: str) -> Dict[str, tf.Tensor]:
+    return head.signature_outputs(head.predictions(model(features, training=False)), method)
 
   def signature(method: str) -> Callable:
     name = PREDICT_INPUT if method == heads.PREDICT else CLASSIFY_INPUT
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name)])
     def answer(serialized):
-      return serve(parse_images(serialized, feature), method)
+      features = (tf.io.parse_example(serialized, spec) if spec
+                  else parse_images(serialized, feature))
+      return serve(features, method)
 
     return answer
+
+  by_method = {method: signature(method) for method in set(head.signatures.values())}
+  answers = {key: by_method[method] for key, method in head.signatures.items()}
+  if spec:
+    return answers
 
   @tf.function(input_signature=[tf.TensorSpec((None,) + mnist.IMAGE_SHAPE, tf.float32, IMAGE)])
   def predict_image(image):
     return serve(image, heads.PREDICT)
 
-  by_method = {method: signature(method) for method in set(head.signatures.values())}
-  return {**{key: by_method[method] for key, method in head.signatures.items()},
-          IMAGE_PREDICT: predict_image}
+  return {**answers, IMAGE_PREDICT: predict_image}
 
 
 def _method(signature) -> str:

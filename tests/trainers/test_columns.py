@@ -80,6 +80,7 @@ def _run(build, before=()):
   """What `build(features)` gives in a graph and session, as the Estimator runs it (after
   the ops `before` holds by then, run first), and the graph's variables."""
   with tf.Graph().as_default() as graph:
+    graph.seed = 0  # Other tests may have turned op determinism on, which asks for one.
     features = _features()
     result = build(features)
     with tf.compat.v1.Session(graph=graph) as session:
@@ -170,9 +171,10 @@ def test_the_dense_twin_is_dense_features(tmp_path, dimension, combiner):
     return results
 
   want, _ = _run(dense_features)
+  tf.random.set_seed(0)  # The tables' initializers draw; their values are then set.
   features = _features()
   for group, (dense, tables) in zip(made, want):
-    twin = columns.DenseFeatures(group)
+    twin = columns.DenseFeaturesTwin(group)
     twin(features)
     assert len(twin.weights) == len(tables), group
     for mine, value in zip(sorted(twin.weights, key=lambda v: v.name), tables):
@@ -201,7 +203,8 @@ def test_the_linear_twin_is_the_canned_linear_model(tmp_path, combiner):
     return logits
 
   want, variables = _run(canned, assigned)
-  twin = columns.LinearModel(model_columns, units=4, sparse_combiner=combiner)
+  tf.random.set_seed(0)
+  twin = columns.LinearModelTwin(model_columns, units=4, sparse_combiner=combiner)
   features = _features()
   twin(features)
   mine = {v.name: v for v in twin.weights}

@@ -100,6 +100,14 @@ from trainers.config import Config
      "--model=cnn"),
     ({"model": "dnn", "loss_reduction": "mean"}, "--loss_reduction=mean is not one of "
      "sum_over_batch_size, sum."),
+    ({"model": "cnn", "features": "tabular"}, "--features is not a setting of --model=cnn"),
+    ({"model": "dnn", "features": "table"}, "--features=table is not one of image, tabular."),
+    ({"model": "dnn", "feature_columns": "my.cols:COLUMNS"}, "--feature_columns describe the "
+     "tabular features: give --features=tabular"),
+    ({"model": "dnn", "features": "tabular", "feature_columns": "columns"},
+     "unknown feature columns 'columns': --feature_columns takes package.module:NAME"),
+    ({"model": "dnn", "features": "tabular", "feature_columns": "no_such_pkg.cols:COLUMNS"},
+     "feature columns 'no_such_pkg.cols:COLUMNS': no module no_such_pkg.cols"),
     ({"task": "binary:12"}, "--task=binary:12 is not one of multiclass, binary:D with D a "
      "digit 0 to 9"),
     ({"task": "binary:03"}, "--task=binary:03 is not one of"),
@@ -166,7 +174,8 @@ def test_a_canned_model_reads_the_canned_defaults_and_what_is_given():
   assert Config(model="dnn").canned_settings() == {
       "hidden_units": "128,64", "dropout": 0.0, "batch_norm": False, "activation": "relu",
       "feature_name": "image", "dnn_optimizer": "adagrad", "dnn_learning_rate": 0.05,
-      "weight_column": "", "digit_weights": "", "label_vocabulary": "", "loss_reduction": ""}
+      "weight_column": "", "digit_weights": "", "label_vocabulary": "", "loss_reduction": "",
+      "features": "image", "feature_columns": ""}
   assert Config(model="linear", linear_optimizer="sgd").canned_settings()[
       "linear_learning_rate"] == 0.2
   assert Config(model="wide_deep").canned_settings()["dnn_learning_rate"] == 0.001

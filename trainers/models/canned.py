@@ -34,8 +34,10 @@ import tensorflow as tf
 import tf_keras
 
 from data import mnist
+from trainers import columns as columns_lib
 from trainers import config as config_lib
 from trainers import model
+from trainers import model_registry
 from trainers import optimizers
 from trainers.config import Config
 
@@ -95,40 +97,88 @@ class _LinearModel(tf_keras.layers.Layer):
     return tf.nn.bias_add(tf.matmul(features, self.weights_), self.bias)
 
 
-def _flat_image():
-  image = tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image")
-  # DenseFeatures reshapes a numeric column to (B, 784), row-major as Flatten.
-  return image, tf_keras.layers.Flatten(name="flatten")(image)
+PARTS = ("dnn", "linear")
+# The canned parts' input layers, as their variables are named.
+_DNN_INPUT = "dnn/input_from_feature_columns/input_layer"
+_LINEAR_MODEL = "linear/linear_model"
+
+
+def _inputs(settings: Dict[str, Any], parts: Tuple[str, ...]):
+  """The twin's inputs, and each part's columns: the image with its one numeric column, or
+  the tabular features a team's columns read, as Keras inputs of the columns' parse spec
+  (a VarLenFeature a sparse input)."""
+  if not config_lib.columns_path(settings):
+    return tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image"), None
+  by_part = {part: feature_columns(settings, part) for part in parts}
+  spec = tf.feature_column.make_parse_example_spec(sum(by_part.values(), []))
+  inputs = {}
+  for name, feature in sorted(spec.items()):
+    if isinstance(feature, tf.io.VarLenFeature):
+      inputs[name] = tf_keras.Input(shape=(None,), sparse=True, dtype=feature.dtype, name=name)
+    else:
+      inputs[name] = tf_keras.Input(shape=tuple(feature.shape), dtype=feature.dtype, name=name)
+  return inputs, by_part
+
+
+def _flat(inputs, by_part):
+  """The flat image, where the model reads it (DenseFeatures reshapes a numeric column to
+  (B, 784), row-major as Flatten)."""
+  return tf_keras.layers.Flatten(name="flatten")(inputs) if by_part is None else None
+
+
+def _dnn_input(inputs, by_part, flat, init: model.Init) -> tf.Tensor:
+  """The DNN's input layer: the flat image, or its columns' DenseFeatures twin."""
+  if by_part is None:
+    return flat
+  return columns_lib.DenseFeaturesTwin(by_part["dnn"], name=_DNN_INPUT, init=init)(inputs)
+
+
+def _linear_logits(inputs, by_part, flat, feature_name: str, init: model.Init,
+                   outputs: int) -> tf.Tensor:
+  """The linear model's logits: over the flat image, or its columns' LinearModel twin."""
+  if by_part is None:
+    return _LinearModel(feature_name, init, outputs)(flat)
+  return columns_lib.LinearModelTwin(by_part["linear"], outputs, name=_LINEAR_MODEL,
+                                 init=init)(inputs)
 
 
 def build_dnn(seed: int, init: model.Init, hidden_units: str, dropout: float,
-              batch_norm: bool, activation: str, outputs: int = mnist.NUM_CLASSES, **_: Any
-              ) -> tf_keras.Model:
+              batch_norm: bool, activation: str, outputs: int = mnist.NUM_CLASSES,
+              features: str = "image", feature_columns: str = "", **_: Any) -> tf_keras.Model:
   """The twin of DNNClassifier, or of DNNRegressor (the optimizer settings it is also given
   are not the model's); `outputs`: the head's logits (trainers/heads.py)."""
-  image, x = _flat_image()
-  return tf_keras.Model(image, _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm,
-                                           activation, outputs), name="dnn")
+  settings = {"features": features, "feature_columns": feature_columns}
+  inputs, by_part = _inputs(settings, ("dnn",))
+  x = _dnn_input(inputs, by_part, _flat(inputs, by_part), init)
+  return tf_keras.Model(inputs, _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm,
+                                            activation, outputs), name="dnn")
 
 
 def build_linear(seed: int, init: model.Init, feature_name: str,
-                 outputs: int = mnist.NUM_CLASSES, **_: Any) -> tf_keras.Model:
+                 outputs: int = mnist.NUM_CLASSES, features: str = "image",
+                 feature_columns: str = "", **_: Any) -> tf_keras.Model:
   """The twin of LinearClassifier, or of LinearRegressor."""
   del seed  # Zeros, as the canned weights start.
-  image, x = _flat_image()
-  return tf_keras.Model(image, _LinearModel(feature_name, init, outputs)(x), name="linear")
+  settings = {"features": features, "feature_columns": feature_columns}
+  inputs, by_part = _inputs(settings, ("linear",))
+  logits = _linear_logits(inputs, by_part, _flat(inputs, by_part), feature_name, init, outputs)
+  return tf_keras.Model(inputs, logits, name="linear")
 
 
 def build_wide_deep(seed: int, init: model.Init, hidden_units: str, dropout: float,
                     batch_norm: bool, activation: str, feature_name: str,
-                    outputs: int = mnist.NUM_CLASSES, **_: Any) -> tf_keras.Model:
+                    outputs: int = mnist.NUM_CLASSES, features: str = "image",
+                    feature_columns: str = "", **_: Any) -> tf_keras.Model:
   """The twin of DNNLinearCombinedClassifier, or of its regressor: the DNN's logits plus
   the linear model's."""
-  image, x = _flat_image()
-  dnn = _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm, activation, outputs)
-  logits = tf_keras.layers.Add(name="logits")([dnn, _LinearModel(feature_name, init,
-                                                                 outputs)(x)])
-  return tf_keras.Model(image, logits, name="wide_deep")
+  settings = {"features": features, "feature_columns": feature_columns}
+  inputs, by_part = _inputs(settings, PARTS)
+  flat = _flat(inputs, by_part)
+  dnn = _dnn_logits(_dnn_input(inputs, by_part, flat, init), seed, init, hidden_units, dropout,
+                    batch_norm, activation, outputs)
+  logits = tf_keras.layers.Add(name="logits")(
+      [dnn, _linear_logits(inputs, by_part, flat, feature_name, init, outputs)])
+  return tf_keras.Model(inputs, logits, name="wide_deep")
 
 
 def part_of(weight: str) -> str:
@@ -213,8 +263,41 @@ def _v1_twin_optimizer(part: str):
   return make
 
 
-def _columns(settings: Dict[str, Any]):
-  return [tf.feature_column.numeric_column(settings["feature_name"], shape=mnist.IMAGE_SHAPE)]
+def feature_columns(settings: Dict[str, Any], part: str) -> list:
+  """The feature columns of a canned model's `part` (`dnn` or `linear`): the image's one
+  numeric column (--feature_name), or under --features=tabular the --feature_columns a
+  module holds: a list (every part's), a dict of lists by part, or a function making
+  either. Raises model_registry.SpecError naming what is wrong with them."""
+  path = config_lib.columns_path(settings)
+  if not path:
+    return [tf.feature_column.numeric_column(settings["feature_name"],
+                                             shape=mnist.IMAGE_SHAPE)]
+  found = model_registry.load(path, object, model_registry.COLUMNS)
+  if callable(found):
+    found = found()
+  if isinstance(found, dict):
+    if part not in found:
+      raise model_registry.SpecError(
+          f"--feature_columns={path} has no {part!r} list, which the model's {part} part "
+          f"reads; give it one, or give one list for every part")
+    found = found[part]
+  if not isinstance(found, (list, tuple)) or not found or not all(
+      isinstance(c, tf.__internal__.feature_column.FeatureColumn) for c in found):
+    raise model_registry.SpecError(
+        f"--feature_columns={path} is not a non-empty list of tf.feature_column columns "
+        f"(nor a dict of such lists by part, linear and dnn); make it one")
+  return list(found)
+
+
+def parse_spec(settings: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+  """What a canned model reads of the tabular features, the parse_example spec of every
+  part's columns (the input parses its tf.Examples, and the export its requests, by it);
+  None for the image."""
+  if not config_lib.columns_path(settings):
+    return None
+  parts = [part for part in PARTS if f"{part}_optimizer" in settings]
+  return tf.feature_column.make_parse_example_spec(
+      sum((feature_columns(settings, part) for part in parts), []))
 
 
 def _of_task(config: Config, api: Any, family: str) -> Tuple[Any, Dict[str, Any]]:
@@ -251,7 +334,8 @@ def dnn_estimator(config: Config, run_config: Any, warm_start_from: Optional[Any
   api, optimizer = _api(v1)
   canned_class, head = _of_task(config, api, "DNN")
   return canned_class(
-      hidden_units=config.hidden_units_list(), feature_columns=_columns(settings), **head,
+      hidden_units=config.hidden_units_list(), feature_columns=feature_columns(settings, "dnn"),
+      **head,
       optimizer=optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
       activation_fn=getattr(tf.nn, settings["activation"]),
       dropout=settings["dropout"] or None, batch_norm=settings["batch_norm"],
@@ -266,7 +350,7 @@ def linear_estimator(config: Config, run_config: Any, warm_start_from: Optional[
   api, optimizer = _api(v1)
   canned_class, head = _of_task(config, api, "Linear")
   return canned_class(
-      feature_columns=_columns(settings), **head,
+      feature_columns=feature_columns(settings, "linear"), **head,
       optimizer=optimizer(settings["linear_optimizer"], settings["linear_learning_rate"]),
       config=run_config, warm_start_from=warm_start_from)
 
@@ -279,9 +363,9 @@ def wide_deep_estimator(config: Config, run_config: Any, warm_start_from: Option
   api, optimizer = _api(v1)
   canned_class, head = _of_task(config, api, "DNNLinearCombined")
   return canned_class(
-      linear_feature_columns=_columns(settings),
+      linear_feature_columns=feature_columns(settings, "linear"),
       linear_optimizer=optimizer(settings["linear_optimizer"], settings["linear_learning_rate"]),
-      dnn_feature_columns=_columns(settings),
+      dnn_feature_columns=feature_columns(settings, "dnn"),
       dnn_optimizer=optimizer(settings["dnn_optimizer"], settings["dnn_learning_rate"]),
       dnn_hidden_units=config.hidden_units_list(),
       dnn_activation_fn=getattr(tf.nn, settings["activation"]),
