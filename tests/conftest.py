@@ -191,11 +191,12 @@ def vertex_tf_configs(workers: int, evaluator: bool = True,
 
 
 def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 256,
-                    task: str = "multiclass", weights=None):
+                    task: str = "multiclass", weights=None, tabular=None):
   """A tiny in-memory input_fn with the shared one's contract, for in-process trainer tests;
   its labels the `task`'s (trainers/heads.py), with `weights` (each digit's) each example's
-  weight."""
+  weight; with `tabular` (a parse spec) each image's tabular features, parsed by it."""
   import tensorflow as tf
+  from data.mnist import tabular as table
   from trainers import heads
   from trainers.config import Config
   head = heads.head(Config(task=task))
@@ -210,15 +211,28 @@ def memory_input_fn(global_batch_size: int, eval_batch_size: int = 50, n: int = 
       ds = ds.map(lambda image, digit: (image, digit, tf.gather(tf.constant(weights), digit)))
     if task != "multiclass":
       ds = ds.map(lambda image, digit, *weight: (image, head.label(image, digit), *weight))
+    if tabular:
+      ds = ds.map(lambda image, *rest: (table.serialize(table.features(image)), *rest))
     batch = global_batch_size if mode == mnist.TRAIN else eval_batch_size
     if input_context is not None:
       ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
       batch = input_context.get_per_replica_batch_size(batch)
     if mode == mnist.TRAIN:
       ds = ds.repeat()
-    return ds.batch(batch, drop_remainder=mode == mnist.TRAIN)
+    ds = ds.batch(batch, drop_remainder=mode == mnist.TRAIN)
+    if tabular:
+      ds = ds.map(lambda records, *rest: (tf.io.parse_example(records, tabular), *rest))
+    return ds
 
   return input_fn
+
+
+def memory_input_of(config):
+  """memory_input_fn as `config` reads it: its batch, task, weights and features."""
+  from trainers.models import canned
+  return memory_input_fn(config.global_batch_size, task=config.task,
+                         weights=config.example_weights(),
+                         tabular=canned.parse_spec(config.canned_settings()))
 
 
 def with_initial_weights(config, tmp_path):
@@ -236,9 +250,7 @@ def trained_weights(backend, config, model_dir):
   from trainers import loop
   summary = loop.train_and_evaluate(backend, config, str(model_dir),
                                     strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-                                    input_fn=memory_input_fn(
-                                        config.global_batch_size, task=config.task,
-                                        weights=config.example_weights()))
+                                    input_fn=memory_input_of(config))
   return harness.backend_weights(backend.name, summary, config)
 
 
@@ -246,8 +258,7 @@ def assert_ends_where_the_reference_ends(config, trained, atol: float = 1e-5) ->
   """Every weight (moving statistics too) within `atol` of the reference loop's, at one
   worker on the same memory data."""
   from launch.proofs import reference
-  _, want = reference.train_reference(config, 1, memory_input_fn(
-      config.global_batch_size, task=config.task, weights=config.example_weights()))
+  _, want = reference.train_reference(config, 1, memory_input_of(config))
   assert sorted(trained) == sorted(want)
   diffs = {name: float(np.max(np.abs(trained[name] - value))) for name, value in want.items()}
   assert max(diffs.values()) < atol, diffs

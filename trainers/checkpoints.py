@@ -10,6 +10,7 @@ name-based ones (`model.ckpt-<step>`), keyed by variable name (`conv/kernel`,
 `checkpoint` file.
 """
 
+import collections
 import json
 import os
 import re
@@ -198,12 +199,20 @@ def checkpoint_step(path: str) -> Tuple[str, int]:
 
 
 def layer_attribute(layer, weight) -> str:
-  """The name a layer tracks `weight` under (`kernel`; a custom layer's add_weight name),
-  escaped as its object-based checkpoint key holds it."""
-  for name, child in layer._trackable_children().items():  # pylint: disable=protected-access
-    if child is weight:
-      # As tf.train.Checkpoint escapes a name in an object path: "/" separates them.
-      return name.replace(".", "..").replace("/", ".S")
+  """The path a layer tracks `weight` under (`kernel`; a custom layer's add_weight name;
+  `columns/2/embedding_weights` in a layer of layers), escaped as its object-based
+  checkpoint key holds it. The checkpoint names each object by its first path breadth
+  first, which a weight two layers share (a shared embedding table) has too."""
+  queue, seen = collections.deque([(layer, [])]), {id(layer)}
+  while queue:
+    node, path = queue.popleft()
+    for name, child in node._trackable_children().items():  # pylint: disable=protected-access
+      if child is weight:
+        # As tf.train.Checkpoint escapes a name in an object path: "/" separates them.
+        return "/".join(p.replace(".", "..").replace("/", ".S") for p in [*path, name])
+      if id(child) not in seen and not isinstance(child, tf.Variable):
+        seen.add(id(child))
+        queue.append((child, [*path, name]))
   return model_lib.weight_name(weight).split("/")[-1]
 
 

@@ -36,10 +36,13 @@ for a categorical column the empty string and -1 are missing values, dropped
 """
 
 import math
+import zlib
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
+
+from trainers import model_registry
 
 Features = Dict[str, object]
 # init(weight_name, default_initializer) -> the initializer to give it (trainers/model.py).
@@ -52,8 +55,9 @@ class Ids(NamedTuple):
   weights: Optional[tf.SparseTensor]
 
 
-class ColumnError(ValueError):
-  """A column this module cannot twin exactly; its message names the column."""
+class ColumnError(model_registry.SpecError):
+  """A column this module cannot twin, or whose data is not there; its message names the
+  column (the trainers exit 2 with it, before training)."""
 
 
 def _kind(column) -> str:
@@ -391,6 +395,21 @@ class _SharedEmbedded(tf_keras.layers.Layer):
     pair = self.ids.pair(features)
     return self.table(pair.ids, pair.weights, combiner=self.column.combiner,
                       max_norm=self.column.max_norm)
+
+
+def seeded(init: Init, seed: int) -> Init:
+  """`init`, giving a default initializer that draws without a seed (a column's own: an
+  embedding's truncated normal) a seed from `seed` and the weight's name, so that the run's
+  --seed fixes it and op determinism lets it draw."""
+
+  def with_seed(name: str, default):
+    settings = default.get_config() if hasattr(default, "get_config") else {}
+    if "seed" in settings and settings["seed"] is None:
+      default = type(default).from_config(
+          {**settings, "seed": seed + zlib.crc32(name.encode()) % 10_000})
+    return init(name, default)
+
+  return with_seed
 
 
 def _initializer(init: Optional[Init], name: str, default):

@@ -133,6 +133,11 @@ class _OneCollectiveModel(tf_keras.Model):
     gradients = tape.gradient(loss, variables)
     if self._clip_norm is not None:  # This replica's, before the all-reduce: v1's meaning.
       gradients, _ = tf.clip_by_global_norm(gradients, self._clip_norm)
+    if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+      # A column's rows (tf.IndexedSlices) all-reduced as a dense gradient, as the canned
+      # Estimator's are here: the all-gather of rows that differ in number between
+      # workers fails (canned._dense_across_workers says why and what it costs).
+      gradients = [g for g, _ in canned.dense_gradients(zip(gradients, variables))]
     # The loss goes last, so the gradients are packed as Keras's own all-reduce packs them.
     *gradients, loss = tf.distribute.get_replica_context().all_reduce(
         tf.distribute.ReduceOp.SUM, [*gradients, loss])

@@ -61,7 +61,7 @@ MODEL = Named(
 
 COLUMNS = Named(
     "feature columns", "list of tf.feature_column columns, a dict of such lists by canned "
-    "part (linear, dnn), or a function returning either", "COLUMNS = [...]",
+    "part (linear, dnn), or a function returning either", "list(...)",
     "--feature_columns takes package.module:NAME, a list of tf.feature_column columns in a "
     "module on PYTHONPATH (docs/training.md, \"Feature columns\")")
 

@@ -36,6 +36,7 @@ from trainers import model_dir as layout
 from trainers import schedules
 from trainers import serving
 from trainers.config import Config
+from trainers.models import canned
 
 BACKENDS = runs.BACKENDS
 Check = harness.Check
@@ -161,10 +162,12 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   notes = _program_notes(program, config) if program else []
   # The short run's exports: its weights agree to weight_atol, the long run's only in accuracy.
   if not program:
+    spec = canned.parse_spec(config.canned_settings())
     checks += serving_check.compare(
         short["estimator"]["export_dir"], short["keras"]["export_dir"],
         lambda: serving_check.test_images(config), serving.feature_name(config),
-        tolerances.prediction_atol, required=serving.signature_keys(heads.head(config)))
+        tolerances.prediction_atol, required=serving.signature_keys(heads.head(config), spec),
+        spec=spec)
   elif program.exports:
     checks += serving_check.compare_exports(
         short["estimator"]["export_dir"], short["keras"]["export_dir"],

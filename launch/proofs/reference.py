@@ -315,10 +315,15 @@ def train_reference(config: Config, num_workers: int,
 
   signature = None
   if any_batch_size:
-    signature = [[tf.nest.map_structure(lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
-                                        p.element_spec) for p in pipelines],
+    def any_batch(spec):  # A tabular feature's rows may be sparse.
+      kind = tf.SparseTensorSpec if isinstance(spec, tf.SparseTensorSpec) else tf.TensorSpec
+      return kind([None, *spec.shape[1:]], spec.dtype)
+
+    signature = [[tf.nest.map_structure(any_batch, p.element_spec) for p in pipelines],
                  tf.TensorSpec([], tf.float32)]
-  step = tf.function(step, input_signature=signature)
+  # A tabular batch's sparse rows differ in width batch to batch: traced again for each
+  # width, the step would be traced every step; an image batch's shape never changes.
+  step = tf.function(step, input_signature=signature, reduce_retracing=True)
   losses = []
   for i in range(config.train_steps):
     batches = [next(p) for p in pipelines]

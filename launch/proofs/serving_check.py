@@ -15,6 +15,10 @@ another TensorFlow), `compare` checks
 - bad requests: a tf.Example without the image feature, one holding it as integers, and
   bytes that are no tf.Example must fail in both, with the same kind of error.
 
+Under --features=tabular (`spec`, the columns' parse spec) each image is sent as the
+tf.Example of its tabular features (data/mnist/tabular.py), and the bad requests lack, or
+hold as integers, the first feature the spec requires.
+
 A model server feeds a signature the request's examples and tensors as they are; this
 check feeds them to the loaded signatures the same way (no model server runs here).
 
@@ -37,6 +41,7 @@ from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import regression_pb2
 
 from data import mnist
+from data.mnist import tabular
 from launch.convert import source
 from launch.proofs.harness import Check
 from trainers import inputs
@@ -46,6 +51,7 @@ from trainers import serving
 from trainers.config import Config
 
 Answers = Dict[str, np.ndarray]  # "<signature>/<output>" -> every test image's answer.
+Spec = Optional[Mapping[str, Any]]  # The tabular features' parse spec, or None: the image.
 # Bad requests, each with the phrase that TensorFlow's tf.Example parser puts in its error.
 BAD_REQUESTS = {
     "missing feature": "is required but could not be found",
@@ -87,8 +93,11 @@ def signatures(export_dir: str) -> Dict[str, Signature]:
 
 
 def test_images(config: Config) -> Iterator[np.ndarray]:
-  """The whole test split of `config.data_dir`, in batches of `config.eval_batch_size`."""
-  return (images.numpy() for images, *_ in inputs.default_input_fn(config)(mnist.EVAL, None))
+  """The whole test split of `config.data_dir`, in batches of `config.eval_batch_size` (the
+  images, under --features=tabular too: requests are made of them)."""
+  images_of = dataclasses.replace(config, features=None, feature_columns=None)
+  return (images.numpy() for images, *_ in inputs.default_input_fn(images_of)(mnist.EVAL,
+                                                                             None))
 
 
 def test_features(config: Config) -> Iterator[Any]:
@@ -108,8 +117,13 @@ def export_keras_checkpoint(model_dir: str, config: Config, out_dir: str) -> str
   return keras_trainer.export_model(config, model, out_dir)
 
 
-def examples(images: np.ndarray, feature: str) -> List[tf.train.Example]:
-  """Each image as the tf.Example an Estimator's client sends: `feature`, 784 floats."""
+def examples(images: np.ndarray, feature: str, spec: Spec = None) -> List[tf.train.Example]:
+  """Each image as the tf.Example an Estimator's client sends: `feature`, 784 floats; with
+  `spec` (tabular), the image's tabular features."""
+  if spec:
+    return [tf.train.Example.FromString(tabular.serialize(tabular.features(
+        tf.reshape(tf.constant(image, tf.float32), mnist.IMAGE_SHAPE))).numpy())
+        for image in images]
   return [tf.train.Example(features=tf.train.Features(feature={
       feature: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel()))}))
       for image in images]
@@ -194,16 +208,17 @@ def read_response(name: str, response: object) -> Answers:
           for key, value in read.items()}
 
 
-def answers(loaded: Any, image_batches: Iterable[np.ndarray], feature: str) -> Answers:
+def answers(loaded: Any, image_batches: Iterable[np.ndarray], feature: str,
+            spec: Spec = None) -> Answers:
   """The answers of an export (`loaded`: tf.saved_model.load's) to a client's requests for
   every image."""
-  return _answers(loaded, _with_examples(image_batches, feature))
+  return _answers(loaded, _with_examples(image_batches, feature, spec))
 
 
-def _with_examples(image_batches: Iterable[np.ndarray], feature: str
+def _with_examples(image_batches: Iterable[np.ndarray], feature: str, spec: Spec = None
                    ) -> List[Tuple[np.ndarray, List[tf.train.Example]]]:
   """Each batch of images, and as the tf.Examples a client sends (`examples`)."""
-  return [(images, examples(images, feature))
+  return [(images, examples(images, feature, spec))
           for images in (np.asarray(batch) for batch in image_batches)]
 
 
@@ -219,15 +234,26 @@ def _answers(loaded: Any, batches: Iterable[Tuple[np.ndarray, List[tf.train.Exam
   return {key: np.concatenate(values) for key, values in parts.items()}
 
 
-def bad_request_errors(loaded: Any, feature: str) -> Dict[str, str]:
+def bad_request_errors(loaded: Any, feature: str, spec: Spec = None) -> Dict[str, str]:
   """What each bad request (BAD_REQUESTS) to each tf.Example signature of an export
   (`loaded`: tf.saved_model.load's) raises: `<error class>: <the parser's message>`, or
-  `answered` if it did not fail."""
+  `answered` if it did not fail. With `spec` (tabular), the requests are a blank image's
+  tabular features without, or with integers for, the first one the spec requires."""
+  width = 784
+  if spec:
+    feature = min(name for name, kind in spec.items()
+                  if isinstance(kind, tf.io.FixedLenFeature) and kind.default_value is None)
+    width = int(np.prod(spec[feature].shape))
+  whole = examples(np.zeros((1, 784)), feature, spec)[0]
+  missing, wrong = tf.train.Example(), tf.train.Example()
+  missing.CopyFrom(whole)
+  del missing.features.feature[feature]
+  wrong.CopyFrom(whole)
+  wrong.features.feature[feature].CopyFrom(
+      tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * width)))
   bad = {
-      "missing feature": examples(np.zeros((1, 784)), f"not_{feature}")[0].SerializeToString(),
-      "wrong dtype": tf.train.Example(features=tf.train.Features(feature={
-          feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * 784))}))
-      .SerializeToString(),
+      "missing feature": missing.SerializeToString(),
+      "wrong dtype": wrong.SerializeToString(),
       # ASCII: the parser's error quotes the bytes, and TF 2.15's Python binding raises
       # UnicodeDecodeError instead of the error when they are not UTF-8.
       "malformed proto": b"this is not a tf.Example",
@@ -312,7 +338,7 @@ def compare_errors(first: Mapping[str, str], second: Mapping[str, str],
 
 def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterable[np.ndarray]],
             feature: str, atol: float, names: Tuple[str, str] = ("estimator", "keras"),
-            required: Sequence[str] = serving.SIGNATURES) -> List[Check]:
+            required: Sequence[str] = serving.SIGNATURES, spec: Spec = None) -> List[Check]:
   """Every check of the module docstring, for the exports in `first_dir` and `second_dir`.
 
   Args:
@@ -322,14 +348,17 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
     atol: the limit on |difference| of scores, probabilities and logits.
     names: how the report names the two exports.
     required: the signatures both must have (by default the contract's).
+    spec: the tabular features' parse spec, if the exports read them (the images are sent
+      as their tabular features).
   """
   loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
-  batches = _with_examples(image_batches(), feature)  # Built once, asked of both.
+  batches = _with_examples(image_batches(), feature, spec)  # Built once, asked of both.
   first, second = (_answers(export, batches) for export in loaded)
   count = len(next(iter(first.values()))) if first else 0
   return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
           + compare_answers(first, second, names, atol, f"{count} test images")
-          + compare_errors(*(bad_request_errors(export, feature) for export in loaded), names))
+          + compare_errors(*(bad_request_errors(export, feature, spec) for export in loaded),
+                           names))
 
 
 def feed(signature: Any, features: Any) -> Optional[Dict[str, tf.Tensor]]:

@@ -25,6 +25,22 @@ def test_a_checkpoint_is_recognised_by_backend_and_step(tmp_path):
     checkpoints.checkpoint_step(str(tmp_path / "missing"))
 
 
+def test_a_model_of_nested_layers_is_resumed_and_another_refused(tmp_path):
+  """The tabular twin's tables sit in layers inside layers (columns/2/embedding_weights):
+  each weight's key is found by its path, so its own checkpoint resumes and the image
+  model's does not."""
+  tabular = Config(model="wide_deep", hidden_units="8", features="tabular", seed=0)
+  model = model_lib.build(tabular)
+  model.compile(optimizer="sgd", loss="mse")
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 1,
+                             checkpoint_name="ckpt").save(checkpoint_number=4)
+  assert checkpoints.resume_problem("keras", str(tmp_path), tabular) is None
+  keys = dict(tf.train.list_variables(str(tmp_path / "ckpt-4")))
+  assert any("/columns/" in key and "embedding_weights" in key for key in keys)
+  assert "it has no variable" in checkpoints.resume_problem(
+      "keras", str(tmp_path), Config(model="wide_deep", hidden_units="8"))
+
+
 def _keras_checkpoints(directory, steps):
   model = model_lib.build(Config(seed=0))
   model.compile(optimizer="sgd", loss="mse")

@@ -34,6 +34,7 @@ import tensorflow as tf
 import tf_keras
 
 from data import mnist
+from data.mnist import tabular
 from trainers import columns as columns_lib
 from trainers import config as config_lib
 from trainers import model
@@ -149,7 +150,7 @@ def build_dnn(seed: int, init: model.Init, hidden_units: str, dropout: float,
   are not the model's); `outputs`: the head's logits (trainers/heads.py)."""
   settings = {"features": features, "feature_columns": feature_columns}
   inputs, by_part = _inputs(settings, ("dnn",))
-  x = _dnn_input(inputs, by_part, _flat(inputs, by_part), init)
+  x = _dnn_input(inputs, by_part, _flat(inputs, by_part), columns_lib.seeded(init, seed))
   return tf_keras.Model(inputs, _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm,
                                             activation, outputs), name="dnn")
 
@@ -174,8 +175,8 @@ def build_wide_deep(seed: int, init: model.Init, hidden_units: str, dropout: flo
   settings = {"features": features, "feature_columns": feature_columns}
   inputs, by_part = _inputs(settings, PARTS)
   flat = _flat(inputs, by_part)
-  dnn = _dnn_logits(_dnn_input(inputs, by_part, flat, init), seed, init, hidden_units, dropout,
-                    batch_norm, activation, outputs)
+  dnn = _dnn_logits(_dnn_input(inputs, by_part, flat, columns_lib.seeded(init, seed)), seed,
+                    init, hidden_units, dropout, batch_norm, activation, outputs)
   logits = tf_keras.layers.Add(name="logits")(
       [dnn, _linear_logits(inputs, by_part, flat, feature_name, init, outputs)])
   return tf_keras.Model(inputs, logits, name="wide_deep")
@@ -235,8 +236,8 @@ def _canned_optimizer(name: str, learning_rate: float):
   it runs on."""
   # Imported here: tensorflow_estimator exists up to TF 2.15; the twin runs on later ones.
   from tensorflow_estimator.python.estimator.canned import optimizers  # noqa: PLC0415
-  return functools.partial(optimizers.get_optimizer_instance_v2, _CANNED_NAMES[name],
-                           learning_rate=learning_rate)
+  return lambda: _dense_across_workers(optimizers.get_optimizer_instance_v2(
+      _CANNED_NAMES[name], learning_rate=learning_rate))
 
 
 def _v1_hyperparameters(name: str) -> Dict[str, float]:
@@ -248,8 +249,35 @@ def _v1_hyperparameters(name: str) -> Dict[str, float]:
 def _v1_canned_optimizer(name: str, learning_rate: float):
   """What a `tf.compat.v1.estimator` canned class takes as its optimizer: a callable
   making the tf.compat.v1.train optimizer it makes from `name`, at `learning_rate`."""
-  return functools.partial(optimizers.PAIRS[name].v1, learning_rate,
-                           **_v1_hyperparameters(name))
+  return lambda: _dense_across_workers(optimizers.PAIRS[name].v1(
+      learning_rate, **_v1_hyperparameters(name)))
+
+
+def dense_gradients(grads_and_vars):
+  """The (gradient, variable) pairs with an embedding's or a linear column's rows
+  (tf.IndexedSlices) made a dense gradient."""
+  return [(tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v)
+          for g, v in grads_and_vars]
+
+
+def _dense_across_workers(optimizer):
+  """The canned Estimator's optimizer, all-reducing a column's rows as a dense gradient
+  when replicas sum gradients: MultiWorkerMirroredStrategy's all-gather of rows that differ
+  in number between workers fails in the Estimator's graph ("Shape mismatch in the
+  collective instance"; tensorflow#24003, #33339), so a canned model with categorical
+  columns could not train on two workers at all. Rows no example touched are zeros, which
+  the canned optimizers leave as a sparse update leaves them; the twin does the same
+  (keras_trainer._OneCollectiveModel)."""
+  if tf.distribute.get_strategy().num_replicas_in_sync == 1:
+    return optimizer
+  if hasattr(optimizer, "gradient_aggregator"):  # A Keras legacy optimizer (TF2 classes).
+    aggregate = optimizer.gradient_aggregator
+    optimizer.gradient_aggregator = lambda pairs: aggregate(dense_gradients(pairs))
+  else:  # A tf.compat.v1.train optimizer (the v1 classes), which aggregates as it applies.
+    apply = optimizer.apply_gradients
+    optimizer.apply_gradients = lambda pairs, *args, **kwargs: apply(
+        dense_gradients(pairs), *args, **kwargs)
+  return optimizer
 
 
 def _v1_twin_optimizer(part: str):
@@ -286,6 +314,13 @@ def feature_columns(settings: Dict[str, Any], part: str) -> list:
     raise model_registry.SpecError(
         f"--feature_columns={path} is not a non-empty list of tf.feature_column columns "
         f"(nor a dict of such lists by part, linear and dnn); make it one")
+  for column in found:
+    try:
+      tabular.check_spec(column.parse_example_spec)
+    except ValueError as e:
+      raise model_registry.SpecError(
+          f"--feature_columns={path}: column {column.name!r} reads what the data cannot give: "
+          f"{e}") from e
   return list(found)
 
 

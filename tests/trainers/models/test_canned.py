@@ -12,7 +12,9 @@ from tests.conftest import trained_weights
 from tests.conftest import with_initial_weights
 from trainers import keras_trainer
 from trainers import model as model_lib
+from trainers import model_registry
 from trainers.config import Config
+from trainers.models import canned
 
 CONFIG = Config(train_steps=6, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
                 checkpoint_every_steps=3, deterministic=True)
@@ -113,6 +115,11 @@ CASES = {
                             "weight_column": "w", "digit_weights": "1,1,1,4,1,1,1,1,1,0"},
     "wide_deep_v1-weighted": {"model": "wide_deep_v1", "hidden_units": "16",
                               "weight_column": "w", "digit_weights": "0,1,2,3,4,5,6,7,8,9"},
+    # The tabular features through every kind of column (trainers/models/tabular.py):
+    # sparse rows of embeddings and linear weights, both parts' optimizers.
+    "wide_deep-tabular": {"model": "wide_deep", "hidden_units": "16", "features": "tabular"},
+    "linear_v1-tabular-weighted": {"model": "linear_v1", "features": "tabular",
+                                   "weight_column": "w", "digit_weights": "0,1,2,3,4,5,6,7,8,9"},
 }
 
 
@@ -140,3 +147,41 @@ def test_both_backends_train_as_the_reference(case, backend_name, tmp_path):
           dataclasses.replace(config, weight_column=None, digit_weights=None), trained)
 
 
+
+
+TEAM_COLUMNS = """
+import tensorflow as tf
+fc = tf.feature_column
+ink = fc.numeric_column("ink")
+LIST = [ink, fc.indicator_column(fc.categorical_column_with_hash_bucket("grid", 7))]
+BY_PART = {"linear": [fc.bucketized_column(ink, [0.1])], "dnn": [ink]}
+def made():
+  return [fc.numeric_column("width")]
+NO_DNN = {"linear": [ink]}
+MISSING = [fc.numeric_column("age")]
+WRONG_TYPE = [fc.categorical_column_with_hash_bucket("pixels", 3)]
+NOT_COLUMNS = ["ink"]
+"""
+
+
+@pytest.mark.parametrize("name, part, want", [
+    ("LIST", "dnn", ["ink", "grid_indicator"]), ("LIST", "linear", ["ink", "grid_indicator"]),
+    ("BY_PART", "linear", ["ink_bucketized"]), ("BY_PART", "dnn", ["ink"]),
+    ("made", "dnn", ["width"]),
+    ("NO_DNN", "dnn", "has no 'dnn' list"),
+    ("MISSING", "dnn", "column 'age' reads what the data cannot give: the tabular MNIST "
+                       "features have no 'age'"),
+    ("WRONG_TYPE", "linear", "column 'pixels' reads what the data cannot give: the tabular "
+                             "feature 'pixels' is int64; the columns parse it as string"),
+    ("NOT_COLUMNS", "dnn", "is not a non-empty list of tf.feature_column columns"),
+    ("NOPE", "dnn", "team_columns has no NOPE")])
+def test_a_teams_columns_are_found_by_import_path(tmp_path, monkeypatch, name, part, want):
+  (tmp_path / "team_columns.py").write_text(TEAM_COLUMNS)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  settings = dataclasses.replace(CONFIG, model="wide_deep", features="tabular",
+                                 feature_columns=f"team_columns:{name}").canned_settings()
+  if isinstance(want, list):
+    assert [c.name for c in canned.feature_columns(settings, part)] == want
+  else:
+    with pytest.raises(model_registry.SpecError, match=want):
+      canned.feature_columns(settings, part)
