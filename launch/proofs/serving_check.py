@@ -120,10 +120,11 @@ def export_keras_checkpoint(model_dir: str, config: Config, out_dir: str) -> str
 def examples(images: np.ndarray, feature: str, spec: Spec = None) -> List[tf.train.Example]:
   """Each image as the tf.Example an Estimator's client sends: `feature`, 784 floats; with
   `spec` (tabular), the image's tabular features."""
-  if spec:
-    return [tf.train.Example.FromString(tabular.serialize(tabular.features(
-        tf.reshape(tf.constant(image, tf.float32), mnist.IMAGE_SHAPE))).numpy())
-        for image in images]
+  if spec:  # In a dataset's graph: eagerly each image took 15 ms, 2.5 min for the split.
+    records = tf.data.Dataset.from_tensor_slices(
+        np.reshape(images, (-1, *mnist.IMAGE_SHAPE)).astype(np.float32)).map(
+            lambda image: tabular.serialize(tabular.features(image)))
+    return [tf.train.Example.FromString(record) for record in records.as_numpy_iterator()]
   return [tf.train.Example(features=tf.train.Features(feature={
       feature: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel()))}))
       for image in images]
