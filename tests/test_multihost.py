@@ -301,7 +301,10 @@ def _ray_nodes(hosts: Hosts, env: Dict[str, str], log_dir: str, deadline: float)
 
 
 @needs_ray
-@pytest.mark.parametrize("backend", runs.BACKENDS)
+# The Estimator's case in the extended run: in CI it trains across these two hosts in the
+# node-lost test below, and on Ray as on localhost in launch.parity --engine=ray's test.
+@pytest.mark.parametrize("backend", [b if b == "keras" else pytest.param(
+    b, marks=pytest.mark.extended) for b in runs.BACKENDS])
 def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, tiny_data_dir,
                                                                        tmp_path):
   """A Ray cluster of two nodes on two hosts, one CPU each, and `launch.ray --address` on

@@ -109,6 +109,7 @@ def _check_dtype(column, value) -> None:
 # not give None, which Ids.weights mostly is.
 
 class _Categorical(tf_keras.layers.Layer):
+  """A categorical column's twin: `pair(features)` gives its Ids."""
 
   def __init__(self, **kwargs):
     super().__init__(**kwargs)
@@ -119,6 +120,7 @@ class _Categorical(tf_keras.layers.Layer):
 
   def pair(self, features) -> Ids:
     raise NotImplementedError
+
 
 class _Hashed(_Categorical):
   """categorical_column_with_hash_bucket: Hashing."""

@@ -16,8 +16,10 @@ another TensorFlow), `compare` checks
   bytes that are no tf.Example must fail in both, with the same kind of error.
 
 Under --features=tabular (`spec`, the columns' parse spec) each image is sent as the
-tf.Example of its tabular features (data/mnist/tabular.py), and the bad requests lack, or
-hold as integers, the first feature the spec requires.
+tf.Example of its tabular features (data/mnist/tabular.py), and also, for the first
+EDGE_EXAMPLES, without its lists, with every string out of vocabulary and with empty lists
+(answers keyed `<case> <signature>/<output>`); the bad requests lack, or hold as integers,
+the first feature the spec requires.
 
 A model server feeds a signature the request's examples and tensors as they are; this
 check feeds them to the loaded signatures the same way (no model server runs here).
@@ -223,6 +225,57 @@ def _with_examples(image_batches: Iterable[np.ndarray], feature: str, spec: Spec
           for images in (np.asarray(batch) for batch in image_batches)]
 
 
+EDGE_EXAMPLES = 100  # Of the first batch, sent again as each edge case.
+
+
+def _tabular_edges(batch: Tuple[np.ndarray, List[tf.train.Example]], spec: Mapping[str, Any]
+                   ) -> Dict[str, Tuple[np.ndarray, List[tf.train.Example]]]:
+  """The first EDGE_EXAMPLES of a batch of tabular requests again, as a client may also
+  send them: without their lists (every VarLenFeature of `spec`), with every string out of
+  vocabulary, and with empty lists."""
+  images, examples_ = batch[0][:EDGE_EXAMPLES], batch[1][:EDGE_EXAMPLES]
+  lists = [name for name, kind in spec.items() if isinstance(kind, tf.io.VarLenFeature)]
+  strings = [name for name, kind in spec.items() if kind.dtype == tf.string]
+
+  def edited(edit: Callable[[tf.train.Example], None]) -> List[tf.train.Example]:
+    made = []
+    for example in examples_:
+      copy = tf.train.Example()
+      copy.CopyFrom(example)
+      edit(copy)
+      made.append(copy)
+    return made
+
+  def without_lists(example):
+    for name in lists:
+      del example.features.feature[name]
+
+  def out_of_vocabulary(example):
+    for name in strings:
+      values = example.features.feature[name].bytes_list.value
+      unseen = [b"unseen-" + value for value in values]
+      del values[:]
+      values.extend(unseen)
+
+  def empty_lists(example):
+    for name in lists:
+      feature = example.features.feature[name]
+      kind = feature.WhichOneof("kind") or "bytes_list"
+      feature.Clear()
+      getattr(feature, kind).SetInParent()
+
+  return {case: (images, edited(edit)) for case, edit in (
+      ("lists missing", without_lists), ("strings out of vocabulary", out_of_vocabulary),
+      ("lists empty", empty_lists))}
+
+
+def tabular_edge_answers(loaded: Any, batch: Tuple[np.ndarray, List[tf.train.Example]],
+                         spec: Mapping[str, Any]) -> Answers:
+  """An export's answers to `_tabular_edges` of a batch, keyed `<case> <signature>/<output>`."""
+  return {f"{case} {key}": value for case, edited in _tabular_edges(batch, spec).items()
+          for key, value in _answers(loaded, [edited]).items()}
+
+
 def _answers(loaded: Any, batches: Iterable[Tuple[np.ndarray, List[tf.train.Example]]]
              ) -> Answers:
   """`answers`, to batches of images with their tf.Examples (`_with_examples`)."""
@@ -356,8 +409,13 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
   batches = _with_examples(image_batches(), feature, spec)  # Built once, asked of both.
   first, second = (_answers(export, batches) for export in loaded)
   count = len(next(iter(first.values()))) if first else 0
+  edges: List[Check] = []
+  if spec:  # The tabular requests a client may also send: each answered alike.
+    edges = compare_answers(*(tabular_edge_answers(export, batches[0], spec)
+                              for export in loaded), names, atol,
+                            f"{EDGE_EXAMPLES} test images' requests, edited")
   return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
-          + compare_answers(first, second, names, atol, f"{count} test images")
+          + compare_answers(first, second, names, atol, f"{count} test images") + edges
           + compare_errors(*(bad_request_errors(export, feature, spec) for export in loaded),
                            names))
 

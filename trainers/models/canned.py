@@ -11,7 +11,9 @@
   loss, tf.compat.v1.train optimizers), whose twins train with the v1-exact tf_keras
   optimizers;
 
-each over one `numeric_column` of the image (`--feature_name`), of the run's --task
+each over one `numeric_column` of the image (`--feature_name`), or with `--features=tabular`
+over feature columns of the tabular features (`trainers/models/tabular.py`'s, or a team's
+`--feature_columns`; the twin's input layers are `trainers/columns.py`'s), of the run's --task
 (trainers/heads.py): a classifier of the ten digits (multiclass, the default), of two
 classes (`--task=binary:D`, `n_classes=2`), or the class's regressor (`--task=regression`:
 `DNNRegressor`, `LinearRegressor`, `DNNLinearCombinedRegressor`), with the head's
@@ -104,10 +106,11 @@ _DNN_INPUT = "dnn/input_from_feature_columns/input_layer"
 _LINEAR_MODEL = "linear/linear_model"
 
 
-def _inputs(settings: Dict[str, Any], parts: Tuple[str, ...]):
-  """The twin's inputs, and each part's columns: the image with its one numeric column, or
-  the tabular features a team's columns read, as Keras inputs of the columns' parse spec
+def _inputs(features: str, columns: str, parts: Tuple[str, ...]):
+  """The twin's inputs, and each part's columns (None for the image): the image, or the
+  tabular features the --feature_columns read, as Keras inputs of the columns' parse spec
   (a VarLenFeature a sparse input)."""
+  settings = {"features": features, "feature_columns": columns}
   if not config_lib.columns_path(settings):
     return tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image"), None
   by_part = {part: feature_columns(settings, part) for part in parts}
@@ -148,8 +151,7 @@ def build_dnn(seed: int, init: model.Init, hidden_units: str, dropout: float,
               features: str = "image", feature_columns: str = "", **_: Any) -> tf_keras.Model:
   """The twin of DNNClassifier, or of DNNRegressor (the optimizer settings it is also given
   are not the model's); `outputs`: the head's logits (trainers/heads.py)."""
-  settings = {"features": features, "feature_columns": feature_columns}
-  inputs, by_part = _inputs(settings, ("dnn",))
+  inputs, by_part = _inputs(features, feature_columns, ("dnn",))
   x = _dnn_input(inputs, by_part, _flat(inputs, by_part), columns_lib.seeded(init, seed))
   return tf_keras.Model(inputs, _dnn_logits(x, seed, init, hidden_units, dropout, batch_norm,
                                             activation, outputs), name="dnn")
@@ -160,8 +162,7 @@ def build_linear(seed: int, init: model.Init, feature_name: str,
                  feature_columns: str = "", **_: Any) -> tf_keras.Model:
   """The twin of LinearClassifier, or of LinearRegressor."""
   del seed  # Zeros, as the canned weights start.
-  settings = {"features": features, "feature_columns": feature_columns}
-  inputs, by_part = _inputs(settings, ("linear",))
+  inputs, by_part = _inputs(features, feature_columns, ("linear",))
   logits = _linear_logits(inputs, by_part, _flat(inputs, by_part), feature_name, init, outputs)
   return tf_keras.Model(inputs, logits, name="linear")
 
@@ -172,8 +173,7 @@ def build_wide_deep(seed: int, init: model.Init, hidden_units: str, dropout: flo
                     feature_columns: str = "", **_: Any) -> tf_keras.Model:
   """The twin of DNNLinearCombinedClassifier, or of its regressor: the DNN's logits plus
   the linear model's."""
-  settings = {"features": features, "feature_columns": feature_columns}
-  inputs, by_part = _inputs(settings, PARTS)
+  inputs, by_part = _inputs(features, feature_columns, PARTS)
   flat = _flat(inputs, by_part)
   dnn = _dnn_logits(_dnn_input(inputs, by_part, flat, columns_lib.seeded(init, seed)), seed,
                     init, hidden_units, dropout, batch_norm, activation, outputs)

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -110,3 +111,23 @@ def test_exports_of_a_ports_own_signatures_are_held_output_by_output(tmp_path):
   assert other["signature serving_default: method, inputs and outputs, one vs other"].passed
   assert not other["max |diff|, answers predict/logits, one vs other"].passed
   assert not other["max |diff|, answers serving_default/scores, one vs other"].passed
+
+
+def test_tabular_requests_are_sent_again_without_lists_out_of_vocabulary_and_empty():
+  from data.mnist import tabular  # noqa: PLC0415
+  images = np.zeros((3, 28, 28, 1), np.float32)
+  images[:, :14, :14] = 1.0  # Inked: strokes r0c0, r0c1, r1c0, r1c1.
+  spec = tabular.parse_spec()
+  batch = (images, serving_check.examples(images, "image", spec))
+  edges = serving_check._tabular_edges(batch, spec)
+  assert sorted(edges) == ["lists empty", "lists missing", "strings out of vocabulary"]
+  for case, (_, examples) in edges.items():
+    parsed = tf.io.parse_example([e.SerializeToString() for e in examples], spec)
+    strokes = parsed["strokes"].values.numpy().tolist()
+    if case == "strings out of vocabulary":
+      assert strokes[:4] == [b"unseen-r0c0", b"unseen-r0c1", b"unseen-r1c0", b"unseen-r1c1"]
+      assert parsed["quadrant"].numpy()[0, 0] == b"unseen-top_left"
+    else:  # Missing or empty, a VarLenFeature parses to no values.
+      assert strokes == [] and parsed["stroke_ink"].values.numpy().size == 0
+      assert "strokes" in examples[0].features.feature or case == "lists missing"
+    assert parsed["ink"].numpy()[0, 0] == pytest.approx(0.25)  # Scalars untouched.
