@@ -387,9 +387,10 @@ class Config:
     """--hidden_units as widths (the canned model's default when not given)."""
     return widths(self.canned_settings()["hidden_units"])
 
-  def validate_canned(self) -> None:
+  def validate_canned(self, find: bool = True) -> None:
     """Raises ValueError naming the fix for a canned setting the model does not take, an
-    optimizer setting given to a canned model, or a canned setting out of range."""
+    optimizer setting given to a canned model, or a canned setting out of range (a
+    --feature_columns module not on this Python's path, if `find`)."""
     takes = CANNED.get(self.model, {})
     for name in CANNED_SETTINGS:
       if getattr(self, name) is not None and name not in takes:
@@ -432,7 +433,7 @@ class Config:
       raise ValueError("--feature_columns describe the tabular features: give "
                        "--features=tabular with them, or leave them out for the image.")
     if settings["feature_columns"]:
-      model_registry.find_module(settings["feature_columns"], model_registry.COLUMNS)
+      model_registry.find_module(settings["feature_columns"], model_registry.COLUMNS, find)
     if not settings["feature_name"].isidentifier():
       raise ValueError(f"--feature_name={settings['feature_name']!r}: give a name of letters, "
                        "digits and underscores (image).")
@@ -723,7 +724,7 @@ class Config:
         raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
     self.validate_task()
     self.validate_optimizer()
-    self.validate_canned()
+    self.validate_canned(find_model)
     if self.decay_steps < 0:
       raise ValueError(f"--decay_steps must be >= 0 (0 = --train_steps), got {self.decay_steps}.")
     self.validate_schedule()
