@@ -26,6 +26,7 @@ from trainers import failures
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import program as program_lib
+from trainers import run_record
 from trainers.config import Config
 
 KEEP = 3  # The checkpoints model_dir keeps unless --keep_checkpoint_max or a program says.
@@ -280,11 +281,21 @@ def resume_problem(backend: str, model_dir: str, config: Config,
     mismatch = _model_mismatch(whose, shapes, config, program_variables)
     flag = ("--estimator_program" if whose == ESTIMATOR and config.estimator_program
             else "--model")
+    # A canned model's variables follow its settings too (--features, --hidden_units, ...).
+    settings = (" and settings" if flag == "--model" and config.canned_settings() else "")
     if mismatch:
       return (f"--model_dir={model_dir} holds a checkpoint of a different model than "
               f"{flag}={getattr(config, flag[2:])} ({path}: {mismatch}); it will not be "
-              f"overwritten. Choose a new --model_dir, or the {flag} it was trained with.")
+              f"overwritten. Choose a new --model_dir, or the {flag}{settings} it was "
+              f"trained with ({_named_by(whose, model_dir, path)} names them).")
   return None
+
+
+def _named_by(whose: str, model_dir: str, path: str) -> str:
+  """Where a user reads what a checkpoint was trained with."""
+  if whose == ESTIMATOR:
+    return f"python -m launch.convert --inspect={path}"
+  return os.path.join(model_dir, run_record.RECORD_FILE)
 
 
 def keras_backup_step(model_dir: str) -> Optional[int]:

@@ -117,7 +117,8 @@ def _check_names(path: str, held: Dict[str, List[int]], state: List[CannedState]
                   for what, names in (("it holds what the twin has no place for:", unknown),
                                       ("it lacks", missing), ("", reshaped)) if names)
         + "give the canned flags it was trained with (--hidden_units, --dnn_optimizer, "
-        "--linear_optimizer, --feature_name, ...).")
+        "--linear_optimizer, --feature_name, --features, --feature_columns, ...): "
+        f"python -m launch.convert --inspect={path} names them.")
 
 
 def _read_back(path: str, config: Config, written: Dict[str, np.ndarray]) -> None:

@@ -22,7 +22,9 @@ shape, in the checkpoint's sorted order and the model's build order). Shape and 
 are guesses, and marked so; a weight that matches nothing gets null, to be checked.
 A canned Estimator's checkpoint also gets its Keras twin's flags
 (`--model=dnn --hidden_units=32,16`, `--model=linear_v1` for a tf.compat.v1.estimator
-class's, its optimizers and rates where not the defaults).
+class's, its optimizers and rates where not the defaults), and over feature columns
+`--features=tabular` with the columns it keeps variables for (their module, when they are
+not the built-in ones, is for the user to give as --feature_columns).
 """
 
 import collections
@@ -34,6 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from data import mnist
 from launch.convert.kinds import Kind
 from trainers import checkpoints
 from trainers import config as config_lib
@@ -67,6 +70,8 @@ class Inspection:
   unfilled: List[str]  # Model weights nothing in the checkpoint gives a value.
   # A canned Estimator's checkpoint: the flags of its twin, as far as it tells them.
   canned_flags: List[str] = dataclasses.field(default_factory=list)
+  # Its feature columns that keep variables (`feature_columns`), over --features=tabular.
+  feature_columns: List[str] = dataclasses.field(default_factory=list)
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2)
@@ -137,6 +142,34 @@ def _keras_variables(reader) -> List[Variable]:
 
 _HIDDEN = re.compile(r"^dnn/hiddenlayer_(\d+)/kernel$")
 _LINEAR_WEIGHTS = re.compile(r"^linear/linear_model/(\w+)/weights$")
+_EMBEDDINGS = re.compile(r"^dnn/input_from_feature_columns/input_layer/(\w+)/embedding_weights$")
+# Flags naming what only the run knows: its feature columns' module.
+FEATURE_COLUMNS_FLAG = "--feature_columns=<package.module:NAME>"
+
+
+def feature_columns(variables: Sequence[Variable]) -> List[str]:
+  """The feature columns a canned Estimator's checkpoint keeps variables for (its linear
+  part's weights, its DNN part's embeddings), or [] for the image's one numeric column.
+
+  A DNN part keeps no variable for a numeric or indicator column: those are not named.
+  """
+  shapes = {v.name: v.shape for v in variables}
+  linear = [m.group(1) for m in map(_LINEAR_WEIGHTS.match, shapes) if m]
+  embedded = [m.group(1) for m in map(_EMBEDDINGS.match, shapes) if m]
+  if not embedded and len(linear) == 1 and shapes[f"linear/linear_model/{linear[0]}/weights"][
+      0] == int(np.prod(mnist.IMAGE_SHAPE)):
+    return []  # --feature_name: the image, flattened.
+  return sorted(linear) + sorted(set(embedded) - set(linear))
+
+
+def _builtin_columns(linear: bool, dnn: bool) -> List[str]:
+  """The names feature_columns() gives trainers/models/tabular.py's COLUMNS, of the parts
+  a model has."""
+  from trainers.models import tabular  # noqa: PLC0415 -- builds tf.feature_column objects.
+  wide = [c.name for c in tabular.COLUMNS["linear"]] if linear else []
+  embedded = [c.name for c in tabular.COLUMNS["dnn"] if c.name.endswith("_embedding")
+              ] if dnn else []
+  return sorted(wide) + sorted(set(embedded) - set(wide))
 
 
 def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) -> List[str]:
@@ -144,7 +177,9 @@ def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) ->
   whose checkpoint holds `variables` (`values(name)` reads one), or [] if it is not one.
 
   A DNN keeps no variable of its feature: `--feature_name` is only told by a linear part;
-  a v1 optimizer keeps no rate: `--<part>_learning_rate` is only told by a TF2 one.
+  a v1 optimizer keeps no rate: `--<part>_learning_rate` is only told by a TF2 one. Over
+  feature columns (`--features=tabular`): `--feature_columns` only when they are not
+  the built-in ones, and then as a placeholder (the names are in `feature_columns`).
   """
   names = {v.name: v for v in variables}
   hidden = sorted((int(m.group(1)), names[m.group(0)].shape[1])
@@ -160,7 +195,12 @@ def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) ->
   flags = [f"--model={model}"]
   if hidden:
     flags.append("--hidden_units=" + ",".join(str(width) for _, width in hidden))
-  if linear:
+  columns = feature_columns(variables)
+  if columns:
+    flags.append("--features=tabular")
+    if columns != _builtin_columns(bool(linear), bool(hidden)):
+      flags.append(FEATURE_COLUMNS_FLAG)
+  elif linear:
     flags.append(f"--feature_name={linear[0]}")
   defaults = config_lib.CANNED[model]
   for part in ("dnn", "linear"):
@@ -252,8 +292,9 @@ def inspect(model_dir: str, config: Config) -> Inspection:
   else:
     assignment_map, rule, unfilled = propose_map(variables, weights)
   flags = [] if backend == checkpoints.KERAS else canned_flags(variables, reader.get_tensor)
+  columns = feature_columns(variables) if flags else []
   return Inspection(path, backend, step, variables, config.model, assignment_map, rule,
-                    unfilled, flags)
+                    unfilled, flags, columns)
 
 
 def format_text(inspection: Inspection) -> str:
@@ -272,10 +313,20 @@ def format_text(inspection: Inspection) -> str:
     lines.append("A Keras checkpoint: its weights are read by layer, no map applies.")
     return "\n".join(lines)
   if inspection.canned_flags:
+    told = any(f.startswith(("--feature_name", "--features")) for f in inspection.canned_flags)
     lines += ["A canned Estimator's checkpoint: its Keras twin is "
               + " ".join(inspection.canned_flags)
-              + ("" if any(f.startswith("--feature_name") for f in inspection.canned_flags)
-                 else " (with --feature_name=<its feature column's name>, if not image)"), ""]
+              + ("" if told else " (with --feature_name=<its feature column's name>, if not "
+                 "image)")]
+    if FEATURE_COLUMNS_FLAG in inspection.canned_flags:
+      lines.append("  --feature_columns: the module and name of the list (or dict by part) "
+                   "of the feature columns it was built with: "
+                   + ", ".join(inspection.feature_columns) + ", and any numeric or indicator "
+                   "columns of its DNN part, which keep no variables.")
+    elif inspection.feature_columns:
+      lines.append("  Its feature columns are the built-in ones (trainers/models/tabular.py): "
+                   + ", ".join(inspection.feature_columns) + ".")
+    lines.append("")
   lines.append(f"Proposed --assignment_map onto --model={inspection.model} "
                "(slots follow their weight):")
   lines.append(json.dumps(inspection.assignment_map, indent=2)

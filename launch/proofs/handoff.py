@@ -36,11 +36,9 @@ from launch.proofs import reference
 from launch.proofs import runs
 from launch.proofs import serving_check
 from trainers import checkpoints
-from trainers import heads
 from trainers import keras_trainer
 from trainers import model_dir as layout
 from trainers import schedules
-from trainers import serving
 from trainers.config import Config
 
 Check = harness.Check
@@ -251,11 +249,8 @@ def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Conf
   for source, pair in (("estimator", ("Estimator", "converted Keras")),
                        ("keras", ("Keras", "converted Estimator"))):
     if program is None:
-      served = serving_check.compare(first[source]["export_dir"], converted[source],
-                                     lambda: serving_check.test_images(config),
-                                     serving.feature_name(config), tolerances.logits_atol,
-                                     names=pair,
-                                     required=serving.signature_keys(heads.head(config)))
+      served = serving_check.compare_models(first[source]["export_dir"], converted[source],
+                                            config, tolerances.logits_atol, pair)
     elif program.exports:  # The program's own signatures, and the port's of them.
       served = serving_check.compare_exports(first[source]["export_dir"], converted[source],
                                              lambda: serving_check.test_features(config),

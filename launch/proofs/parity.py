@@ -29,14 +29,11 @@ from launch.proofs import runs
 from launch.proofs import serving_check
 from trainers import config as config_lib
 from trainers import evaluation
-from trainers import heads
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
 from trainers import schedules
-from trainers import serving
 from trainers.config import Config
-from trainers.models import canned
 
 BACKENDS = runs.BACKENDS
 Check = harness.Check
@@ -162,12 +159,9 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   notes = _program_notes(program, config) if program else []
   # The short run's exports: its weights agree to weight_atol, the long run's only in accuracy.
   if not program:
-    spec = canned.parse_spec(config.canned_settings())
-    checks += serving_check.compare(
-        short["estimator"]["export_dir"], short["keras"]["export_dir"],
-        lambda: serving_check.test_images(config), serving.feature_name(config),
-        tolerances.prediction_atol, required=serving.signature_keys(heads.head(config), spec),
-        spec=spec)
+    checks += serving_check.compare_models(short["estimator"]["export_dir"],
+                                           short["keras"]["export_dir"], config,
+                                           tolerances.prediction_atol)
   elif program.exports:
     checks += serving_check.compare_exports(
         short["estimator"]["export_dir"], short["keras"]["export_dir"],

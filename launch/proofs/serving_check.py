@@ -46,11 +46,13 @@ from data import mnist
 from data.mnist import tabular
 from launch.convert import source
 from launch.proofs.harness import Check
+from trainers import heads
 from trainers import inputs
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import serving
 from trainers.config import Config
+from trainers.models import canned
 
 Answers = Dict[str, np.ndarray]  # "<signature>/<output>" -> every test image's answer.
 Spec = Optional[Mapping[str, Any]]  # The tabular features' parse spec, or None: the image.
@@ -418,6 +420,16 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
           + compare_answers(first, second, names, atol, f"{count} test images") + edges
           + compare_errors(*(bad_request_errors(export, feature, spec) for export in loaded),
                            names))
+
+
+def compare_models(first_dir: str, second_dir: str, config: Config, atol: float,
+                   names: Tuple[str, str] = ("estimator", "keras")) -> List[Check]:
+  """`compare` for two exports of `config`'s model (its feature, its head's signatures,
+  and over --features=tabular the parse spec of its columns)."""
+  spec = canned.parse_spec(config.canned_settings())
+  return compare(first_dir, second_dir, lambda: test_images(config),
+                 serving.feature_name(config), atol, names,
+                 required=serving.signature_keys(heads.head(config), spec), spec=spec)
 
 
 def feed(signature: Any, features: Any) -> Optional[Dict[str, tf.Tensor]]:

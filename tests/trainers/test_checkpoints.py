@@ -37,8 +37,11 @@ def test_a_model_of_nested_layers_is_resumed_and_another_refused(tmp_path):
   assert checkpoints.resume_problem("keras", str(tmp_path), tabular) is None
   keys = dict(tf.train.list_variables(str(tmp_path / "ckpt-4")))
   assert any("/columns/" in key and "embedding_weights" in key for key in keys)
-  assert "it has no variable" in checkpoints.resume_problem(
-      "keras", str(tmp_path), Config(model="wide_deep", hidden_units="8"))
+  problem = checkpoints.resume_problem("keras", str(tmp_path),
+                                       Config(model="wide_deep", hidden_units="8"))
+  # The fix names the settings, not only --model (the same --model, other --features).
+  assert "it has no variable" in problem and "the --model and settings it was" in problem
+  assert str(tmp_path / "run.json") in problem
 
 
 def _keras_checkpoints(directory, steps):

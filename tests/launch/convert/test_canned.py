@@ -25,7 +25,9 @@ def _read_checkpoint(model_dir):
     # are carried by launch.handoff's tests).
     ("dnn", ["--task=binary:3", "--hidden_units=16,8", "--dnn_optimizer=adam",
              "--dnn_learning_rate=0.01"]),
-    pytest.param("wide_deep", ["--task=regression", "--hidden_units=16",
+    # A regressor over the built-in feature columns: the linear part's weights per column,
+    # the DNN part's embedding tables, and Adagrad's and Ftrl's slots of each.
+    pytest.param("wide_deep", ["--task=regression", "--features=tabular", "--hidden_units=16",
                                "--dnn_learning_rate=0.002"], marks=pytest.mark.slow),
 ])
 def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_dir, tmp_path):
@@ -46,6 +48,8 @@ def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_d
   assert sorted(returned) == sorted(original)
   assert any(name.startswith("training/") and name.endswith(("/m", "/accumulator"))
              for name in original)  # Slots, carried.
+  if "--features=tabular" in flags:  # Each column's: an embedding table's, its slots too.
+    assert any(name.endswith("embedding_weights/accumulator") for name in original), original
   for name, value in original.items():
     assert returned[name].dtype == value.dtype and np.array_equal(returned[name], value), name
 
@@ -59,4 +63,5 @@ def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_d
                                         f"--to_keras={tmp_path / 'k3'}", f"--model={model}",
                                         "--hidden_units=32"])
   assert other.returncode == 2 and "give the canned flags it was trained with" in other.stderr
+  assert f"--inspect={tf.train.latest_checkpoint(str(source))}" in other.stderr
   assert not (tmp_path / "k2").exists() and not (tmp_path / "k3").exists()

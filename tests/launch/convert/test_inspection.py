@@ -89,6 +89,34 @@ def test_a_tf2_canned_checkpoint_names_its_twins_flags():
                                              "--linear_optimizer=rmsprop"]
 
 
+def test_a_canned_checkpoint_over_feature_columns_names_them():
+  from trainers.models import tabular  # noqa: PLC0415
+  embedding = "dnn/input_from_feature_columns/input_layer/{}/embedding_weights"
+  deep = {"dnn/hiddenlayer_0/kernel": [53, 16], "dnn/logits/kernel": [16, 10],
+          embedding.format("grid_embedding"): [1000, 8],
+          embedding.format("strokes_embedding"): [16, 8],
+          embedding.format("pixels_embedding"): [30, 4]}
+  wide = {f"linear/linear_model/{c.name}/weights": [1, 10] for c in tabular.COLUMNS["linear"]}
+  builtin = _canned_flags({**deep, **wide}, {})
+  assert builtin == ["--model=wide_deep", "--hidden_units=16", "--features=tabular"]
+  variables = inspect._estimator_variables(  # pylint: disable=protected-access
+      {**deep, **wide}, {name: F32 for name in {**deep, **wide}})
+  assert inspect.feature_columns(variables) == sorted(c.name for c in tabular.COLUMNS["linear"]
+                                                      ) + ["grid_embedding", "pixels_embedding",
+                                                           "strokes_embedding"]
+  # A team's: the columns named, their module asked for.
+  theirs = {"linear/linear_model/age_bucketized/weights": [5, 1],
+            "linear/linear_model/occupation/weights": [1000, 1]}
+  assert _canned_flags(theirs, {}) == ["--model=linear", "--features=tabular",
+                                       inspect.FEATURE_COLUMNS_FLAG]
+  assert _canned_flags(deep, {}) == ["--model=dnn", "--hidden_units=16", "--features=tabular"]
+  only_embedded = {**deep, embedding.format("city_embedding"): [50, 4]}
+  assert inspect.FEATURE_COLUMNS_FLAG in _canned_flags(only_embedded, {})
+  # The image: one column of 784 weights, named by --feature_name.
+  assert _canned_flags({"linear/linear_model/pixels/weights": [784, 10]}, {}) == [
+      "--model=linear", "--feature_name=pixels"]
+
+
 def test_the_map_goes_by_name_then_shape_then_order_marking_guesses():
   weights = {"conv/kernel": [3, 3, 1, 32], "conv/bias": [32], "hidden0/bias": [64],
              "hidden1/bias": [64], "logits/kernel": [64, 10], "extra/scale": [5]}

@@ -108,7 +108,12 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
 @pytest.mark.parametrize("flags, variables", [
     # The canned DNNClassifier: weights, Adagrad's training/ slots, its hyperparameter
     # variables and the step; its export is fed tf.Examples.
-    (["--model=dnn", "--hidden_units=64"], 11),
+    pytest.param(["--model=dnn", "--hidden_units=64"], 11, marks=pytest.mark.extended),
+    # The canned DNNLinearCombinedClassifier over the built-in feature columns: both parts'
+    # weights (the linear part's per column, the DNN part's embedding tables), Adagrad's
+    # and Ftrl's slots of each, their hyperparameters and counts; its exports are fed the
+    # tabular tf.Examples, their edge cases (50 serving checks each way) too.
+    (["--model=wide_deep", "--features=tabular", "--hidden_units=64"], 48),
     # Momentum, the default: a slot a weight. RMSProp at momentum 0: a v1 slot the Keras
     # twin does not keep, 6 of 12 ignored and written back as zeros. (Each optimizer's
     # state also goes across and back bit for bit in tests/launch/convert/test_carry.py.)
@@ -123,7 +128,8 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
     # carried step must drive the converted schedule (momentum's slots, 13 variables).
     (["--learning_rate_schedule=exponential", "--decay_rate=0.5", "--staircase",
       f"--decay_steps={SPLIT}", f"--warmup_steps={SPLIT}"], 13),
-], ids=["canned-dnn", "momentum", "rmsprop", "canned-wide_deep_v1", "staircase-warmup"])
+], ids=["canned-dnn", "canned-wide_deep-tabular", "momentum", "rmsprop", "canned-wide_deep_v1",
+        "staircase-warmup"])
 def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_dir, tmp_path):
   out = tmp_path / "handoff"
   result = run_module("launch.handoff", ["--workers=1", *flags, f"--split_at={SPLIT}",
@@ -134,8 +140,9 @@ def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_di
   checks = json.loads((out / "handoff_report.json").read_text())["checks"]
   assert all(c["passed"] for c in checks), [c for c in checks if not c["passed"]]
   # 13, and the serving check's 27 each way: 5 on the signatures, 16 on answers, 6 on bad
-  # requests.
-  assert len(checks) == 13 + 2 * 27, [c["name"] for c in checks]
+  # requests (over the tabular features, 50: their edge cases and bad requests too).
+  served = 50 if "--features=tabular" in flags else 27
+  assert len(checks) == 13 + 2 * served, [c["name"] for c in checks]
   accounted = next(c for c in checks if "every Estimator variable" in c["name"])
   assert accounted["measured"] == variables, accounted
 
