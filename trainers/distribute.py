@@ -75,11 +75,19 @@ def setup_process(task: Optional[cluster.Task],
   if task is None:
     return
   logging.get_absl_handler().setFormatter(_TaskFormatter(task.name))
-  # launch.local puts every worker on this machine: without a cap each would
-  # start a thread per core, and N workers would fight over the same cores.
-  threads = max(1, (os.cpu_count() or 1) // task.num_workers)
+  threads = intra_op_threads(task.num_workers)
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   logging.info("Task %s of %d workers; %d intra-op threads.", task.name, task.num_workers, threads)
+
+
+def intra_op_threads(num_workers: int) -> int:
+  """The intra-op threads each task of a `num_workers`-worker cluster computes with.
+
+  launch.local puts every worker on this machine: without a cap each would start a
+  thread per core, and N workers would fight over the same cores. (One process alone
+  has TF's default, a thread per core: the same number.)
+  """
+  return max(1, (os.cpu_count() or 1) // num_workers)
 
 
 def _configure_coordination_service(resolver: tf.distribute.cluster_resolver.ClusterResolver):

@@ -235,9 +235,7 @@ class _Phases:
                                         **{**short_run, **self.own[label.split(" on ")[0]]})
                  for label, name in engine_runs.items()}
     short = dataclasses.replace(config, train_steps=steps)
-    clipped: List[int] = []
-    losses["short/reference"], ref_weights = reference.train_reference(short, workers,
-                                                                       clipped=clipped)
+    losses["short/reference"], ref_weights, clipped = reference.train_as_workers(short, workers)
     weights = {"reference": ref_weights}
     for backend in BACKENDS:
       weights[backend] = self.weights(backend, summaries[backend])
@@ -364,7 +362,7 @@ def clipping_checks(config: Config, workers: int, clipped: List[int],
                   f"{config.clip_global_norm:g}")]
   if workers < 2 or not steps:
     return checks
-  _, after = reference.train_reference(config, workers, clip_after_all_reduce=True)
+  _, after, _ = reference.train_as_workers(config, workers, clip_after_all_reduce=True)
   for backend in BACKENDS:
     [apart] = harness.compare_weights({"clipped after the all-reduce": after,
                                        backend: weights[backend]}, atol)
@@ -396,7 +394,7 @@ def reference_floor(config: Config, workers: int, weights: model_lib.Weights) ->
   reference than a few times this. Keras and the Estimator run the same kernels, so
   they are still held to weight_atol.
   """
-  _, other = reference.train_reference(config, workers, any_batch_size=True)
+  _, other, _ = reference.train_as_workers(config, workers, any_batch_size=True)
   (check,) = harness.compare_weights({"reference": weights, "any batch size": other}, 0.0)
   return check.measured
 

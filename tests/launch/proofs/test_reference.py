@@ -2,6 +2,7 @@
 update rule against its tf.compat.v1.train optimizer."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -81,3 +82,21 @@ def test_each_written_out_schedule_is_v1s_to_the_bit_as_the_estimators_graph_run
   want = test_schedules.v1_rates(config)
   got = np.array([reference.rate(config, i) for i in range(test_schedules.STEPS)], np.float32)
   np.testing.assert_array_equal(got, want)
+
+
+def test_the_reference_computes_with_a_workers_threads_in_a_child_when_this_process_differs(
+    tiny_data_dir):
+  # Two workers on this machine's cores: each computes with fewer threads than this
+  # process, which a child takes instead (issue 66: the threads order a kernel's sums).
+  threads = reference.distribute.intra_op_threads(2)
+  config = Config(data_dir=tiny_data_dir, train_steps=2, global_batch_size=8, seed=3,
+                  clip_global_norm=0.01)
+  ours = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+  if ours == threads:
+    pytest.skip(f"this process already computes with {threads} intra-op threads")
+  child = reference._child(threads)  # pylint: disable=protected-access
+  assert child.submit(tf.config.threading.get_intra_op_parallelism_threads).result() == threads
+  losses, weights, clipped = reference.train_as_workers(config, 2)
+  assert len(losses) == 2 and clipped == [2, 2], clipped  # Both replicas' clipped, each step.
+  assert sorted(weights) == sorted(model_lib.get_weights(model_lib.build(config)))
+  assert all(np.isfinite(w).all() for w in weights.values())
