@@ -301,8 +301,8 @@ def _ray_nodes(hosts: Hosts, env: Dict[str, str], log_dir: str, deadline: float)
 
 
 @needs_ray
-# The Estimator's case in the extended run: in CI it trains across these two hosts in the
-# node-lost test below, and on Ray as on localhost in launch.parity --engine=ray's test.
+# The Estimator's case in the extended run: in CI it trains across hosts in the tests
+# above, and on Ray as on localhost in launch.parity --engine=ray's test.
 @pytest.mark.parametrize("backend", [b if b == "keras" else pytest.param(
     b, marks=pytest.mark.extended) for b in runs.BACKENDS])
 def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, tiny_data_dir,
@@ -333,7 +333,11 @@ def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, 
 
 
 @needs_ray
-@pytest.mark.parametrize("backend", runs.BACKENDS)
+# The Estimator's case in the extended run: in CI its peer lost across hosts ends in a
+# restart from its backup in the partition test above, and Ray replaces a lost node
+# whatever the backend (the Keras case here).
+@pytest.mark.parametrize("backend", [b if b == "keras" else pytest.param(
+    b, marks=pytest.mark.extended) for b in runs.BACKENDS])
 def test_a_ray_node_lost_mid_run_is_replaced_and_the_run_ends_at_its_final_step(
     backend, tiny_data_dir, tmp_path):
   """Every process of the second host is killed mid-run (its Ray node, the worker on it,

@@ -101,13 +101,10 @@ def _check_ray_runs_match_their_local_runs(report, out) -> None:
 
 @pytest.mark.real_data
 @pytest.mark.parametrize("workers, optimizers", [
-    # Adam is proved above, at 2 workers; sgd, momentum and rmsprop here, at 2 workers too:
-    # where two replicas' gradients meet, a machine that rounds otherwise than the
-    # reference shows (sgd's large rate magnifies it most). Adagrad and ftrl, v1-exact, at 2
-    # workers in wide_deep_v1's two parts (test_cli_proves_each_canned_model_against_its_twin);
-    # all five with cnn at 2 workers, and at 1, in the extended run.
-    (2, ["sgd", "momentum", "rmsprop"]),
-    pytest.param(2, ["adagrad", "ftrl"], marks=pytest.mark.extended),
+    # Adam is proved above, at 2 workers; the other five here, at 2 workers too: where two
+    # replicas' gradients meet, a machine that rounds otherwise than the reference shows
+    # (sgd's large rate magnifies it most: issue 66). At 1 worker in the extended run.
+    (2, ["sgd", "momentum", "adagrad", "ftrl", "rmsprop"]),
     pytest.param(1, ["sgd", "momentum", "adagrad", "ftrl", "rmsprop"],
                  marks=pytest.mark.extended),
 ])
@@ -136,6 +133,11 @@ def test_cli_proves_each_optimizer_into_one_matrix(workers, optimizers, real_dat
     checks = {c["name"]: c for c in cell["checks"]}
     assert checks["max |weight diff| keras vs estimator"]["limit"] == 1e-6, cell["optimizer"]
     assert checks["per-step loss rel diff keras vs estimator"]["passed"]
+    if workers == 2 and cell["optimizer"] in ("sgd", "momentum", "adagrad"):
+      # The reference computes with a worker's threads, so its gradients are the backends'
+      # to the bit, and these updates written out round as their kernels do (ftrl's and
+      # rmsprop's formulas do not quite: 1.2e-10 and 1.9e-9 here; issue 66).
+      assert checks["max |weight diff| reference vs keras"]["measured"] == 0, cell["optimizer"]
 
 
 WEIGHTS = ["--weight_column=w", "--digit_weights=1,1,1,4,1,1,1,1,1,0.5"]
@@ -381,11 +383,16 @@ def test_a_warm_started_run_with_declared_metrics_passes_at_two_workers(real_dat
   assert set(declared) < set(summary["test_metrics"])
 
 
+BINARY_KEYS = ("accuracy", "accuracy_baseline", "auc", "auc_precision_recall", "average_loss",
+               "label/mean", "loss", "precision", "prediction/mean", "recall")
+
+
 @pytest.mark.real_data
 @pytest.mark.parametrize("task,keys,models,workers", [
-    ("binary:3", ("accuracy", "accuracy_baseline", "auc", "auc_precision_recall",
-                  "average_loss", "label/mean", "loss", "precision", "prediction/mean",
-                  "recall"), "cnn", "1,2"),
+    # At two workers; at one in the extended run (the evaluator task evaluates a
+    # checkpoint alike, whatever the worker count that trained it).
+    ("binary:3", BINARY_KEYS, "cnn", "2"),
+    pytest.param("binary:3", BINARY_KEYS, "cnn", "1", marks=pytest.mark.extended),
     # A spec's build given the head's width, and a canned regressor against its twin.
     ("regression", ("average_loss", "label/mean", "loss", "prediction/mean"),
      "cnn,wide_deep", "2"),
@@ -396,7 +403,8 @@ def test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers(
       f"--workers={workers}", f"--model={models}", f"--task={task}", "--train_steps=6",
       "--long_steps=0", f"--data_dir={real_data_dir}", f"--out={tmp_path}"], timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-  reports = sorted(tmp_path.glob("*/parity_report.json"))
+  # A matrix writes each cell's report in its own directory; one cell, in --out.
+  reports = sorted(tmp_path.glob("*/parity_report.json")) or [tmp_path / "parity_report.json"]
   assert len(reports) == len(models.split(",")) * len(workers.split(",")), reports
   for path in reports:
     report = json.loads(path.read_text())
