@@ -5,6 +5,8 @@ the Estimator export your clients call today and the Keras export you would swit
       [--feature_name=image] [--atol=1e-5] [--data_dir=DIR] [--out=DIR]
   python -m launch.serving_check --first=THEIR_EXPORT --second=PORT_EXPORT \
       --estimator_program=team_program:PROGRAM
+  python -m launch.serving_check --first=ESTIMATOR_EXPORT --second=KERAS_EXPORT \
+      --features=tabular [--feature_columns=package.module:NAME]
 
 Each export is a SavedModel directory (`model_dir/export/<timestamp>`). Sends both the
 whole MNIST test split as Classify requests (to `serving_default` and `classification`)
@@ -16,6 +18,11 @@ and scores, probabilities and logits within --atol, and that three bad requests 
 (launch/proofs/serving_check.py). Prints the table, writes serving_check_report.{md,json}
 to --out if given, and exits 0 only if every check passes.
 
+With --features=tabular the exports parse a canned model's feature columns (the built-in
+ones, or --feature_columns): each test image is sent as its tabular tf.Example
+(data/mnist/tabular.py), the first hundred again without their lists, with every string
+out of vocabulary and with empty lists, and the bad requests are the columns' own.
+
 With --estimator_program the exports serve a team's program's own signatures (its
 export_outputs, and its port's `ModelSpec.signatures`): every signature of the first is
 defined alike in the second, and every output of each is compared on the whole test split
@@ -26,7 +33,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -39,7 +46,9 @@ from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import serving_check  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import serving  # noqa: E402 -- after quiet_tool_process
+from trainers import model_registry  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
+from trainers.models import canned  # noqa: E402 -- after quiet_tool_process
 
 _FIRST = flags.DEFINE_string("first", None, "The SavedModel your clients call today.",
                              required=True)
@@ -50,6 +59,14 @@ _ATOL = flags.DEFINE_float("atol", 1e-5, "Limit on |difference| of scores, proba
                            "logits.")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _OUT = flags.DEFINE_string("out", None, "Where to write serving_check_report.{md,json}.")
+_FEATURES = flags.DEFINE_enum("features", "image", ["image", "tabular"], "What the exports "
+                              "read: the image as --feature_name, or a canned model's "
+                              "tabular features through feature columns (--feature_columns).")
+_COLUMNS = flags.DEFINE_string("feature_columns", None, "With --features=tabular: "
+                               "package.module:NAME of the feature columns the exports parse "
+                               "requests by (a list, a dict of lists by part, or a function "
+                               "making either); default the built-in ones "
+                               "(trainers/models/tabular.py).")
 _PROGRAM = flags.DEFINE_string("estimator_program", None, "package.module:NAME, a team's "
                                "program whose export (and its port's) are compared, fed its "
                                "input_fn's test features (docs/MIGRATION.md, \"Prove your "
@@ -64,6 +81,17 @@ def _check_export(flag: flags.FlagHolder) -> str:
   return path
 
 
+def _spec() -> Optional[Dict[str, Any]]:
+  """The tabular features' parse spec under --features=tabular, else None; a team's
+  columns that cannot load end the run naming the fix."""
+  if _FEATURES.value != "tabular":
+    return None
+  try:
+    return canned.columns_spec(_COLUMNS.value or "")
+  except model_registry.SpecError as e:
+    raise app.UsageError(str(e), exitcode=2) from None
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
@@ -71,6 +99,12 @@ def main(argv: Sequence[str]) -> None:
   if not _FEATURE.value.isidentifier() or _ATOL.value < 0:
     raise app.UsageError("--feature_name must be a name of letters, digits and _, and --atol "
                          ">= 0.", exitcode=2)
+  if _COLUMNS.value and _FEATURES.value != "tabular":
+    raise app.UsageError("--feature_columns is read only with --features=tabular.", exitcode=2)
+  if _PROGRAM.value and _FEATURES.value == "tabular":
+    raise app.UsageError("--features=tabular is a canned model's: a team's program's exports "
+                         "are fed its own input_fn's features; leave --features out.",
+                         exitcode=2)
   config = Config(data_dir=_DATA_DIR.value, estimator_program=_PROGRAM.value)
   runs.check_or_exit(config, 1, _MNIST_IDX_DIR.value, backends=())
   names = ("first", "second")
@@ -81,7 +115,8 @@ def main(argv: Sequence[str]) -> None:
   else:  # Only the signatures the first has are required: clients call what it serves.
     checks = serving_check.compare(first, second, lambda: serving_check.test_images(config),
                                    _FEATURE.value, _ATOL.value, names=names,
-                                   required=sorted(serving_check.signatures(first)))
+                                   required=sorted(serving_check.signatures(first)),
+                                   spec=_spec())
   passed = all(c.passed for c in checks)
   table = harness.format_checks(f"Serving: {first} (first) against {second} (second)", checks)
   print(table)

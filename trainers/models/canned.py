@@ -300,9 +300,7 @@ def feature_columns(settings: Dict[str, Any], part: str) -> list:
   if not path:
     return [tf.feature_column.numeric_column(settings["feature_name"],
                                              shape=mnist.IMAGE_SHAPE)]
-  found = model_registry.load(path, object, model_registry.COLUMNS)
-  if callable(found):
-    found = found()
+  found = _columns(path)
   if isinstance(found, dict):
     if part not in found:
       raise model_registry.SpecError(
@@ -322,6 +320,24 @@ def feature_columns(settings: Dict[str, Any], part: str) -> list:
           f"--feature_columns={path}: column {column.name!r} reads what the data cannot give: "
           f"{e}") from e
   return list(found)
+
+
+def _columns(path: str) -> Any:
+  """What --feature_columns=`path` names, its function called."""
+  found = model_registry.load(path, object, model_registry.COLUMNS)
+  return found() if callable(found) else found
+
+
+def columns_spec(path: str) -> Dict[str, Any]:
+  """The parse_example spec of every part's columns `path` names (--feature_columns; ""
+  for the built-in ones): what an export of any canned model over them parses requests by,
+  and more (a part's model ignores the other part's features)."""
+  path = path or config_lib.TABULAR_COLUMNS
+  found = _columns(path)
+  parts = [p for p in PARTS if p in found] if isinstance(found, dict) else PARTS[:1]
+  settings = {"features": "tabular", "feature_columns": path}
+  return tf.feature_column.make_parse_example_spec(
+      sum((feature_columns(settings, part) for part in parts), []))
 
 
 def parse_spec(settings: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -131,3 +131,29 @@ def test_tabular_requests_are_sent_again_without_lists_out_of_vocabulary_and_emp
       assert strokes == [] and parsed["stroke_ink"].values.numpy().size == 0
       assert "strokes" in examples[0].features.feature or case == "lists missing"
     assert parsed["ink"].numpy()[0, 0] == pytest.approx(0.25)  # Scalars untouched.
+
+
+@pytest.mark.slow
+def test_cli_sends_tabular_examples_to_exports_over_feature_columns(tiny_data_dir, tmp_path):
+  config = Config(model="wide_deep", features="tabular", hidden_units="8", seed=1)
+  weights = model_lib.get_weights(model_lib.build(config))
+  one, again = (_keras_export(config, weights, tmp_path / name) for name in ("one", "again"))
+  other = _keras_export(dataclasses.replace(config, seed=2), None, tmp_path / "other")
+  flags = [f"--data_dir={tiny_data_dir}", "--features=tabular"]
+
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={again}", *flags,
+                                               f"--out={tmp_path / 'report'}"])
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  names = [c["name"] for c in json.loads(
+      (tmp_path / "report" / "serving_check_report.json").read_text())["checks"]]
+  for case in ("lists missing", "strings out of vocabulary", "lists empty"):
+    assert any(case in n for n in names), (case, names)
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={other}", *flags])
+  assert result.returncode == 1 and "| FAIL |" in result.stdout
+
+  for bad, said in ((["--feature_columns=nowhere:COLUMNS"], "nowhere"),
+                    (["--features=image", "--feature_columns=x:Y"], "only with --features")):
+    result = run_module("launch.serving_check", [f"--first={one}", f"--second={again}",
+                                                 *flags, *bad])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert said in result.stderr, result.stderr[-3000:]
