@@ -346,8 +346,9 @@ def train_as_workers(config: Config, num_workers: int, **options: Any
                      ) -> Tuple[List[float], model_lib.Weights, List[int]]:
   """`train_reference(config, num_workers, **options)` computed with the intra-op threads
   each of the backends' `num_workers` workers computes with (distribute.intra_op_threads):
-  in this process if it has that many, else in a child process that does. Returns the
-  losses, the weights and, with --clip_global_norm, each step's clipped replicas.
+  in this process if it has that many, else in a child process that does (so `options`
+  are pickled: no `input_fn`). Returns the losses, the weights and, with
+  --clip_global_norm, each step's clipped replicas.
 
   The threads split a kernel's sums (a convolution's filter gradient over the batch) in
   their own order: at 2 workers on 2 cores, with the 2 threads of this process against
