@@ -134,6 +134,52 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
   assert "signatures fed the test split, first export | PASS" in served.stdout
 
 
+COLUMNS_FLAGS = ["--estimator_program=columns_program:PROGRAM", "--model=columns_port:SPEC",
+                 "--optimizer=adagrad", "--learning_rate=0.05",
+                 "--learning_rate_schedule=constant"]
+
+
+@pytest.mark.slow
+def test_a_model_fn_over_feature_columns_passes_parity_and_two_workers_train_the_port(
+    real_data_dir, tmp_path):
+  # Their own model_fn over tf.Examples: input_layer and linear_model over buckets, a
+  # vocabulary, a hash bucket, a cross, weighted strings, an indicator and two embeddings;
+  # the port's column twins name their weights as the columns do, so no map is given.
+  env, data = _env(real_data_dir), f"--data_dir={real_data_dir}"
+  result = run_module("launch.parity", ["--workers=1", *COLUMNS_FLAGS, "--train_steps=10",
+                                        "--long_steps=0", data, f"--out={tmp_path / 'parity'}"],
+                      env=env)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads((tmp_path / "parity" / "parity_report.json").read_text())
+  checks = {c["name"]: c for c in report["checks"]}
+  assert checks["max |weight diff| keras vs estimator"]["measured"] <= 1e-6
+  assert checks["variable mapping"]["measured"] == 11
+  assert checks["names: every program variable mapped, every port weight given one"][
+      "where"] == "the same names"
+  # Their parsing receiver fed the test split's tf.Examples, strings and lists too.
+  assert checks["signature serving_default: method, inputs and outputs, estimator vs keras"][
+      "where"].startswith("predict: examples string [-1] -> classes int64 [-1]")
+  assert checks["signatures fed the test split, estimator export"]["where"] == (
+      "serving_default: 10000 examples")
+  assert checks["max |diff|, answers serving_default/probabilities, estimator vs keras"][
+      "passed"]
+  # At two workers the Estimator cannot all-reduce its rows (tensorflow#24003): refused
+  # before training, naming the variables; the port trains there.
+  said = _error(run_module("trainers.estimator_main", [
+      "--estimator_program=columns_program:PROGRAM", "--workers=2", "--train_steps=4",
+      f"--model_dir={tmp_path / 'estimator'}", data], env=env))
+  assert ("its train op updates input_layer/grid_embedding/embedding_weights, "
+          "input_layer/strokes_embedding/embedding_weights, linear_model/"
+          "center_col_bucketized_X_quadrant/weights and 3 more by rows") in said
+  assert "tensorflow#24003" in said and "--workers=1" in said
+  assert not list((tmp_path / "estimator").glob("model.ckpt*"))
+  keras = run_module("trainers.keras_main", [
+      *COLUMNS_FLAGS[:2], "--workers=2", "--train_steps=4", "--checkpoint_every_steps=4",
+      f"--model_dir={tmp_path / 'keras'}", data], env=env)
+  assert keras.returncode == 0, keras.stderr[-3000:]
+  assert json.loads(keras.stdout.strip().splitlines()[-1])["global_step"] == 4
+
+
 @pytest.mark.slow
 def test_handoff_carries_the_programs_model_dir_to_the_port_and_back(real_data_dir, tmp_path):
   result = run_module("launch.handoff", ["--workers=1", *PORT_FLAGS, "--split_at=10",

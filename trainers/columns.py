@@ -4,6 +4,7 @@ and weights laid out as the Estimator lays them out.
     dense = columns.DenseFeaturesTwin(feature_columns)     # tf.keras.layers.DenseFeatures
     logits = columns.LinearModelTwin(feature_columns, units=10)   # the canned LinearModel
     x = dense(features)  # features: what the input_fn gives, tensors and SparseTensors
+    inputs = columns.keras_inputs(tf.feature_column.make_parse_example_spec(feature_columns))
 
 Each column becomes the Keras layers that replace it (`ids` for a categorical column,
 `dense` for a dense one). Where no Keras layer gives the column's answer, a small layer
@@ -455,6 +456,18 @@ def _sorted(columns) -> list:
   if not columns:
     raise ColumnError("no feature columns were given")
   return sorted(columns, key=lambda c: c.name)
+
+
+def keras_inputs(spec: Dict[str, object]) -> Dict[str, tf_keras.Input]:
+  """A model's inputs for the features a parse_example `spec` gives (make_parse_example_spec
+  of its columns): a VarLenFeature a sparse input, a FixedLenFeature a dense one, by name."""
+  inputs = {}
+  for name, feature in sorted(spec.items()):
+    if isinstance(feature, tf.io.VarLenFeature):
+      inputs[name] = tf_keras.Input(shape=(None,), sparse=True, dtype=feature.dtype, name=name)
+    else:
+      inputs[name] = tf_keras.Input(shape=tuple(feature.shape), dtype=feature.dtype, name=name)
+  return inputs
 
 
 class DenseFeaturesTwin(tf_keras.layers.Layer):

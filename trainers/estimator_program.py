@@ -276,11 +276,47 @@ def graph(config: Config, mode: str = "train") -> Built:
                      config.seed)
 
 
-def check(config: Config) -> None:
+def check(config: Config, workers: int = 1) -> None:
   """Raises ProgramError unless config.estimator_program's model_fn builds its train and
-  eval graphs, and its train op has an optimizer's update."""
-  for mode in ("train", "eval"):
-    graph(config, mode)
+  eval graphs, its train op has an optimizer's update, and `workers` can train it
+  (`check_workers`)."""
+  train, _ = graph(config, "train"), graph(config, "eval")
+  check_workers(train, config.estimator_program, workers)
+
+
+def check_workers(train: Built, name: str, workers: int) -> None:
+  """Raises ProgramError if the program of the train graph `train` updates a variable by
+  rows and `workers` is more than one: MultiWorkerMirroredStrategy cannot train it then."""
+  by_rows = sparse_updates(train)
+  if workers > 1 and by_rows:
+    shown = ", ".join(by_rows[:3]) + (f" and {len(by_rows) - 3} more" if by_rows[3:] else "")
+    raise program_lib.ProgramError(
+        f"--estimator_program={name}: its train op updates {shown} by rows (a sparse "
+        f"gradient: an embedding's, a categorical column's weights), which "
+        f"MultiWorkerMirroredStrategy all-gathers in the Estimator's graph and cannot when "
+        f"workers touch different numbers of rows (\"Shape mismatch in the collective "
+        f"instance\", tensorflow#24003). Train the program with --workers=1 (its Keras port "
+        f"trains on any number).")
+
+
+def sparse_updates(built: Built) -> List[str]:
+  """The trainable variables `built`'s train op updates by rows (a sparse apply or scatter
+  of a gradient's IndexedSlices into the variable or one of its slots), by name, sorted."""
+  by_length = sorted(built.trainable, key=len, reverse=True)
+  names = set()
+  for op in built.graph.get_operations():
+    kind = op.type.replace("Resource", "", 1)
+    if not (kind.startswith("SparseApply") or kind.startswith("Scatter")) or not op.inputs:
+      continue
+    target = op.inputs[0].op
+    while target.type == "Identity" and target.inputs:
+      target = target.inputs[0].op
+    # A slot is named under its variable: `table/Adam` is Adam's first slot of `table`.
+    owner = next((v for v in by_length
+                  if target.name == v or target.name.startswith(v + "/")), None)
+    if owner:
+      names.add(owner)
+  return sorted(names)
 
 
 def variables(config: Config) -> Dict[str, List[int]]:

@@ -430,7 +430,7 @@ class Backend(loop.Backend):
                      if run.config.estimator_program else None)
     if self._program and run.task is not None:
       # A cluster's task checks it here, once its strategy is made (runner._check_code).
-      estimator_program.check(run.config)
+      estimator_program.check(run.config, distribute.num_workers(run.strategy))
       problem = checkpoints.resume_problem(self.name, run.model_dir, run.config)
       if problem:
         raise program_lib.ProgramError(problem)

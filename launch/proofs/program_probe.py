@@ -100,6 +100,7 @@ def probe(config: Config, workers: int, steps: int,
                                           config.seed)
     evaluate = estimator_program.build_graph(the_program, params, input_fn, "eval", name,
                                              config.seed)
+    estimator_program.check_workers(train, name, workers)
   except program_lib.ProgramError as e:
     raise ProbeError(str(e)) from None
   checks = [_recipe(config, estimator_program.recipe_values(train, range(steps)))]
@@ -245,9 +246,9 @@ def _input(config: Config, input_fn: inputs.InputFn, workers: int) -> List[Check
     tf.random.set_seed(config.seed)
     eager = iter(input_fn(mnist.TRAIN, context))
     for index, in_graph in enumerate(graph_batches):
-      eagerly = tf.nest.map_structure(lambda t: t.numpy(), next(eager))
-      if not all(np.array_equal(a, b) for a, b in zip(tf.nest.flatten(in_graph),
-                                                       tf.nest.flatten(eagerly))):
+      # A SparseTensor's parts, as a session gives them (a SparseTensorValue's fields).
+      eagerly = [t.numpy() for t in tf.nest.flatten(next(eager), expand_composites=True)]
+      if not all(np.array_equal(a, b) for a, b in zip(tf.nest.flatten(in_graph), eagerly)):
         raise ProbeError(
             f"--estimator_program={config.estimator_program}'s input_fn gives worker {worker} "
             f"another batch {index + 1} in the Estimator's graph than eagerly (Keras): an op "

@@ -107,7 +107,14 @@ def test_images(config: Config) -> Iterator[np.ndarray]:
 def test_features(config: Config) -> Iterator[Any]:
   """The features of the whole test split as the run's input gives them (a team's
   program's: a dict of arrays, say), batch by batch."""
-  return (tf.nest.map_structure(lambda t: t.numpy(), features)
+  def value(t):  # A VarLenFeature parsed gives a SparseTensor: its rows, as lists.
+    if isinstance(t, tf.SparseTensor):
+      rows = t.indices.numpy()[:, 0]
+      return [t.values.numpy()[rows == i] for i in range(int(t.dense_shape[0]))]
+    return t.numpy()
+
+  return ({k: value(t) for k, t in features.items()} if isinstance(features, Mapping)
+          else features.numpy()
           for features, *_ in inputs.default_input_fn(config)(mnist.EVAL, None))
 
 
@@ -450,14 +457,18 @@ def feed(signature: Any, features: Any) -> Optional[Dict[str, tf.Tensor]]:
   return {name: tf.constant([_example(named, i).SerializeToString() for i in range(batch)])}
 
 
-def _example(features: Mapping[str, np.ndarray], i: int) -> tf.train.Example:
-  """Example `i` of a batch of features as a tf.Example: floats and integers by name."""
+def _example(features: Mapping[str, Any], i: int) -> tf.train.Example:
+  """Example `i` of a batch of features (arrays, or lists of each example's values) as a
+  tf.Example: floats, integers and strings by name; an empty list is a missing feature."""
   def feature(value: np.ndarray) -> tf.train.Feature:
     if np.issubdtype(value.dtype, np.integer):
       return tf.train.Feature(int64_list=tf.train.Int64List(value=value.ravel()))
+    if value.dtype == object or np.issubdtype(value.dtype, np.bytes_):
+      return tf.train.Feature(bytes_list=tf.train.BytesList(value=value.ravel()))
     return tf.train.Feature(float_list=tf.train.FloatList(value=value.ravel()))
   return tf.train.Example(features=tf.train.Features(
-      feature={name: feature(np.asarray(values[i])) for name, values in features.items()}))
+      feature={name: feature(np.asarray(values[i])) for name, values in features.items()
+               if np.size(values[i])}))
 
 
 def export_answers(loaded: Any, feature_batches: Iterable[Any]

@@ -116,3 +116,34 @@ def test_a_model_fn_the_project_cannot_train_says_why(the_model_fn, said):
   the_program = EstimatorProgram(the_model_fn, input_fn=input_fn)
   with pytest.raises(ProgramError, match=re.escape(said)):
     estimator_program.build_graph(the_program, {}, input_fn, "train", "team:PROGRAM")
+
+
+def embedding_model_fn(features, labels, mode, params):
+  """An embedding looked up by ids: its gradient is rows (IndexedSlices)."""
+  ids = tf.cast(features["x"][:, 0] * 3, tf.int64)
+  table = tf.compat.v1.get_variable("table", [4, 2], use_resource=True)
+  logits = tf.compat.v1.layers.dense(tf.nn.embedding_lookup(table, ids), 2, name="logits")
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  optimizer = params["optimizer"]()
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(
+      loss, tf.compat.v1.train.get_global_step()))
+
+
+@pytest.mark.parametrize("make", [
+    # A sparse apply of each row, and a scatter of each row into Adam's slots.
+    lambda: tf.compat.v1.train.AdagradOptimizer(0.5),
+    lambda: tf.compat.v1.train.AdamOptimizer(0.5),
+])
+def test_a_variable_updated_by_rows_is_found_and_refused_on_two_workers(make):
+  the_program = EstimatorProgram(embedding_model_fn, params={"optimizer": make},
+                                 input_fn=input_fn)
+  built = estimator_program.build_graph(the_program, the_program.params, input_fn, "train",
+                                        "p:P")
+  assert estimator_program.sparse_updates(built) == ["table"]
+  estimator_program.check_workers(built, "p:P", 1)
+  with pytest.raises(ProgramError, match=re.escape(
+      "--estimator_program=p:P: its train op updates table by rows") + ".*tensorflow#24003"):
+    estimator_program.check_workers(built, "p:P", 2)
+  dense = EstimatorProgram(model_fn, params={"rate": 0.4}, input_fn=input_fn)
+  assert estimator_program.sparse_updates(estimator_program.build_graph(
+      dense, dense.params, input_fn, "train", "p:P")) == []

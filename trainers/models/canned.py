@@ -114,14 +114,8 @@ def _inputs(features: str, columns: str, parts: Tuple[str, ...]):
   if not config_lib.columns_path(settings):
     return tf_keras.Input(shape=mnist.IMAGE_SHAPE, name="image"), None
   by_part = {part: feature_columns(settings, part) for part in parts}
-  spec = tf.feature_column.make_parse_example_spec(sum(by_part.values(), []))
-  inputs = {}
-  for name, feature in sorted(spec.items()):
-    if isinstance(feature, tf.io.VarLenFeature):
-      inputs[name] = tf_keras.Input(shape=(None,), sparse=True, dtype=feature.dtype, name=name)
-    else:
-      inputs[name] = tf_keras.Input(shape=tuple(feature.shape), dtype=feature.dtype, name=name)
-  return inputs, by_part
+  return columns_lib.keras_inputs(
+      tf.feature_column.make_parse_example_spec(sum(by_part.values(), []))), by_part
 
 
 def _flat(inputs, by_part):
