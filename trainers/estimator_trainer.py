@@ -239,10 +239,19 @@ def _minimize(optimizer: tf.compat.v1.train.Optimizer, loss: tf.Tensor, global_s
               variables: List[tf.Variable], clip_norm: Optional[float]) -> tf.Operation:
   """`optimizer.minimize`, with each replica's gradients (already scaled for the replicas)
   clipped by their global norm first, as a v1 model_fn's tf.clip_by_global_norm between
-  compute_gradients and apply_gradients, which all-reduces them."""
+  compute_gradients and apply_gradients, which all-reduces them.
+
+  Ungated (GATE_NONE) as Keras computes gradients: the default GATE_OP's control
+  dependencies keep TensorFlow's oneDNN rewrite from merging a convolution's
+  Conv2DBackpropFilter and BiasAddGrad, which it merges in Keras's graph, so the bias's
+  gradient was summed in another order (docs/parity.md, "One worker's long run"; issue 66).
+  Gating orders gradient ops, not their values."""
+  gate = tf.compat.v1.train.Optimizer.GATE_NONE
   if clip_norm is None:
-    return optimizer.minimize(loss, global_step=global_step, var_list=variables)
-  gradients, variables = zip(*optimizer.compute_gradients(loss, var_list=variables))
+    return optimizer.minimize(loss, global_step=global_step, var_list=variables,
+                              gate_gradients=gate)
+  gradients, variables = zip(*optimizer.compute_gradients(loss, var_list=variables,
+                                                           gate_gradients=gate))
   clipped, _ = tf.clip_by_global_norm(gradients, clip_norm)
   return optimizer.apply_gradients(zip(clipped, variables), global_step=global_step)
 
