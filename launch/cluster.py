@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 CHIEF = "chief"
 WORKER = "worker"
 EVALUATOR = "evaluator"
-TASK_TYPES = (CHIEF, WORKER, EVALUATOR)
+PS = "ps"  # A parameter server: holds variables, computes nothing.
+TASK_TYPES = (CHIEF, WORKER, PS, EVALUATOR)
 MASTER = "master"  # Vertex AI's (and AI Platform's) name for the chief, read as CHIEF.
 
 
@@ -35,7 +36,7 @@ class Task:
   """The task this process runs, from TF_CONFIG.
 
   Attributes:
-    type: "chief", "worker" or "evaluator".
+    type: "chief", "worker", "ps" or "evaluator".
     index: index within its type.
     num_workers: number of training tasks (chief and workers) in the cluster.
     has_chief_job: whether the cluster names a "chief" job.
@@ -57,8 +58,19 @@ class Task:
     return self.type == EVALUATOR or EVALUATOR in (self.cluster or {})
 
   @property
+  def num_ps(self) -> int:
+    """The parameter servers in the cluster: 0 for a MultiWorkerMirroredStrategy run."""
+    return len((self.cluster or {}).get(PS, []))
+
+  @property
   def training_cluster(self) -> Dict[str, List[str]]:
-    """The chief and worker jobs: the tasks that train together."""
+    """The chief and worker jobs: the tasks that compute gradients."""
+    return {job: list(a) for job, a in (self.cluster or {}).items() if job in (CHIEF, WORKER)}
+
+  @property
+  def servers(self) -> Dict[str, List[str]]:
+    """Every job but the evaluator's: the tasks that serve each other (with parameter
+    servers, the ps tasks too)."""
     return {job: list(a) for job, a in (self.cluster or {}).items() if job != EVALUATOR}
 
   @property
@@ -92,16 +104,19 @@ def pick_free_ports(count: int, host: str = "localhost") -> List[int]:
 
 
 def make_tf_configs(
-    ports: List[int], evaluator: bool = False, host: str = "localhost"
+    ports: List[int], evaluator: bool = False, host: str = "localhost", ps: int = 0
 ) -> List[Dict[str, Any]]:
-  """Builds one TF_CONFIG per task (chief, workers in order, then the evaluator),
-  in the shape Kubeflow's TFJob operator writes: every task's cluster lists every task.
+  """Builds one TF_CONFIG per task (chief, workers in order, the ps tasks, then the
+  evaluator), in the shape Kubeflow's TFJob operator writes: every task's cluster lists
+  every task.
 
   Args:
-    ports: one port per task; the first is the chief's, the last the
-      evaluator's if there is one (listed, never bound: it serves nothing).
+    ports: one port per task; the first is the chief's, then the workers', the last `ps`
+      before the evaluator's the parameter servers', and the last the evaluator's if there
+      is one (listed, never bound: it serves nothing).
     evaluator: the last port is an "evaluator" task's.
     host: the address every task listens on.
+    ps: how many of the ports are parameter servers'.
 
   Returns:
     The TF_CONFIG dicts, the chief's first.
@@ -109,10 +124,15 @@ def make_tf_configs(
   addresses = [f"{host}:{port}" for port in ports]
   if evaluator:
     addresses, evaluator_address = addresses[:-1], addresses[-1]
+  if ps:
+    addresses, ps_addresses = addresses[:-ps], addresses[-ps:]
   cluster = {CHIEF: addresses[:1]}
   if addresses[1:]:
     cluster[WORKER] = addresses[1:]
   tasks = [(CHIEF, 0)] + [(WORKER, i) for i in range(len(addresses) - 1)]
+  if ps:
+    cluster[PS] = ps_addresses
+    tasks += [(PS, i) for i in range(ps)]
   if evaluator:
     cluster[EVALUATOR] = [evaluator_address]
     tasks.append((EVALUATOR, 0))
@@ -237,8 +257,7 @@ def _check_cluster(cluster: Any) -> None:
   if extra_jobs:
     raise TFConfigError(
         f"TF_CONFIG cluster has job(s) {extra_jobs}; this project runs 'chief' (or "
-        "'master') and 'worker' jobs (MultiWorkerMirroredStrategy: no parameter servers) "
-        "plus an optional 'evaluator' task."
+        "'master'), 'worker' and 'ps' jobs plus an optional 'evaluator' task."
     )
   seen: Dict[str, str] = {}
   for job, addresses in cluster.items():
@@ -262,8 +281,13 @@ def _check_cluster(cluster: Any) -> None:
           f"TF_CONFIG cluster.{job} must list exactly one task, got {len(cluster[job])}; "
           + ("list the others under 'worker'." if job == CHIEF else "remove the others.")
       )
-  if not set(cluster) - {EVALUATOR}:
+  if not set(cluster) & {CHIEF, WORKER}:
     raise TFConfigError("TF_CONFIG cluster has no 'chief' or 'worker' job: nothing trains.")
+  if PS in cluster and CHIEF not in cluster:
+    raise TFConfigError(
+        "TF_CONFIG cluster has 'ps' tasks but no 'chief' job: a cluster with parameter "
+        "servers needs one (the Estimator's chief trains and saves there, Keras's "
+        "coordinator runs there); name one task 'chief' in every task's cluster.")
 
 
 def _check_address(field: str, address: Any) -> None:

@@ -51,9 +51,10 @@ def cluster_json(task: cluster.Task) -> str:
 
 
 def _peers(task: cluster.Task) -> List[Tuple[str, str]]:
-  """(name, "host:port") of every other training task."""
+  """(name, "host:port") of every other task that serves: the training tasks, and the
+  parameter servers if there are any."""
   return [(f"{job}:{index}", address)
-          for job, addresses in task.training_cluster.items()
+          for job, addresses in task.servers.items()
           for index, address in enumerate(addresses)
           if (job, index) != (task.type, task.index)]
 

@@ -237,6 +237,14 @@ def _stop_all(procs: Sequence[_Proc], grace: float,
       t.join()
 
 
+def _stop_in_order(procs: Sequence[_Proc], grace: float,
+                   signum: Optional[int] = signal.SIGTERM) -> None:
+  """_stop_all, the parameter servers after the others: a chief's last save reads the
+  variables they hold."""
+  for servers in (False, True):
+    _stop_all([p for p in procs if _is(p, cluster.PS) == servers], grace, signum)
+
+
 def _dump_stacks(procs: Sequence[_Proc]) -> List[str]:
   """Asks every live task for a stack dump; returns the names of those that gave none.
 
@@ -285,21 +293,34 @@ def _cause_rank(returncode: int) -> int:
   return {exit_codes.PREEMPTED: 3, exit_codes.PEER_LOST: 4}.get(returncode, 2)
 
 
+def _is(p: _Proc, task_type: str) -> bool:
+  return p.name.startswith(task_type + "-")
+
+
+def _ended(p: _Proc) -> bool:
+  """Whether `p` failed: it exited other than 0, or, a parameter server, exited at all
+  (it serves until the launcher stops it)."""
+  code = p.popen.poll()
+  return code is not None and (code != 0 or _is(p, cluster.PS))
+
+
 def _watch(procs: Sequence[_Proc], deadline: Optional[float],
            stall_timeout: Optional[float]) -> Tuple[str, Optional[_Proc]]:
-  """Waits until every task succeeds ("ok"), one fails ("failed"), or time runs out."""
+  """Waits until every task but the parameter servers succeeds ("ok"), one fails
+  ("failed"), or time runs out."""
   while True:
-    failed = [p for p in procs if p.popen.poll() not in (None, 0)]
+    failed = [p for p in procs if _ended(p)]
     if failed:
       time.sleep(SETTLE_SECONDS)
-      failed = [p for p in procs if p.popen.poll() not in (None, 0)]
+      failed = [p for p in procs if _ended(p)]
       return "failed", min(failed, key=lambda p: _cause_rank(p.popen.returncode))
-    if all(p.popen.poll() == 0 for p in procs):
+    if all(p.popen.poll() == 0 for p in procs if not _is(p, cluster.PS)):
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
       return "timeout", None
-    # The evaluator's output does not count: it logs while it waits for checkpoints.
-    training = [p for p in procs if not p.name.startswith(cluster.EVALUATOR)]
+    # The evaluator's output does not count: it logs while it waits for checkpoints; nor
+    # do the parameter servers', which serve in silence.
+    training = [p for p in procs if not (_is(p, cluster.EVALUATOR) or _is(p, cluster.PS))]
     if stall_timeout is not None and min(p.poll_output() for p in training) > stall_timeout:
       return "stalled", None
     time.sleep(0.2)
@@ -317,6 +338,7 @@ def run_local_cluster(
     env: Optional[Mapping[str, str]] = None,
     grace: float = GRACE_SECONDS,
     verbose: bool = True,
+    ps: int = 0,
 ) -> int:
   """Runs `cmd` once per task of a localhost cluster and supervises the tasks.
 
@@ -337,9 +359,14 @@ def run_local_cluster(
     grace: seconds between SIGTERM and SIGKILL when stopping tasks.
     verbose: stream all of the chief's output; False streams only the run's
       own lines, warnings and errors (launch.console). Logs keep everything.
+    ps: also start this many parameter servers (`ps:0`...), which serve until the others
+      end: then they are stopped. A parameter server that ends is a lost peer (retried);
+      it restarts with every training task. With parameter servers a worker trains
+      alone, so a failed `worker` task is restarted alone, and a drain or a preemption
+      stops every task with SIGTERM (nothing agrees on a step), the servers last.
 
   Returns:
-    0 when every task exits 0. Otherwise the exit code of the task whose
+    0 when every task but the parameter servers exits 0. Otherwise the exit code of the task whose
     failure ended the run (128 + signal number if it was killed), or 124
     on timeout or stall.
   """
@@ -353,8 +380,8 @@ def run_local_cluster(
   os.makedirs(log_dir, exist_ok=True)
   base_env = dict(os.environ if env is None else env)
   # The same ports on every restart: each task keeps its TF_CONFIG.
-  tf_configs = cluster.make_tf_configs(cluster.pick_free_ports(num_workers + evaluator),
-                                       evaluator)
+  tf_configs = cluster.make_tf_configs(
+      cluster.pick_free_ports(num_workers + ps + evaluator), evaluator, ps=ps)
   procs: List[_Proc] = []
   deadline = None if timeout is None else time.monotonic() + timeout
   previous_handlers = {}
@@ -403,6 +430,9 @@ def run_local_cluster(
         logging.error("No task wrote any output for %.0f s (--stall_timeout); %s Stopping every "
                       "task.", stall_timeout, _hang_report(procs, log_dir))
         return exit_codes.TIMEOUT
+      returncode = failed.popen.returncode
+      if _is(failed, cluster.PS) and returncode == 0:
+        returncode = exit_codes.PEER_LOST  # The others lost what it served.
       cause = f"{failed.name} {restarts.describe_exit(failed.popen.returncode)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.
         for t in failed.pumps:  # Its last lines, read to the end.
@@ -411,18 +441,21 @@ def run_local_cluster(
         cause += f" ({said})" if said else ""
       # The evaluator is outside the training collective: it is restarted
       # alone, and goes on running while the training tasks are restarted.
-      is_evaluator = failed.name.startswith(cluster.EVALUATOR)
-      decision = restarts.decide(counts, failed.popen.returncode, is_evaluator, max_restarts)
+      is_evaluator = _is(failed, cluster.EVALUATOR)
+      decision = restarts.decide(counts, returncode, is_evaluator, max_restarts)
       restarts.say(decision, cause, failed.log_path, is_evaluator, max_restarts,
                    again="restarting the training tasks")
       if not decision.retry:
         return decision.code
-      restart = ([procs.index(failed)] if is_evaluator else
-                 [i for i, p in enumerate(procs) if not p.name.startswith(cluster.EVALUATOR)])
+      alone = is_evaluator or (ps and _is(failed, cluster.WORKER))
+      restart = ([procs.index(failed)] if alone else
+                 [i for i, p in enumerate(procs) if not _is(p, cluster.EVALUATOR)])
       # A preempted task's peers stop at the same step on their own: they are left the
-      # time to save.
-      _stop_all([procs[i] for i in restart], grace,
-                None if decision.preempted else signal.SIGKILL)
+      # time to save. With parameter servers nothing agrees on a step: SIGTERM saves what
+      # the chief can, the servers stopped last.
+      stop = None if decision.preempted and not ps else (
+          signal.SIGTERM if decision.preempted else signal.SIGKILL)
+      _stop_in_order([procs[i] for i in restart], grace, stop)
       what = (f"preemption {counts['preemptions']}" if decision.preempted else
               f"{'evaluator ' if is_evaluator else ''}restart {decision.restart} of "
               f"{max_restarts}")
@@ -435,11 +468,12 @@ def run_local_cluster(
                     "once.", e.name, grace, code, e.name)
     for signum in previous_handlers:  # Passed on: a second signal stops a task at once.
       signal.signal(signum, lambda signum, _: _signal_all(procs, signum))
-    _stop_all(procs, grace)
+    _stop_in_order(procs, grace)
     return code
   finally:
     # What ended the run (a failure, a timeout, a stall) leaves its tasks nothing to save;
-    # a drain has stopped them already.
+    # a drain has stopped them already; the parameter servers of a finished run have
+    # nothing left to serve.
     _stop_all(procs, grace, signal.SIGKILL)
     if network is not None:
       network.close()

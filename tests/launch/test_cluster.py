@@ -29,22 +29,44 @@ def test_make_tf_configs_for_workers_and_evaluator():
   assert tasks[0].training_cluster == {"chief": ["localhost:1111"],
                                        "worker": ["localhost:2222", "localhost:3333"]}
   assert tasks[3].address is None  # The evaluator serves nothing: no port to check.
+  assert {t.num_ps for t in tasks} == {0}
+
+
+def test_make_tf_configs_with_parameter_servers():
+  configs = cluster.make_tf_configs([1111, 2222, 3333, 4444, 5555], evaluator=True, ps=2)
+  assert [c["task"] for c in configs] == [
+      {"type": "chief", "index": 0}, {"type": "worker", "index": 0},
+      {"type": "ps", "index": 0}, {"type": "ps", "index": 1},
+      {"type": "evaluator", "index": 0}]
+  assert all(c["cluster"] == {"chief": ["localhost:1111"], "worker": ["localhost:2222"],
+                              "ps": ["localhost:3333", "localhost:4444"],
+                              "evaluator": ["localhost:5555"]} for c in configs)
+  tasks = [cluster.parse_tf_config(_env(c)) for c in configs]
+  assert [t.is_chief for t in tasks] == [True, False, False, False, False]
+  assert {(t.num_workers, t.num_ps) for t in tasks} == {(2, 2)}
+  assert tasks[2].address == "localhost:3333" and tasks[2].name == "ps:0"
+  # The gradient computers, and every server (what a ps-mode session's cluster lists).
+  assert tasks[0].training_cluster == {"chief": ["localhost:1111"], "worker": ["localhost:2222"]}
+  assert tasks[0].servers == {"chief": ["localhost:1111"], "worker": ["localhost:2222"],
+                              "ps": ["localhost:3333", "localhost:4444"]}
 
 
 @pytest.mark.parametrize("replicas, chief", [
     ({"Chief": 1, "Worker": 2, "Evaluator": 1}, "chief-0"),
     ({"Worker": 3, "Evaluator": 1}, "worker-0"),  # No Chief replica: worker 0 is the chief.
     ({"Chief": 1, "Worker": 1}, "chief-0"),
+    ({"Chief": 1, "Worker": 1, "PS": 2, "Evaluator": 1}, "chief-0"),
 ])
 def test_tf_config_as_the_kubeflow_operator_writes_it(replicas, chief):
   configs = kubeflow_tf_configs("mnist", "team-a", replicas)
   tasks = {name: cluster.parse_tf_config({"TF_CONFIG": raw}) for name, raw in configs.items()}
   assert [name for name, t in tasks.items() if t.is_chief] == [chief]
-  training = sum(n for r, n in replicas.items() if r != "Evaluator")
-  assert {t.num_workers for t in tasks.values()} == {training}
+  training = sum(n for r, n in replicas.items() if r in ("Chief", "Worker"))
+  assert {(t.num_workers, t.num_ps) for t in tasks.values()} == {(training,
+                                                                   replicas.get("PS", 0))}
   assert {t.has_evaluator for t in tasks.values()} == {"Evaluator" in replicas}
   for name, task in tasks.items():
-    assert "evaluator" not in task.training_cluster
+    assert not {"evaluator", "ps"} & set(task.training_cluster)
     expected = (None if task.type == cluster.EVALUATOR else
                 f"mnist-{task.type}-{task.index}.team-a.svc:2222")
     assert task.address == expected, name
@@ -84,8 +106,8 @@ def test_master_is_written_back_as_chief_for_tensorflow_other_keys_kept():
 @pytest.mark.parametrize("tf_config, message", [
     ({"cluster": {"chief": ["a:1"], "master": ["b:1"]}, "task": {"type": "chief", "index": 0}},
      "both a 'chief' and a 'master' job"),
-    ({"cluster": {"master": ["a:1"], "ps": ["b:1"]}, "task": {"type": "master", "index": 0}},
-     "job(s) ['ps']"),
+    ({"cluster": {"master": ["a:1"], "ps1": ["b:1"]}, "task": {"type": "master", "index": 0}},
+     "job(s) ['ps1']"),
     ({"cluster": {"master": ["a:1"], "worker": ["b:1"]}, "task": {"type": "master", "index": 1}},
      "task.index 1 is out of range: the cluster has 1 chief task(s)"),
 ])
@@ -120,8 +142,12 @@ def test_worker_zero_is_chief_without_a_chief_job():
     ("[1, 2]", "JSON object"),
     ({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}, "out of range"),
     ({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}}, "non-negative"),
-    ({"cluster": {"worker": ["a:1"], "ps": ["b:2"]}, "task": {"type": "worker"}}, "'ps'"),
-    ({"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}, "is not run here"),
+    ({"cluster": {"worker": ["a:1"], "ps": ["b:2"]}, "task": {"type": "worker", "index": 0}},
+     "'ps' tasks but no 'chief' job"),
+    ({"cluster": {"ps": ["b:2"]}, "task": {"type": "ps", "index": 0}}, "nothing trains"),
+    ({"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}, "no job"),
+    ({"cluster": {"worker": ["a:1"]}, "task": {"type": "server", "index": 0}},
+     "is not run here"),
     ({"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}, "no job"),
     ({"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief"}}, "exactly one"),
     ({"cluster": {"worker": "a:1"}, "task": {"type": "worker"}}, "non-empty list"),

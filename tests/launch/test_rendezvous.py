@@ -11,9 +11,10 @@ from launch import cluster
 from launch import rendezvous
 
 
-def _tasks(count):
-  """Every training task of one localhost cluster of `count` workers."""
-  configs = cluster.make_tf_configs(cluster.pick_free_ports(count))
+def _tasks(count, ps=0):
+  """Every training task of one localhost cluster of `count` workers (and `ps` parameter
+  servers, last)."""
+  configs = cluster.make_tf_configs(cluster.pick_free_ports(count + ps), ps=ps)
   return [cluster.parse_tf_config({"TF_CONFIG": json.dumps(c)}) for c in configs]
 
 
@@ -61,6 +62,20 @@ def test_a_peer_that_never_starts_is_named_after_the_timeout(monkeypatch):
   assert (f"did not come up within 2 s (--startup_timeout): no task listens at "
           f"worker:0 ({worker.address})") in str(raised.value)
   assert said and said[0].startswith(f"Waiting for worker:0 ({worker.address}) to start")
+
+
+def test_a_parameter_server_is_a_peer_every_task_waits_for():
+  chief, worker, ps = _tasks(2, ps=1)
+  done = threading.Event()
+  threading.Thread(target=lambda: (rendezvous.wait_for_peers(worker, timeout=30),
+                                   _serve(worker, done)), daemon=True).start()
+  with pytest.raises(rendezvous.StartupTimeout) as raised:
+    rendezvous.wait_for_peers(chief, timeout=2)
+  assert f"no task listens at ps:0 ({ps.address})" in str(raised.value)
+  with pytest.raises(rendezvous.StartupTimeout) as raised:  # And it waits for them.
+    rendezvous.wait_for_peers(ps, timeout=2)
+  assert f"chief:0 ({chief.address})" in str(raised.value)
+  done.set()
 
 
 def test_a_lone_task_and_the_evaluator_do_not_wait():

@@ -57,8 +57,11 @@ TASK = textwrap.dedent("""
     if behaviour == "fail_late":  # The cause, seen after its peer's loss of it.
         time.sleep(0.3)
         sys.exit(5)
-    if behaviour == "hang":
+    if behaviour == "hang" or (behaviour == "serve_once_briefly" and starts):
         time.sleep(600)
+    if behaviour == "serve_once_briefly":  # A parameter server that ends: lost.
+        time.sleep(0.5)
+        sys.exit(0)
     if behaviour == "linger":  # Outlives a restart of the others, then ends well.
         time.sleep(4)
     if behaviour == "stop":
@@ -92,13 +95,13 @@ def task_script(tmp_path):
 
 
 def _run(task_script, tmp_path, workers=2, evaluator=False, timeout=60, stall_timeout=None,
-         max_restarts=0, **behaviour):
+         max_restarts=0, ps=0, **behaviour):
   path, out = task_script
   env = dict(os.environ, OUT_DIR=str(out), **{f"BEHAVIOUR_{k}": v for k, v in behaviour.items()})
   rc = supervisor.run_local_cluster([sys.executable, str(path)], workers, str(tmp_path / "logs"),
                                     evaluator=evaluator, timeout=timeout,
                                     stall_timeout=stall_timeout, max_restarts=max_restarts,
-                                    env=env, grace=2)
+                                    env=env, grace=2, ps=ps)
   # One record per start: "chief-0.0", "chief-0.1" after a restart, ...
   records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
   return rc, records
@@ -164,6 +167,39 @@ def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, 
   log = (tmp_path / "logs" / "chief-0.log").read_text()
   assert log.count("hello from chief-0") == 2
   assert "=== restart 1 of 3: worker-0 was killed by SIGKILL ===" in log
+
+
+def test_parameter_servers_serve_until_the_others_end_then_are_stopped(task_script, tmp_path):
+  rc, records = _run(task_script, tmp_path, workers=2, evaluator=True, ps=2, ps_0="hang",
+                     ps_1="hang", chief_0="linger")
+  assert rc == 0
+  assert sorted(records) == ["chief-0.0", "evaluator-0.0", "ps-0.0", "ps-1.0", "worker-0.0"]
+  assert sorted(records["ps-1.0"]["tf_config"]["cluster"]) == ["chief", "evaluator", "ps",
+                                                                "worker"]
+  assert records["ps-1.0"]["tf_config"]["task"] == {"type": "ps", "index": 1}
+  assert not any(_alive(r["pid"]) for r in records.values())
+  assert [t["name"] for t in _tasks_file(tmp_path)["tasks"]] == [
+      "chief-0", "worker-0", "ps-0", "ps-1", "evaluator-0"]
+
+
+def test_a_parameter_server_that_ends_is_a_lost_peer_and_restarts_with_the_others(
+    task_script, tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=2, ps=1, max_restarts=1,
+                     ps_0="serve_once_briefly", chief_0="linger", worker_0="linger")
+  assert rc == 0
+  assert sorted(records) == ["chief-0.0", "chief-0.1", "ps-0.0", "ps-0.1", "worker-0.0",
+                             "worker-0.1"]
+  assert "Restart 1 of 1: ps-0 exited with code 0" in caplog.text
+  assert not any(_alive(r["pid"]) for r in records.values())
+
+
+def test_with_parameter_servers_a_failed_worker_restarts_alone(task_script, tmp_path, caplog):
+  rc, records = _run(task_script, tmp_path, workers=3, ps=1, max_restarts=1, ps_0="hang",
+                     chief_0="linger", worker_1="fail_once")
+  assert rc == 0
+  # Its peers trained on: each worker steps alone against the parameter servers.
+  assert sorted(records) == ["chief-0.0", "ps-0.0", "worker-0.0", "worker-1.0", "worker-1.1"]
+  assert "Restart 1 of 1: worker-1 was killed by SIGKILL" in caplog.text
 
 
 def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_script,
