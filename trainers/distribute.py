@@ -210,6 +210,27 @@ def _check_same_cluster(task: cluster.Task) -> None:
         raise rendezvous.mismatch(peer, theirs, task)
 
 
+def serve(task: cluster.Task) -> int:
+  """Runs this process as the parameter server `task`: its server in the cluster of every
+  server (`task.servers`), holding the variables the chief and workers place on it, until
+  SIGTERM or SIGINT; returns 128 + that signal's number (exit_codes.PREEMPTED for
+  SIGTERM: what it held is in the chief's checkpoints, and a restart serves again).
+
+  Unlike the Estimator's own ps task (`server.join()`, which no signal ends but SIGKILL),
+  this waits for a signal, which every thread of the server blocks so that this one
+  takes it."""
+  signals = {signal.SIGTERM, signal.SIGINT}
+  signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # Before the server's threads start.
+  server = tf.distribute.Server(tf.train.ClusterSpec(task.servers), job_name=task.type,
+                                task_index=task.index, protocol="grpc", start=True)
+  logging.info("Serving as %s at %s for %s.", task.name, server.target, ", ".join(
+      f"{job}:{i}" for job, addresses in task.training_cluster.items()
+      for i in range(len(addresses))))
+  signum = signal.sigwait(signals)
+  logging.info("Stopped by %s.", signal.Signals(signum).name)
+  return 128 + signum
+
+
 def num_workers(strategy: tf.distribute.Strategy) -> int:
   """Number of training worker processes behind the strategy."""
   resolver = getattr(strategy, "cluster_resolver", None)

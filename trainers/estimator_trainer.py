@@ -278,7 +278,8 @@ class _Steps(tf.estimator.SessionRunHook):
   """The run's step duties (step_duties.StepDuties) after each step, as Keras's
   StepsCallback feeds them.
 
-  Synchronous training: every run of the train op is one global step. The loss is the one
+  Synchronous training: every run of the train op is one global step (on parameter
+  servers, `global_steps`: one of the steps the tasks take between them). The loss is the one
   the Estimator reports (its `loss` summary): the global-batch loss, all-reduced over the
   workers, which the Estimator's own session run fetches every step anyway; the weights
   are checked every K steps, as Keras does. It runs before the checkpoint hook's turn, so
@@ -298,8 +299,9 @@ class _Steps(tf.estimator.SessionRunHook):
   """
 
   def __init__(self, duties: step_duties.StepDuties, scale: Optional[float] = 1.0,
-               replicas: int = 1):
+               replicas: int = 1, global_steps: bool = False):
     self.duties, self._scale, self._replicas = duties, scale, replicas
+    self._global_steps = global_steps
     self._loss: Optional[tf.Tensor] = None
     self._weights_finite: List[tf.Tensor] = []
 
@@ -319,7 +321,11 @@ class _Steps(tf.estimator.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     loss, weights_finite = run_values.results
-    self.duties.stepped(self.duties.step + 1, float(loss) * self._scale, all(weights_finite))
+    # On parameter servers the other workers step too: the global step this step ended
+    # at is read after it (one more read from the ps task), its loss this task's own.
+    step = (int(run_context.session.run(tf.compat.v1.train.get_global_step()))
+            if self._global_steps else self.duties.step + 1)
+    self.duties.stepped(step, float(loss) * self._scale, all(weights_finite), steps=1)
     self.duties.report_due()
     if self.duties.should_stop():
       run_context.request_stop()
@@ -459,7 +465,10 @@ class Backend(loop.Backend):
         model_dir=run.model_dir,
         # The global seed in the Estimator's graph, as tf.random.set_seed for Keras.
         tf_random_seed=config.seed,
-        train_distribute=run.strategy,
+        # On parameter servers, the Estimator's own mode: no strategy, its replica device
+        # setter places the variables on the ps tasks; no worker waits to start.
+        train_distribute=None if run.on_parameter_servers else run.strategy,
+        **({"experimental_max_worker_delay_secs": 0} if run.on_parameter_servers else {}),
         save_checkpoints_steps=config.checkpoint_every_steps,
         save_summary_steps=config.log_every_steps,
         log_step_count_steps=config.log_every_steps,
@@ -500,7 +509,8 @@ class Backend(loop.Backend):
     run = self.run
     evaluator = run.strategy is None
     train_spec = tf.estimator.TrainSpec(
-        lambda input_context=None: self._input_fn(mnist.TRAIN, input_context),
+        lambda input_context=None: self._input_fn(mnist.TRAIN,
+                                                  input_context or self._own_shard()),
         max_steps=run.config.train_steps, hooks=hooks)
     eval_spec = tf.estimator.EvalSpec(
         lambda: self._input_fn(mnist.EVAL),
@@ -517,6 +527,17 @@ class Backend(loop.Backend):
                      if evaluator and run.config.early_stopping_metric else [])],
     )
     return tf.estimator.train_and_evaluate(self._estimator, train_spec, eval_spec)
+
+  def _own_shard(self) -> Optional[tf.distribute.InputContext]:
+    """On parameter servers, where no strategy gives one: this training task's shard of
+    the input, a whole global batch a step (each step is one update, as in synchronous
+    training). None otherwise."""
+    task = self.run.task
+    if not self.run.on_parameter_servers or task.type == cluster.EVALUATOR:
+      return None
+    ordinal = task.index + (1 if task.type == cluster.WORKER and task.has_chief_job else 0)
+    return tf.distribute.InputContext(num_input_pipelines=task.num_workers,
+                                      input_pipeline_id=ordinal, num_replicas_in_sync=1)
 
   def evaluate_checkpoints(self) -> None:
     while True:
@@ -548,7 +569,8 @@ class Backend(loop.Backend):
         # records a start for it.
         self._result = self._train_and_evaluate(
             [*([_OneSessionPerRun()] if distribute.num_workers(run.strategy) > 1 else []),
-             _Steps(duties, scale, run.strategy.num_replicas_in_sync)])
+             _Steps(duties, scale, run.strategy.num_replicas_in_sync,
+                    global_steps=run.on_parameter_servers)])
       except tf.compat.v1.train.NanLossDuringTrainingError as e:
         # The Estimator's default NanTensorHook (NaN only); _Steps raises
         # DivergedError itself, for NaN and Inf.

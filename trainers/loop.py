@@ -49,7 +49,8 @@ class Run:
     model_dir: the run's directory (only the chief writes to it).
     input_fn: the input both backends read (inputs.default_input_fn, or a test's).
     task: this process's TF_CONFIG task; None for a lone process.
-    strategy: the training strategy; None in the evaluator task.
+    strategy: the training strategy; None in the evaluator task; the default strategy (one
+      replica, no collectives) on parameter servers, where each training task steps alone.
     chief: whether this task writes model_dir.
     chief_evaluates: no evaluator task exists, so the chief evaluates the final step.
     preemption: where a preemption stops training; the backend's loop asks it after
@@ -71,6 +72,12 @@ class Run:
   preemption: Optional[preemption_lib.Agreement] = None
   warm_start: Optional[warm_start_lib.Plan] = None
   early_stop: Optional[preemption_lib.Agreement] = None
+
+  @property
+  def on_parameter_servers(self) -> bool:
+    """Whether the variables live on ps tasks, each training task stepping alone
+    (asynchronously) against them: the Estimator's parameter-server mode."""
+    return bool(self.task and self.task.num_ps)
 
   def step_duties(self) -> step_duties_lib.StepDuties:
     """What this training task does as steps end (both backends' loops feed it): progress
@@ -176,8 +183,12 @@ def train_and_evaluate(
                 chief_evaluates=False)).evaluate_checkpoints()
     return None
 
-  strategy = strategy or distribute.create_strategy()
-  run = Run(config, model_dir, input_fn, task, strategy, chief=distribute.is_chief(strategy),
+  on_ps = bool(task and task.num_ps)
+  # On parameter servers no strategy spans the tasks: the Estimator places the variables.
+  strategy = strategy or (tf.distribute.get_strategy() if on_ps else
+                          distribute.create_strategy())
+  run = Run(config, model_dir, input_fn, task, strategy,
+            chief=task.is_chief if on_ps else distribute.is_chief(strategy),
             chief_evaluates=task is None or not task.has_evaluator,
             preemption=distribute.preemption_agreement(strategy),
             warm_start=warm_start_lib.for_run(backend.name, config, model_dir),
@@ -229,7 +240,7 @@ def train_and_evaluate(
     export_dir = export_lib.wait_for(model_dir, policy, step)
   return layout.write_summary(
       backend.name, config, model_dir,
-      workers=distribute.num_workers(strategy),
+      workers=task.num_workers if on_ps else distribute.num_workers(strategy),
       global_step=step,
       metrics=metrics,
       train_seconds=report.train_seconds,

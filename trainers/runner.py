@@ -168,8 +168,9 @@ def _repair(path: str) -> None:
 
 
 def _check_run(backend: str, config: Config, options: RunOptions
-               ) -> Tuple[Optional[cluster.Task], int]:
-  """Checks everything a run is given before any task starts: this task and its workers.
+               ) -> Tuple[Optional[cluster.Task], int, int]:
+  """Checks everything a run is given before any task starts: this task, its workers and
+  its parameter servers.
 
   Raises:
     ValueError: naming the bad flag or TF_CONFIG and the fix.
@@ -184,12 +185,31 @@ def _check_run(backend: str, config: Config, options: RunOptions
       raise ValueError(f"--{name} must be positive, got {getattr(options, name)}.")
   if options.max_restarts < 0:
     raise ValueError(f"--max_restarts must be at least 0, got {options.max_restarts}.")
+  if options.ps is not None and options.ps < 0:
+    raise ValueError(f"--ps must be at least 0, got {options.ps}.")
   task = cluster.parse_tf_config()
   if task and workers is not None and workers != task.num_workers:
     raise ValueError(
         f"--workers={workers} but TF_CONFIG describes {task.num_workers} training tasks: "
         "start every task with the same --workers, or leave it out."
     )
+  if task and options.ps is not None and options.ps != task.num_ps:
+    raise ValueError(
+        f"--ps={options.ps} but TF_CONFIG describes {task.num_ps} ps task(s): start every "
+        "task with the same --ps, or leave it out.")
+  num_ps = task.num_ps if task else (options.ps or 0)
+  if num_ps and backend != "estimator":
+    raise ValueError(
+        f"{'TF_CONFIG lists ps tasks' if task else f'--ps={num_ps}'}: Keras on parameter "
+        "servers (ParameterServerStrategy, driven from the chief) is not run here yet; train "
+        "with MultiWorkerMirroredStrategy (no ps tasks), or the Estimator "
+        "(python -m trainers.estimator_main).")
+  if num_ps and (config.record_dir or config.early_stopping_metric):
+    flag = "--record_dir" if config.record_dir else "--early_stopping_metric"
+    raise ValueError(
+        f"{flag} is not run on parameter servers yet: its records (the steps' all-reduced "
+        f"losses, the stop every task agrees on) need the tasks to step together. Leave "
+        f"{flag} out, or train without ps tasks.")
   num_workers = task.num_workers if task else (workers or 1)
   config.validate(num_replicas=num_workers)  # One CPU replica per worker.
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
@@ -209,7 +229,7 @@ def _check_run(backend: str, config: Config, options: RunOptions
   if task:
     cluster.check_port_free(task)
   _check_files(config, options)
-  return task, num_workers
+  return task, num_workers, num_ps
 
 
 def _check_files(config: Config, options: RunOptions) -> None:
@@ -336,9 +356,9 @@ def _run(backend: str, config: Config, options: RunOptions,
   """run(), with a signal raising preemption.Preempted."""
   lock = None
   try:
-    task, num_workers = _check_run(backend, config, options)
+    task, num_workers, num_ps = _check_run(backend, config, options)
     cluster.write_master_as_chief()  # Before TensorFlow reads TF_CONFIG.
-    launcher = task is None and num_workers > 1
+    launcher = task is None and (num_workers > 1 or num_ps > 0)
     # The tasks' environment, before this process quiets its own TensorFlow (a
     # launcher imports it to inspect a non-empty model_dir): their logs keep all.
     task_env = dict(os.environ)
@@ -348,6 +368,8 @@ def _run(backend: str, config: Config, options: RunOptions,
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task, options.grace_seconds)
+    if task is not None and task.type == cluster.PS:
+      return _serve(task, options)
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
     ready.ensure_prepared(config.data_dir, options.mnist_idx_dir, idx_dir_flag=IDX_DIR_FLAG)
@@ -370,14 +392,15 @@ def _run(backend: str, config: Config, options: RunOptions,
   task_env[run_lock.HELD_FOR_ENV] = os.path.abspath(model_dir)
   if launcher:
     log_dir = options.task_log_dir or os.path.join(model_dir, supervisor.LOG_SUBDIR)
-    logging.info("Starting %d %s workers; model_dir=%s, logs in %s", num_workers, backend,
-                 model_dir, log_dir)
+    logging.info("Starting %d %s workers%s; model_dir=%s, logs in %s", num_workers, backend,
+                 f" and {num_ps} parameter server(s)" if num_ps else "", model_dir, log_dir)
     return start_cluster(
         [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
         evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1,
-        grace=options.grace_seconds + supervisor.GRACE_MARGIN_SECONDS)
+        grace=options.grace_seconds + supervisor.GRACE_MARGIN_SECONDS,
+        **({"ps": num_ps} if num_ps else {}))
   try:
     if task is not None and task.type != cluster.EVALUATOR:
       rendezvous.wait_for_peers(task, options.startup_timeout)
@@ -389,6 +412,19 @@ def _run(backend: str, config: Config, options: RunOptions,
   finally:
     if lock:
       lock.release()
+
+
+def _serve(task: cluster.Task, options: RunOptions) -> int:
+  """A parameter server's run: its peers waited for, then served until a signal
+  (distribute.serve). It reads no data and writes nothing to model_dir."""
+  from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
+  try:
+    rendezvous.wait_for_peers(task, options.startup_timeout)
+  except rendezvous.StartupTimeout as e:
+    return _error(str(e), exit_codes.STARTUP_TIMEOUT)
+  except rendezvous.ClusterMismatchError as e:
+    return _error(str(e), exit_codes.USAGE)
+  return distribute.serve(task)
 
 
 def _train_here(backend: str, config: Config, model_dir: str,

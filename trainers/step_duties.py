@@ -70,7 +70,8 @@ class StepDuties:
     self._model_dir, self._hooks, self._program = model_dir, hooks, program_name
     self.report = progress.Progress(total, model_dir)
     self.step = 0  # The last step that ended.
-    self._window = 0.0  # The losses summed since the last report.
+    self._window = 0.0  # The losses summed since the last report,
+    self._window_steps = 0  # over this many steps.
     self.step_losses: List[float] = []
 
   def start(self, step: int) -> None:
@@ -79,18 +80,21 @@ class StepDuties:
     self.report.start(step)
     self._call_hooks("begin", step, self._model_dir)
 
-  def stepped(self, step: int, loss_sum: float, weights_finite: bool = True) -> None:
+  def stepped(self, step: int, loss_sum: float, weights_finite: bool = True,
+              steps: Optional[int] = None) -> None:
     """The steps up to `step` ended (one, or one Keras execution), their global-batch losses
-    summing to `loss_sum`.
+    summing to `loss_sum`; `steps` of them were this task's (default: all since the last,
+    but on parameter servers the other tasks step too).
 
     Raises:
       failures.DivergedError: the loss or (`weights_finite` False) the weights are NaN or Inf.
     """
     self.report.first_step_done()
-    steps = step - self.step
+    steps = step - self.step if steps is None else steps
     self.step = step
     self.step_losses.append(loss_sum)
     self._window += loss_sum
+    self._window_steps += steps
     if not (math.isfinite(loss_sum) and weights_finite):
       raise failures.diverged(step)
     self._call_hooks("after_step", step, loss_sum / max(steps, 1))
@@ -98,13 +102,14 @@ class StepDuties:
       self._checks.after_step(step)
 
   def report_due(self) -> Optional[Reported]:
-    """Reports the window that ends at the last step, if a report falls there (every
-    `every` steps, and the last); returns what it reported, or None."""
-    step = self.step
-    if step % self._every and step != self._total or step == self.report.last_step:
+    """Reports the window that ends at the last step, if a report falls there (at a
+    multiple of `every` or past one, as steps other tasks took may skip it, and at the
+    last); returns what it reported, or None."""
+    step, last = self.step, self.report.last_step
+    if step == last or (step // self._every == last // self._every and step < self._total):
       return None
-    loss = self._window / (step - self.report.last_step)
-    self._window = 0.0
+    loss = self._window / max(self._window_steps, 1)
+    self._window, self._window_steps = 0.0, 0
     return Reported(loss, self.report.log(step, loss))
 
   def should_stop(self) -> bool:

@@ -55,6 +55,11 @@ def main(argv: Sequence[str]) -> None:
   if (flags.FLAGS.workers or 1) < 2:
     raise app.UsageError(f"--workers must be at least 2 on Ray, got {flags.FLAGS.workers or 1}; "
                          "one worker trains with the trainer binary itself.", exitcode=2)
+  if flags.FLAGS.ps:
+    raise app.UsageError(f"--ps={flags.FLAGS.ps}: Ray Train runs no parameter servers "
+                         "(ray-project/ray#38972); train on parameter servers with the "
+                         "trainer binary's local cluster or Kubeflow (launch.tfjob).",
+                         exitcode=2)
   try:
     ray_engine.check_installed()
     if _ADDRESS.value:

@@ -283,8 +283,8 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
      "Did you mean: early_stopping_check_every_steps"),
     ([], {"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),
     ([], _tf_config("worker", 3), "task.index 3 is out of range"),
-    ([], _tf_config("ps", 0), "task.type 'ps' is not run here"),
-    ([], _tf_config("chief", ps=["localhost:1"], chief=["localhost:2"]), "job(s) ['ps']"),
+    ([], _tf_config("ps", 0), "task.type 'ps' has no job in the cluster"),
+    ([], _tf_config("chief", ps1=["localhost:1"], chief=["localhost:2"]), "job(s) ['ps1']"),
     (["--workers=3"], _tf_config("worker", 0), "TF_CONFIG describes 2 training tasks"),
     # Files the flags name are checked before any task starts: nothing is retried.
     (["--workers=2", "--init_weights=/nonexistent.npz"], {}, "--init_weights=/nonexistent.npz"),
@@ -301,6 +301,25 @@ def _rejected(backend, args, env, code, message, data_dir, model_dir):
 ])])
 def test_bad_input_is_rejected_with_the_fix(backend, args, env, message, tiny_data_dir,
                                             tmp_path):
+  _rejected(backend, args, env, 2, message, tiny_data_dir, tmp_path / "model")
+
+
+PS_CLUSTER = {"chief": ["localhost:2"], "ps": ["localhost:1"]}
+
+
+@pytest.mark.parametrize("backend, args, env, message", [
+    ("keras", ["--ps=1"], {}, "--ps=1: Keras on parameter servers"),
+    ("keras", [], _tf_config("chief", **PS_CLUSTER), "TF_CONFIG lists ps tasks: Keras on"),
+    ("estimator", ["--ps=-1"], {}, "--ps must be at least 0, got -1"),
+    ("estimator", ["--ps=2"], _tf_config("chief", **PS_CLUSTER),
+     "--ps=2 but TF_CONFIG describes 1 ps task(s)"),
+    ("estimator", [], _tf_config("worker", worker=["localhost:2"], ps=["localhost:1"]),
+     "'ps' tasks but no 'chief' job"),
+    ("estimator", ["--ps=1", "--early_stopping_metric=accuracy"], {},
+     "--early_stopping_metric is not run on parameter servers yet"),
+])
+def test_parameter_servers_are_refused_where_they_are_not_run(backend, args, env, message,
+                                                              tiny_data_dir, tmp_path):
   _rejected(backend, args, env, 2, message, tiny_data_dir, tmp_path / "model")
 
 
