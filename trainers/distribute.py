@@ -18,6 +18,7 @@ from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
+from tensorflow.python.training import session_manager
 
 from launch import cluster
 from launch import console
@@ -229,6 +230,28 @@ def serve(task: cluster.Task) -> int:
   signum = signal.sigwait(signals)
   logging.info("Stopped by %s.", signal.Signals(signum).name)
   return 128 + signum
+
+
+# How often an Estimator worker on parameter servers asks whether the chief has initialized
+# the variables (SessionManager's default, which MonitoredTrainingSession does not expose,
+# is 30 s: the chief of a short run ended before its workers began).
+WORKER_READY_POLL_SECONDS = 1.0
+
+
+def poll_for_the_chiefs_variables_often() -> None:
+  """Makes each graph session a worker waits on ask every WORKER_READY_POLL_SECONDS
+  whether the chief has initialized the model's variables, not every 30 s."""
+  init = session_manager.SessionManager.__init__
+  if getattr(init, "_polls_often", False):
+    return
+
+  def polls_often(self, *args, **kwargs):
+    if len(args) < 5:  # recovery_wait_secs is the fifth; given, it stands.
+      kwargs.setdefault("recovery_wait_secs", WORKER_READY_POLL_SECONDS)
+    init(self, *args, **kwargs)
+
+  polls_often._polls_often = True
+  session_manager.SessionManager.__init__ = polls_often
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:

@@ -457,6 +457,8 @@ class Backend(loop.Backend):
 
   def _make_estimator(self) -> tf.estimator.Estimator:
     run, config = self.run, self.run.config
+    if run.on_parameter_servers:
+      distribute.poll_for_the_chiefs_variables_often()
     # RunConfig reads TF_CONFIG; it wants a "chief" job in an evaluator's
     # cluster, which a TFJob without a Chief replica does not have.
     if run.task is not None and run.task.type == cluster.EVALUATOR and not run.task.has_chief_job:

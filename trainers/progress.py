@@ -47,7 +47,8 @@ class Progress:
     """Reports the window ending at `step`; returns its steps/s."""
     now = time.time()
     steps_per_sec = (step - self.last_step) / max(now - self._last_time, 1e-9)
-    eta = (self._total - step) / max(steps_per_sec, 1e-9)
+    # Asynchronous steps (parameter servers) may end past the total.
+    eta = max(self._total - step, 0) / max(steps_per_sec, 1e-9)
     logging.info("step %d/%d: loss %.4f, %.1f steps/s, ETA %.0f s", step, self._total, loss,
                  steps_per_sec, eta)
     if self._model_dir:

@@ -369,7 +369,7 @@ def _run(backend: str, config: Config, options: RunOptions,
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task, options.grace_seconds)
     if task is not None and task.type == cluster.PS:
-      return _serve(task, options)
+      return _serve(task)
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
     ready.ensure_prepared(config.data_dir, options.mnist_idx_dir, idx_dir_flag=IDX_DIR_FLAG)
@@ -414,16 +414,12 @@ def _run(backend: str, config: Config, options: RunOptions,
       lock.release()
 
 
-def _serve(task: cluster.Task, options: RunOptions) -> int:
-  """A parameter server's run: its peers waited for, then served until a signal
-  (distribute.serve). It reads no data and writes nothing to model_dir."""
+def _serve(task: cluster.Task) -> int:
+  """A parameter server's run: served until a signal (distribute.serve), at once: the
+  training tasks wait for its server to listen (launch.rendezvous), and their sessions
+  take any other listener on its port for a broken one. It reads no data and writes
+  nothing to model_dir."""
   from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
-  try:
-    rendezvous.wait_for_peers(task, options.startup_timeout)
-  except rendezvous.StartupTimeout as e:
-    return _error(str(e), exit_codes.STARTUP_TIMEOUT)
-  except rendezvous.ClusterMismatchError as e:
-    return _error(str(e), exit_codes.USAGE)
   return distribute.serve(task)
 
 
