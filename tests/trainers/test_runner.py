@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -122,6 +123,36 @@ def test_estimator_workers_meet_before_any_exits(run):
   for task in ("chief-0", "worker-0"):
     with open(os.path.join(model_dir, "logs", f"{task}.log")) as f:
       assert "All 2 workers reached estimator_training_done." in f.read(), task
+
+
+@pytest.mark.estimator
+@pytest.mark.slow
+def test_the_estimator_trains_on_a_parameter_server_each_worker_stepping_alone(
+    tiny_data_dir, tmp_path):
+  model_dir = tmp_path / "model"
+  # Long enough for the worker, which starts once the chief has set the variables, to step.
+  config = dataclasses.replace(TINY, train_steps=200, checkpoint_every_steps=100,
+                               log_every_steps=20)
+  result = run_module("trainers.estimator_main", [
+      "--workers=2", "--ps=1", f"--model_dir={model_dir}", "--timeout=300",
+      *_flags(config, tiny_data_dir)])
+  assert result.returncode == 0, result.stderr[-5000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  # Asynchronous: the last steps may pass the total, the run ends where the chief saved.
+  assert summary["workers"] == 2 and summary["global_step"] >= 200, summary
+  assert "accuracy" in summary["test_metrics"]
+  logs = model_dir / "logs"
+  assert [t["name"] for t in json.loads((logs / "tasks.json").read_text())["tasks"]] == [
+      "chief-0", "worker-0", "ps-0", "evaluator-0"]
+  assert "Serving as ps:0" in (logs / "ps-0.log").read_text()
+  # The variables live on the ps task; both training tasks stepped on them.
+  assert 'device: "/job:ps/task:0"' in (model_dir / "graph.pbtxt").read_text()
+  for task in ("chief-0", "worker-0"):
+    assert re.search(r"step \d+/200: loss", (logs / f"{task}.log").read_text()), task
+  # Only the chief writes model_dir: no worker's copies, no process left.
+  assert not list(model_dir.glob("tmp_*"))
+  for t in json.loads((logs / "tasks.json").read_text())["tasks"]:
+    assert not os.path.exists(f"/proc/{t['pid']}"), t
 
 
 @pytest.mark.slow
