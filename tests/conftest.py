@@ -6,9 +6,11 @@ import importlib.util
 import json
 import os
 import pathlib
+import resource
 import struct
 import subprocess
 import sys
+import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -85,6 +87,26 @@ def pytest_collection_modifyitems(config, items):
     if item.get_closest_marker("estimator") or any(
         v == "estimator" or (isinstance(v, tuple) and "estimator" in v) for v in values):
       item.add_marker(skip)
+
+
+# TEST_CPU_LOG=PATH: each test's CPU seconds (its process's and its waited-for children's),
+# a JSON line per test appended to PATH; CI's time is CPU-bound (docs/testing.md).
+CPU_LOG = os.environ.get("TEST_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  if not CPU_LOG:
+    yield
+    return
+  before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+  started = time.monotonic()
+  yield
+  after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+  cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+  with open(CPU_LOG, "a") as f:
+    f.write(json.dumps({"test": item.nodeid, "cpu_s": round(cpu, 1),
+                        "wall_s": round(time.monotonic() - started, 1)}) + "\n")
 
 
 @pytest.fixture(scope="session")
