@@ -1,7 +1,7 @@
 r"""Writes a Kubeflow TFJob (and a NetworkPolicy) that trains on Kubernetes.
 
   python -m launch.tfjob --backend=estimator --workers=4 --image=REGISTRY/mnist:TAG \
-      --pvc=mnist-runs [--model_dir=/train/mnist] [--noevaluator] [--namespace=NS] \
+      --pvc=mnist-runs [--model_dir=/train/mnist] [--noevaluator] [--ps=N] [--namespace=NS] \
       [-- TRAINER FLAGS, e.g. --train_steps=3000] > job.yaml
   kubectl apply -f job.yaml
 
@@ -31,6 +31,8 @@ _MODEL_DIR = flags.DEFINE_string("model_dir", None, "The run's directory, under 
 _EVALUATOR = flags.DEFINE_bool("evaluator", True, "With --workers > 1: an Evaluator replica "
                                "(the Estimator needs it; Keras: --noevaluator evaluates on the "
                                "chief).")
+_PS = flags.DEFINE_integer("ps", 0, "PS replicas: the Estimator trains on parameter servers "
+                           "(its classic mode), --workers replicas computing gradients.")
 _NAME = flags.DEFINE_string("name", "mnist", "The TFJob's name (pods: <name>-<type>-<index>).")
 _NAMESPACE = flags.DEFINE_string("namespace", "default", "The TFJob's namespace.")
 _MOUNT_PATH = flags.DEFINE_string("mount_path", "/train", "Where --pvc is mounted in each pod.")
@@ -45,7 +47,7 @@ def main(argv: Sequence[str]) -> None:
   spec = tfjob.JobSpec(
       backend=_BACKEND.value, workers=_WORKERS.value, image=_IMAGE.value, pvc=_PVC.value,
       model_dir=_MODEL_DIR.value or f"{_MOUNT_PATH.value.rstrip('/')}/{_NAME.value}",
-      evaluator=_EVALUATOR.value, name=_NAME.value, namespace=_NAMESPACE.value,
+      evaluator=_EVALUATOR.value, ps=_PS.value, name=_NAME.value, namespace=_NAMESPACE.value,
       mount_path=_MOUNT_PATH.value, cpu=_CPU.value, memory=_MEMORY.value,
       backoff_limit=_BACKOFF_LIMIT.value, trainer_args=tuple(argv[1:]))
   try:

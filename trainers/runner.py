@@ -198,18 +198,8 @@ def _check_run(backend: str, config: Config, options: RunOptions
         f"--ps={options.ps} but TF_CONFIG describes {task.num_ps} ps task(s): start every "
         "task with the same --ps, or leave it out.")
   num_ps = task.num_ps if task else (options.ps or 0)
-  if num_ps and backend != "estimator":
-    raise ValueError(
-        f"{'TF_CONFIG lists ps tasks' if task else f'--ps={num_ps}'}: Keras on parameter "
-        "servers (ParameterServerStrategy, driven from the chief) is not run here yet; train "
-        "with MultiWorkerMirroredStrategy (no ps tasks), or the Estimator "
-        "(python -m trainers.estimator_main).")
-  if num_ps and (config.record_dir or config.early_stopping_metric):
-    flag = "--record_dir" if config.record_dir else "--early_stopping_metric"
-    raise ValueError(
-        f"{flag} is not run on parameter servers yet: its records (the steps' all-reduced "
-        f"losses, the stop every task agrees on) need the tasks to step together. Leave "
-        f"{flag} out, or train without ps tasks.")
+  check_parameter_servers(backend, config, num_ps,
+                          "TF_CONFIG lists ps tasks" if task else f"--ps={num_ps}")
   num_workers = task.num_workers if task else (workers or 1)
   config.validate(num_replicas=num_workers)  # One CPU replica per worker.
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
@@ -230,6 +220,26 @@ def _check_run(backend: str, config: Config, options: RunOptions
     cluster.check_port_free(task)
   _check_files(config, options)
   return task, num_workers, num_ps
+
+
+def check_parameter_servers(backend: str, config: Config, num_ps: int, source: str) -> None:
+  """Refuses what does not run on `num_ps` parameter servers (none: nothing), `source`
+  naming where they were asked for.
+
+  Raises:
+    ValueError: naming the fix.
+  """
+  if num_ps and backend != "estimator":
+    raise ValueError(
+        f"{source}: Keras on parameter servers (ParameterServerStrategy, driven from the "
+        "chief) is not run here yet; train with MultiWorkerMirroredStrategy (no ps tasks), "
+        "or the Estimator (python -m trainers.estimator_main).")
+  if num_ps and (config.record_dir or config.early_stopping_metric):
+    flag = "--record_dir" if config.record_dir else "--early_stopping_metric"
+    raise ValueError(
+        f"{flag} is not run on parameter servers yet: its records (the steps' all-reduced "
+        f"losses, the stop every task agrees on) need the tasks to step together. Leave "
+        f"{flag} out, or train without ps tasks.")
 
 
 def _check_files(config: Config, options: RunOptions) -> None:

@@ -2,7 +2,8 @@
 
 One Chief and N-1 Worker replicas train, as `--workers=N` does locally, plus
 an Evaluator replica (the Estimator needs it at N > 1; Keras runs
-SidecarEvaluator there). The operator writes each pod's TF_CONFIG in the
+SidecarEvaluator there), and with `ps` PS replicas the Estimator trains on
+parameter servers, as `--ps` does locally. The operator writes each pod's TF_CONFIG in the
 shape `launch.cluster` reads (lower-cased job names, every replica in every
 cluster, `"environment": "cloud"`, none for a one-replica job).
 
@@ -37,8 +38,8 @@ RESTART_POLICY = "ExitCode"
 CLEAN_POD_POLICY = "Running"  # A finished job's pods stay, for `kubectl logs`, but none runs.
 # Flags the manifest sets itself, or that mean nothing in a pod (the operator
 # starts, supervises and restarts the tasks).
-OWN_FLAGS = ("workers", "model_dir", "evaluator", "max_restarts", "stall_timeout", "timeout",
-             "task_log_dir")
+OWN_FLAGS = ("workers", "ps", "model_dir", "evaluator", "max_restarts", "stall_timeout",
+             "timeout", "task_log_dir")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -57,6 +58,7 @@ class JobSpec:
       `mount_path`, on the PersistentVolumeClaim `pvc`.
     pvc: a ReadWriteMany PersistentVolumeClaim every pod mounts.
     evaluator: with workers > 1, an Evaluator replica.
+    ps: PS replicas (parameter servers; the Estimator only).
     name, namespace: the TFJob's.
     mount_path: where the claim is mounted in each pod.
     cpu, memory: each pod's requests (memory is its limit too).
@@ -71,6 +73,7 @@ class JobSpec:
   model_dir: str
   pvc: str
   evaluator: bool = True
+  ps: int = 0
   name: str = "mnist"
   namespace: str = "default"
   mount_path: str = "/train"
@@ -87,6 +90,8 @@ class JobSpec:
       counts["Worker"] = self.workers - 1
       if self.evaluator:
         counts["Evaluator"] = 1
+    if self.ps:
+      counts["PS"] = self.ps
     return counts
 
 
@@ -100,14 +105,16 @@ def validate(spec: JobSpec) -> Config:
     raise ValueError(f"--backend must be keras or estimator, got {spec.backend!r}.")
   if spec.workers < 1:
     raise ValueError(f"--workers must be at least 1, got {spec.workers}.")
+  if spec.ps < 0:
+    raise ValueError(f"--ps must be at least 0, got {spec.ps}.")
   if spec.backoff_limit < 0:
     raise ValueError(f"--backoff_limit must be at least 0, got {spec.backoff_limit}.")
   if spec.backend == "estimator" and spec.workers > 1 and not spec.evaluator:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
                      "its Evaluator replica.")
   # Every pod's name (<name>-<type>-<i>) is a DNS label too: this one is at least as
-  # long as any (evaluator is the longest type; the highest index is workers-2).
-  longest = f"{spec.name}-evaluator-{max(spec.workers - 2, 0)}"
+  # long as any (evaluator is the longest type; the highest index is workers-2 or ps-1).
+  longest = f"{spec.name}-evaluator-{max(spec.workers - 2, spec.ps - 1, 0)}"
   if not _DNS_1035.match(spec.name) or len(longest) > 63:
     raise ValueError(f"--name {spec.name!r} must be a DNS-1035 label (lower-case letters, digits "
                      f"and '-', starting with a letter) short enough that {longest!r} has at "
@@ -139,6 +146,7 @@ def validate(spec: JobSpec) -> Config:
     raise ValueError(f"--{', --'.join(own)}: set by this tool's own flags or meaningless in "
                      "a pod (the operator starts and restarts the tasks); leave them out.")
   config = trainer_flags.config_from_flags(flag_values)
+  runner.check_parameter_servers(spec.backend, config, spec.ps, f"--ps={spec.ps}")
   config.validate(num_replicas=spec.workers, find_model=False)  # It is in the image.
   return config
 
@@ -168,7 +176,8 @@ def termination_grace_seconds(spec: JobSpec) -> int:
 def trainer_command(spec: JobSpec) -> List[str]:
   """The command every replica runs: the same binary; TF_CONFIG tells each its task."""
   return ["python", "-m", f"trainers.{spec.backend}_main", f"--workers={spec.workers}",
-          f"--model_dir={spec.model_dir}", *spec.trainer_args]
+          *([f"--ps={spec.ps}"] if spec.ps else []), f"--model_dir={spec.model_dir}",
+          *spec.trainer_args]
 
 
 def tfjob(spec: JobSpec) -> Dict[str, Any]:

@@ -139,9 +139,9 @@ def _spec(**changes) -> tfjob.JobSpec:
   return tfjob.JobSpec(**{**base, **changes})
 
 
-EVERY_SHAPE = [dict(backend=b, workers=n, evaluator=e)
-               for b in runs.BACKENDS for n in (1, 2, 4) for e in (True, False)
-               if not (b == "estimator" and n > 1 and not e)]
+EVERY_SHAPE = [dict(backend=b, workers=n, evaluator=e, ps=p)
+               for b in runs.BACKENDS for n in (1, 2, 4) for e in (True, False) for p in (0, 2)
+               if not (b == "estimator" and n > 1 and not e) and not (b == "keras" and p)]
 
 
 @pytest.mark.parametrize("shape", EVERY_SHAPE, ids=lambda s: "-".join(map(str, s.values())))
@@ -153,7 +153,8 @@ def test_every_manifest_it_writes_is_valid_and_gets_the_tf_config_the_trainers_r
   replicas = {rtype: r["replicas"] for rtype, r in job["spec"]["tfReplicaSpecs"].items()}
   evaluator = shape["workers"] > 1 and shape["evaluator"]
   assert replicas == {"Chief": 1, **({"Worker": shape["workers"] - 1} if shape["workers"] > 1
-                                     else {}), **({"Evaluator": 1} if evaluator else {})}
+                                     else {}), **({"Evaluator": 1} if evaluator else {}),
+                      **({"PS": shape["ps"]} if shape["ps"] else {})}
   assert {r["restartPolicy"] for r in job["spec"]["tfReplicaSpecs"].values()} == {"ExitCode"}
   # The trainer is not the pod's PID 1, which would ignore the start-up watchdog's SIGALRM.
   assert {r["template"]["spec"]["shareProcessNamespace"]
@@ -161,16 +162,19 @@ def test_every_manifest_it_writes_is_valid_and_gets_the_tf_config_the_trainers_r
   container = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
   assert container["command"][:3] == ["python", "-m", f"trainers.{shape['backend']}_main"]
   assert f"--workers={shape['workers']}" in container["command"]
+  assert (f"--ps={shape['ps']}" in container["command"]) == bool(shape["ps"])
   assert policy["spec"]["podSelector"]["matchLabels"] == {tfjob.JOB_NAME_LABEL: "mnist-run"}
 
   # Each pod's TF_CONFIG, as the operator writes it, is one the trainers run.
   tasks = {pod: cluster.parse_tf_config({"TF_CONFIG": raw} if raw else {})
            for pod, raw in kubeflow_tf_configs("mnist-run", "team-a", replicas).items()}
-  if shape["workers"] == 1:
+  if shape["workers"] == 1 and not shape["ps"]:
     assert tasks == {"chief-0": None}  # No TF_CONFIG: one process, as --workers=1 locally.
     return
   assert [pod for pod, task in tasks.items() if task.is_chief] == ["chief-0"]
   assert {task.num_workers for task in tasks.values()} == {shape["workers"]}
+  # The trainer's own check: the --ps in the command is the ps tasks TF_CONFIG lists.
+  assert {task.num_ps for task in tasks.values()} == {shape["ps"]}
   assert {task.has_evaluator for task in tasks.values()} == {evaluator}
   assert tasks["chief-0"].address == f"mnist-run-chief-0.team-a.svc:{tfjob.PORT}"
 
@@ -232,6 +236,11 @@ def test_restarts_retry_exactly_the_retryable_exit_codes():
     (dict(name="a" * 60), "at most 63 characters"),
     (dict(memory="4 GB"), "Kubernetes quantity"),
     (dict(workers=0), "at least 1"),
+    (dict(ps=-1), "--ps must be at least 0"),
+    (dict(ps=1), "--ps=1: Keras on parameter servers"),
+    (dict(backend="estimator", ps=1, trainer_args=("--early_stopping_metric=loss",)),
+     "--early_stopping_metric is not run on parameter servers"),
+    (dict(name="a" * 50, backend="estimator", ps=300), "at most 63 characters"),
     (dict(trainer_args=("--train_steps=abc",)), "Trainer flags after --"),
     (dict(trainer_args=("--model_dir=/tmp/x",)), "--model_dir: set by this tool"),
     (dict(trainer_args=("--batch_size=7",)), "Trainer flags after --"),
@@ -254,16 +263,19 @@ def test_a_users_model_need_only_be_in_the_image():
 
 def test_cli_writes_yaml_for_kubectl_and_refuses_bad_flags(validator):
   args = ["--backend=estimator", "--workers=3", "--image=registry.example.com/mnist:1",
-          "--pvc=mnist-runs", "--namespace=team-a", "--", "--train_steps=3000"]
+          "--pvc=mnist-runs", "--namespace=team-a", "--ps=2", "--", "--train_steps=3000"]
   result = run_module("launch.tfjob", args, timeout=60)
   assert result.returncode == 0, result.stderr
   job, policy = yaml.safe_load_all(result.stdout)
   assert validator.errors(job) == [] and policy["kind"] == "NetworkPolicy"
+  assert job["spec"]["tfReplicaSpecs"]["PS"]["replicas"] == 2
   command = job["spec"]["tfReplicaSpecs"]["Evaluator"]["template"]["spec"]["containers"][0][
       "command"]
-  assert command[-3:] == ["--workers=3", "--model_dir=/train/mnist", "--train_steps=3000"]
+  assert command[-4:] == ["--workers=3", "--ps=2", "--model_dir=/train/mnist",
+                          "--train_steps=3000"]
   assert "&" not in result.stdout  # No YAML anchors: every replica's template in full.
-  for bad in (["--workers=abc"], ["--", "--learning_rate=nan"], ["--", "stray"]):
+  for bad in (["--workers=abc"], ["--", "--learning_rate=nan"], ["--", "stray"],
+              ["--", "--ps=2"]):
     result = run_module("launch.tfjob", args[:5] + bad, timeout=60)
     assert result.returncode == 2 and result.stdout == "", (bad, result.stderr[-500:])
 

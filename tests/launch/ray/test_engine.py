@@ -36,6 +36,8 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
     (["--workers=2"], "--backend=keras or --backend=estimator"),
     (["--backend=keras", "--workers=1"], "--workers must be at least 2 on Ray"),
     (["--backend=keras", "--workers=2", "--bogus"], "bogus"),
+    (["--backend=estimator", "--workers=2", "--ps=1"],
+     "--ps=1: Ray Train runs no parameter servers (ray-project/ray#38972)"),
 ])
 def test_bad_usage_exits_2(args, message):
   result = run_module("launch.ray", args, timeout=120)
