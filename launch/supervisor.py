@@ -104,6 +104,7 @@ class _Proc:
   popen: subprocess.Popen
   log: _TaskLog
   pumps: List[threading.Thread]
+  serves: bool = False  # It only serves the others (a ps task): it ends when they have.
 
   @property
   def log_path(self) -> str:
@@ -242,7 +243,7 @@ def _stop_in_order(procs: Sequence[_Proc], grace: float,
   """_stop_all, the parameter servers after the others: a chief's last save reads the
   variables they hold."""
   for servers in (False, True):
-    _stop_all([p for p in procs if _is(p, cluster.PS) == servers], grace, signum)
+    _stop_all([p for p in procs if p.serves == servers], grace, signum)
 
 
 def _dump_stacks(procs: Sequence[_Proc]) -> List[str]:
@@ -298,29 +299,29 @@ def _is(p: _Proc, task_type: str) -> bool:
 
 
 def _ended(p: _Proc) -> bool:
-  """Whether `p` failed: it exited other than 0, or, a parameter server, exited at all
-  (it serves until the launcher stops it)."""
+  """Whether `p` failed: it exited other than 0, or, a server, exited at all (it serves
+  until the launcher stops it)."""
   code = p.popen.poll()
-  return code is not None and (code != 0 or _is(p, cluster.PS))
+  return code is not None and (code != 0 or p.serves)
 
 
 def _watch(procs: Sequence[_Proc], deadline: Optional[float],
            stall_timeout: Optional[float]) -> Tuple[str, Optional[_Proc]]:
-  """Waits until every task but the parameter servers succeeds ("ok"), one fails
-  ("failed"), or time runs out."""
+  """Waits until every task but the servers succeeds ("ok"), one fails ("failed"), or time
+  runs out."""
   while True:
     failed = [p for p in procs if _ended(p)]
     if failed:
       time.sleep(SETTLE_SECONDS)
       failed = [p for p in procs if _ended(p)]
       return "failed", min(failed, key=lambda p: _cause_rank(p.popen.returncode))
-    if all(p.popen.poll() == 0 for p in procs if not _is(p, cluster.PS)):
+    if all(p.popen.poll() == 0 for p in procs if not p.serves):
       return "ok", None
     if deadline is not None and time.monotonic() > deadline:
       return "timeout", None
     # The evaluator's output does not count: it logs while it waits for checkpoints; nor
-    # do the parameter servers', which serve in silence.
-    training = [p for p in procs if not (_is(p, cluster.EVALUATOR) or _is(p, cluster.PS))]
+    # do the servers', which serve in silence.
+    training = [p for p in procs if not (_is(p, cluster.EVALUATOR) or p.serves)]
     if stall_timeout is not None and min(p.poll_output() for p in training) > stall_timeout:
       return "stalled", None
     time.sleep(0.2)
@@ -339,6 +340,7 @@ def run_local_cluster(
     grace: float = GRACE_SECONDS,
     verbose: bool = True,
     ps: int = 0,
+    workers_serve: bool = False,
 ) -> int:
   """Runs `cmd` once per task of a localhost cluster and supervises the tasks.
 
@@ -364,6 +366,9 @@ def run_local_cluster(
       it restarts with every training task. With parameter servers a worker trains
       alone, so a failed `worker` task is restarted alone, and a drain or a preemption
       stops every task with SIGTERM (nothing agrees on a step), the servers last.
+    workers_serve: with parameter servers, the `worker` tasks serve too, stepped by the
+      chief, which coordinates them (Keras's ParameterServerStrategy): they are stopped
+      with the parameter servers, and a lost one is restarted alone.
 
   Returns:
     0 when every task but the parameter servers exits 0. Otherwise the exit code of the task whose
@@ -397,9 +402,11 @@ def run_local_cluster(
     # The evaluator shares the machine's cores with the training tasks, which
     # wait on each other every step: it gets what they leave.
     niceness = EVALUATOR_NICENESS if task["type"] == cluster.EVALUATOR else 0
-    return _start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
+    proc = _start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
                   stream=index == 0, header=header, verbose=verbose, niceness=niceness,
                   network=network)
+    proc.serves = task["type"] == cluster.PS or (workers_serve and task["type"] == cluster.WORKER)
+    return proc
 
   counts = restarts.new_counts()
   network = None
@@ -431,7 +438,7 @@ def run_local_cluster(
                       "task.", stall_timeout, _hang_report(procs, log_dir))
         return exit_codes.TIMEOUT
       returncode = failed.popen.returncode
-      if _is(failed, cluster.PS) and returncode == 0:
+      if failed.serves and returncode == 0:
         returncode = exit_codes.PEER_LOST  # The others lost what it served.
       cause = f"{failed.name} {restarts.describe_exit(failed.popen.returncode)}"
       if failed is not procs[0]:  # The chief's own lines were streamed already.

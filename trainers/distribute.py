@@ -174,6 +174,21 @@ def create_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
   return strategy
 
 
+def create_parameter_server_strategy(task: cluster.Task) -> tf.distribute.ParameterServerStrategy:
+  """ParameterServerStrategy for `task`, the chief of a Keras run on parameter servers: it
+  coordinates (ClusterCoordinator, inside `Model.fit`), each `worker` task steps on its own,
+  the `ps` tasks hold the variables. The evaluator's task is outside the cluster. The
+  workers and ps tasks listen already (launch.rendezvous)."""
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(task.servers), task_type=task.type, task_id=task.index,
+      rpc_layer="grpc")
+  strategy = tf.distribute.ParameterServerStrategy(resolver)
+  if threading.current_thread() is threading.main_thread():
+    preemption.reinstall()  # Connecting to the cluster may have set handlers of its own.
+  progress.mark_startup("strategy")
+  return strategy
+
+
 # argv: parent pid, seconds, this task's name, then job:index=host:port per task.
 _WATCHDOG = """
 import os, signal, socket, sys, time

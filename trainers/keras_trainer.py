@@ -1,5 +1,7 @@
-"""Keras backend: Model.fit under MultiWorkerMirroredStrategy, and its evaluator task."""
+"""Keras backend: Model.fit under MultiWorkerMirroredStrategy (or, on parameter servers,
+ParameterServerStrategy from the chief), and its evaluator task."""
 
+import math
 import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -10,6 +12,7 @@ from absl import logging
 
 from data import mnist
 from trainers import checkpoints
+from trainers import distribute
 from trainers import early_stopping
 from trainers import evaluation
 from trainers import export
@@ -305,6 +308,19 @@ def backup_origin(backup_dir: str) -> Optional[int]:
           int(reader.get_tensor(checkpoints.keras_key("ckpt_saved_batch"))) - 1)
 
 
+def _per_worker_dataset(run: loop.Run) -> tf_keras.utils.experimental.DatasetCreator:
+  """On parameter servers: each worker's pipeline, shard <worker index> of the workers'
+  (the index known only on the worker), with the global batch: each worker steps alone."""
+  workers = run.workers
+
+  def dataset_fn(_: tf.distribute.InputContext) -> tf.data.Dataset:
+    index = tf.distribute.coordinator.experimental_get_current_worker_index()
+    tf.print("Reading shard", index, "of", workers, "of the train split.")  # In its log.
+    return run.input_fn(mnist.TRAIN, tf.distribute.InputContext(workers, index, 1))
+
+  return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+
+
 def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
   """`directory/ckpt-<step>` of model and optimizer: what this trainer resumes from.
 
@@ -362,6 +378,69 @@ class _Checkpoints(tf_keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     self._save()
+
+
+class _Epochs(tf_keras.callbacks.Callback):
+  """The chief's duties on parameter servers, at the end of each epoch (every step scheduled
+  in it has ended): the step duties (the epoch's mean loss, divergence, where a preemption
+  stops), `model_dir/ckpt-<step>` at step 0, at the first epoch end at or past each multiple
+  of --checkpoint_every_steps and at the last, then the progress report and the Estimator's
+  TensorBoard tags, as StepsCallback and _Reporter do each execution under
+  MultiWorkerMirroredStrategy."""
+
+  def __init__(self, duties: step_duties.StepDuties, model_dir: str, config: Config,
+               rate_summary: bool):
+    super().__init__()
+    self._duties, self._model_dir, self._rate_summary = duties, model_dir, rate_summary
+    self._every, self._total = config.checkpoint_every_steps, config.train_steps
+    self._retention = checkpoints.retention(config)
+    self._manager: Optional[tf.train.CheckpointManager] = None
+    self._writer = tf.summary.create_file_writer(model_dir)
+    self._saved = -1
+
+  def _step(self) -> int:
+    return int(self.model.optimizer.iterations.numpy())
+
+  def _save(self, step: int) -> None:
+    if self._manager is None:
+      keep, hours = self._retention
+      self._manager = tf.train.CheckpointManager(
+          tf.train.Checkpoint(model=self.model), self._model_dir, max_to_keep=keep,
+          keep_checkpoint_every_n_hours=hours, checkpoint_name=checkpoints.KERAS_PREFIX)
+    logging.info("Saved %s", self._manager.save(checkpoint_number=step))
+    self._saved = step
+
+  def on_train_begin(self, logs=None):
+    variables = self.model.trainable_variables
+    self._weights_finite = tf.function(lambda: failures.weights_finite(variables))
+    step = self._step()
+    self._duties.start(step)
+    self._saved = step
+    if step == 0:
+      self._save(0)
+
+  def on_epoch_end(self, epoch, logs=None):
+    step = self._step()
+    steps = step - self._duties.step
+    # The epoch's mean loss (fit resets it each epoch), over the steps every worker took.
+    self._duties.stepped(step, logs["loss"] * steps, bool(self._weights_finite()), steps=steps)
+    stop = self._duties.should_stop()
+    if (step // self._every > self._saved // self._every or stop
+        or step >= self._total):
+      self._save(step)
+    reported = self._duties.report_due()
+    if reported:
+      with self._writer.as_default(step=step):
+        tf.summary.scalar("loss", reported.loss)
+        tf.summary.scalar("global_step/sec", reported.steps_per_sec)
+        if self._rate_summary:
+          tf.summary.scalar(schedules.SUMMARY_TAG, self.model.optimizer.learning_rate)
+    if stop:
+      self.model.stop_training = True
+
+  def on_train_end(self, logs=None):
+    self._duties.end()
+    self._writer.close()
 
 
 def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chief: bool,
@@ -550,6 +629,8 @@ class Backend(loop.Backend):
     self._exports = (export.Exports(policy, run.model_dir)
                      if policy and run.chief and run.chief_evaluates else None)
 
+  parameter_server_strategy = staticmethod(distribute.create_parameter_server_strategy)
+
   def evaluate_checkpoints(self) -> None:
     run_evaluator(self.run.config, self.run.model_dir, self.run.input_fn)
 
@@ -562,8 +643,9 @@ class Backend(loop.Backend):
       # A cluster's task checks it here, once its strategy is made (runner._check_code).
       inputs.check_fits(config, model_lib.input_shapes(config))
     # Each worker builds its own pipeline; the InputContext shards it.
-    dataset = run.strategy.distribute_datasets_from_function(
-        lambda ctx: run.input_fn(mnist.TRAIN, ctx))
+    dataset = (_per_worker_dataset(run) if run.on_parameter_servers else
+               run.strategy.distribute_datasets_from_function(
+                   lambda ctx: run.input_fn(mnist.TRAIN, ctx)))
     # A finished (or extended: a larger --train_steps) run goes on from its
     # newest checkpoint; an interrupted one from its backup, in fit.
     with run.strategy.scope():
@@ -580,7 +662,9 @@ class Backend(loop.Backend):
     # Only the chief writes: other workers log, but keep no records or events.
     duties = run.step_duties()
     rates = [] if config.record_dir and not model_lib.spec(config).canned else None
-    if fit_start < config.train_steps:
+    if fit_start < config.train_steps and run.on_parameter_servers:
+      self._fit_coordinated(dataset, config.train_steps - fit_start, duties)
+    elif fit_start < config.train_steps:
       self._fit(dataset, config.train_steps - fit_start, backup_dir,
                 StepsCallback(duties, run.model_dir if run.chief else None, rates,
                               rate_summary=not model_lib.spec(config).canned))
@@ -615,6 +699,18 @@ class Backend(loop.Backend):
     finally:
       if not run.chief:
         shutil.rmtree(scratch, ignore_errors=True)
+
+  def _fit_coordinated(self, dataset: Any, steps: int, duties: step_duties.StepDuties) -> None:
+    """`fit` on parameter servers, from the chief: epochs of as many steps as divide
+    --log_every_steps, --checkpoint_every_steps and `steps`, each ended by every step
+    scheduled in it, where the step duties, checkpoints and progress are done
+    (ParameterServerStrategy runs no batch-level callback); a backup is the last
+    checkpoint."""
+    config = self.run.config
+    every = math.gcd(math.gcd(config.log_every_steps, config.checkpoint_every_steps), steps)
+    self._model.fit(dataset, epochs=steps // every, steps_per_epoch=every, verbose=0,
+                    callbacks=[_Epochs(duties, self.run.model_dir, config,
+                                       rate_summary=not model_lib.spec(config).canned)])
 
   def evaluate(self, step: int) -> Dict[str, float]:
     # The whole test split in this process, outside the strategy: no collective

@@ -74,9 +74,16 @@ class Run:
   early_stop: Optional[preemption_lib.Agreement] = None
 
   @property
+  def workers(self) -> int:
+    """The processes that compute gradients (not a coordinating chief's)."""
+    if not self.on_parameter_servers:
+      return distribute.num_workers(self.strategy)
+    return self.task.num_workers - isinstance(self.strategy, tf.distribute.ParameterServerStrategy)
+
+  @property
   def on_parameter_servers(self) -> bool:
-    """Whether the variables live on ps tasks, each training task stepping alone
-    (asynchronously) against them: the Estimator's parameter-server mode."""
+    """Whether the variables live on ps tasks, each worker stepping alone (asynchronously)
+    against them: the Estimator's parameter-server mode, or Keras's chief coordinating."""
     return bool(self.task and self.task.num_ps)
 
   def step_duties(self) -> step_duties_lib.StepDuties:
@@ -118,6 +125,13 @@ class Backend(abc.ABC):
 
   def __init__(self, run: Run):
     self.run = run
+
+  @staticmethod
+  def parameter_server_strategy(task: cluster.Task) -> tf.distribute.Strategy:
+    """The strategy of a training task on parameter servers: by default the default
+    strategy, one replica and no collectives, each task stepping alone against variables
+    its own graph places on the ps tasks (the Estimator)."""
+    return tf.distribute.get_strategy()
 
   @abc.abstractmethod
   def evaluate_checkpoints(self) -> None:
@@ -184,13 +198,13 @@ def train_and_evaluate(
     return None
 
   on_ps = bool(task and task.num_ps)
-  # On parameter servers no strategy spans the tasks: the Estimator places the variables.
-  strategy = strategy or (tf.distribute.get_strategy() if on_ps else
+  strategy = strategy or (backend.parameter_server_strategy(task) if on_ps else
                           distribute.create_strategy())
+  # On parameter servers no task agrees with another on where a preemption stops it.
   run = Run(config, model_dir, input_fn, task, strategy,
             chief=task.is_chief if on_ps else distribute.is_chief(strategy),
             chief_evaluates=task is None or not task.has_evaluator,
-            preemption=distribute.preemption_agreement(strategy),
+            preemption=distribute.preemption_agreement(None if on_ps else strategy),
             warm_start=warm_start_lib.for_run(backend.name, config, model_dir),
             early_stop=distribute.preemption_agreement(
                 strategy, early_stopping.PREFIX, alone_at_once=False)
@@ -240,7 +254,7 @@ def train_and_evaluate(
     export_dir = export_lib.wait_for(model_dir, policy, step)
   return layout.write_summary(
       backend.name, config, model_dir,
-      workers=task.num_workers if on_ps else distribute.num_workers(strategy),
+      workers=run.workers,
       global_step=step,
       metrics=metrics,
       train_seconds=report.train_seconds,

@@ -26,10 +26,12 @@ class RunOptions:
       "this process starts a local cluster with one process per worker, plus an evaluator "
       "(see --evaluator). A process with TF_CONFIG set runs as that task.")
   ps: Optional[int] = _flag(
-      None, "Parameter servers (default: as many as TF_CONFIG's cluster has, else 0). The "
-      "Estimator only, for now: above 0 it trains in its parameter-server mode, the "
-      "variables on the ps tasks, the chief and --workers - 1 workers each stepping alone "
-      "(asynchronously); this process starts them as a local cluster.")
+      None, "Parameter servers (default: as many as TF_CONFIG's cluster has, else 0). Above "
+      "0 the variables live on the ps tasks and --workers processes compute gradients, each "
+      "stepping alone (asynchronously): the Estimator's chief and --workers - 1 workers "
+      "(its parameter-server mode); Keras's --workers workers, which a chief that computes "
+      "nothing steps (ParameterServerStrategy). This process starts them as a local "
+      "cluster.")
   evaluator: bool = _flag(
       True, "With --workers > 1: also run an 'evaluator' task that evaluates each checkpoint "
       "off the training path (Keras: SidecarEvaluator). Keras only: --noevaluator evaluates "

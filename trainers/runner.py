@@ -188,19 +188,24 @@ def _check_run(backend: str, config: Config, options: RunOptions
   if options.ps is not None and options.ps < 0:
     raise ValueError(f"--ps must be at least 0, got {options.ps}.")
   task = cluster.parse_tf_config()
-  if task and workers is not None and workers != task.num_workers:
-    raise ValueError(
-        f"--workers={workers} but TF_CONFIG describes {task.num_workers} training tasks: "
-        "start every task with the same --workers, or leave it out."
-    )
   if task and options.ps is not None and options.ps != task.num_ps:
     raise ValueError(
         f"--ps={options.ps} but TF_CONFIG describes {task.num_ps} ps task(s): start every "
         "task with the same --ps, or leave it out.")
   num_ps = task.num_ps if task else (options.ps or 0)
-  check_parameter_servers(backend, config, num_ps,
-                          "TF_CONFIG lists ps tasks" if task else f"--ps={num_ps}")
-  num_workers = task.num_workers if task else (workers or 1)
+  # A coordinating chief computes no gradients.
+  in_cluster = task.num_workers - coordinated(backend, num_ps) if task else None
+  if task and workers is not None and workers != in_cluster:
+    raise ValueError(
+        f"--workers={workers} but TF_CONFIG describes {in_cluster} training tasks: "
+        "start every task with the same --workers, or leave it out."
+    )
+  check_parameter_servers(backend, config, num_ps, options.evaluator)
+  if task and in_cluster < 1:
+    raise ValueError("TF_CONFIG lists ps tasks and a chief but no worker: Keras's chief "
+                     "coordinates on parameter servers, its workers compute. Add a 'worker' "
+                     "job to the cluster.")
+  num_workers = in_cluster if task else (workers or 1)
   config.validate(num_replicas=num_workers)  # One CPU replica per worker.
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
@@ -222,18 +227,24 @@ def _check_run(backend: str, config: Config, options: RunOptions
   return task, num_workers, num_ps
 
 
-def check_parameter_servers(backend: str, config: Config, num_ps: int, source: str) -> None:
-  """Refuses what does not run on `num_ps` parameter servers (none: nothing), `source`
-  naming where they were asked for.
+def coordinated(backend: str, num_ps: int) -> bool:
+  """Whether the chief coordinates and the `worker` tasks only serve, stepped by it: Keras on
+  parameter servers (ParameterServerStrategy). The Estimator's chief and workers each step
+  alone there."""
+  return backend == "keras" and num_ps > 0
+
+
+def check_parameter_servers(backend: str, config: Config, num_ps: int, evaluator: bool) -> None:
+  """Refuses what does not run on `num_ps` parameter servers (none: nothing), with an
+  evaluator task or not.
 
   Raises:
     ValueError: naming the fix.
   """
-  if num_ps and backend != "estimator":
-    raise ValueError(
-        f"{source}: Keras on parameter servers (ParameterServerStrategy, driven from the "
-        "chief) is not run here yet; train with MultiWorkerMirroredStrategy (no ps tasks), "
-        "or the Estimator (python -m trainers.estimator_main).")
+  if coordinated(backend, num_ps) and not evaluator:
+    raise ValueError("--noevaluator: on parameter servers Keras's chief coordinates the "
+                     "workers and evaluates only the final step; the evaluator task evaluates "
+                     "each checkpoint. Leave --noevaluator out.")
   if num_ps and (config.record_dir or config.early_stopping_metric):
     flag = "--record_dir" if config.record_dir else "--early_stopping_metric"
     raise ValueError(
@@ -378,7 +389,8 @@ def _run(backend: str, config: Config, options: RunOptions,
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task, options.grace_seconds)
-    if task is not None and task.type == cluster.PS:
+    if task is not None and (task.type == cluster.PS or (
+        coordinated(backend, num_ps) and task.type == cluster.WORKER)):
       return _serve(task)
     # Before any task starts: the tasks find the data there and never race
     # to build it, nor need the network.
@@ -405,12 +417,13 @@ def _run(backend: str, config: Config, options: RunOptions,
     logging.info("Starting %d %s workers%s; model_dir=%s, logs in %s", num_workers, backend,
                  f" and {num_ps} parameter server(s)" if num_ps else "", model_dir, log_dir)
     return start_cluster(
-        [*options.relaunch, f"--model_dir={model_dir}"], num_workers, log_dir,
+        [*options.relaunch, f"--model_dir={model_dir}"],
+        num_workers + coordinated(backend, num_ps), log_dir,
         evaluator=options.evaluator, timeout=options.timeout,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1,
         grace=options.grace_seconds + supervisor.GRACE_MARGIN_SECONDS,
-        **({"ps": num_ps} if num_ps else {}))
+        **({"ps": num_ps, "workers_serve": coordinated(backend, num_ps)} if num_ps else {}))
   try:
     if task is not None and task.type != cluster.EVALUATOR:
       rendezvous.wait_for_peers(task, options.startup_timeout)

@@ -2,10 +2,11 @@
 
 One Chief and N-1 Worker replicas train, as `--workers=N` does locally, plus
 an Evaluator replica (the Estimator needs it at N > 1; Keras runs
-SidecarEvaluator there), and with `ps` PS replicas the Estimator trains on
-parameter servers, as `--ps` does locally. The operator writes each pod's TF_CONFIG in the
-shape `launch.cluster` reads (lower-cased job names, every replica in every
-cluster, `"environment": "cloud"`, none for a one-replica job).
+SidecarEvaluator there). With `ps` PS replicas both train on parameter
+servers, as `--ps` does locally: Keras's Chief then coordinates N Workers.
+The operator writes each pod's TF_CONFIG in the shape `launch.cluster` reads
+(lower-cased job names, every replica in every cluster, `"environment":
+"cloud"`, none for a one-replica job).
 
 Restarts follow our exit codes (README, "Exit codes"): `restartPolicy:
 ExitCode` retries 128-255 (a lost peer, `exit_codes.PEER_LOST`, or a
@@ -57,8 +58,9 @@ class JobSpec:
     model_dir: where every pod reads and writes the run: a path under
       `mount_path`, on the PersistentVolumeClaim `pvc`.
     pvc: a ReadWriteMany PersistentVolumeClaim every pod mounts.
-    evaluator: with workers > 1, an Evaluator replica.
-    ps: PS replicas (parameter servers; the Estimator only).
+    evaluator: with workers > 1 or parameter servers, an Evaluator replica.
+    ps: PS replicas (parameter servers): the Estimator's Chief and Workers each step
+      alone; Keras's Chief coordinates `workers` Worker replicas.
     name, namespace: the TFJob's.
     mount_path: where the claim is mounted in each pod.
     cpu, memory: each pod's requests (memory is its limit too).
@@ -86,10 +88,12 @@ class JobSpec:
   def replicas(self) -> Dict[str, int]:
     """Replica type -> count, as the TFJob's `tfReplicaSpecs` has them."""
     counts = {"Chief": 1}
-    if self.workers > 1:
-      counts["Worker"] = self.workers - 1
-      if self.evaluator:
-        counts["Evaluator"] = 1
+    # Keras's chief coordinates on parameter servers: --workers Workers compute.
+    workers = self.workers - 1 + runner.coordinated(self.backend, self.ps)
+    if workers:
+      counts["Worker"] = workers
+    if self.evaluator and (self.workers > 1 or self.ps):
+      counts["Evaluator"] = 1
     if self.ps:
       counts["PS"] = self.ps
     return counts
@@ -113,8 +117,8 @@ def validate(spec: JobSpec) -> Config:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
                      "its Evaluator replica.")
   # Every pod's name (<name>-<type>-<i>) is a DNS label too: this one is at least as
-  # long as any (evaluator is the longest type; the highest index is workers-2 or ps-1).
-  longest = f"{spec.name}-evaluator-{max(spec.workers - 2, spec.ps - 1, 0)}"
+  # long as any (evaluator is the longest type; the highest index is below workers or ps).
+  longest = f"{spec.name}-evaluator-{max(spec.workers - 1, spec.ps - 1, 0)}"
   if not _DNS_1035.match(spec.name) or len(longest) > 63:
     raise ValueError(f"--name {spec.name!r} must be a DNS-1035 label (lower-case letters, digits "
                      f"and '-', starting with a letter) short enough that {longest!r} has at "
@@ -146,7 +150,7 @@ def validate(spec: JobSpec) -> Config:
     raise ValueError(f"--{', --'.join(own)}: set by this tool's own flags or meaningless in "
                      "a pod (the operator starts and restarts the tasks); leave them out.")
   config = trainer_flags.config_from_flags(flag_values)
-  runner.check_parameter_servers(spec.backend, config, spec.ps, f"--ps={spec.ps}")
+  runner.check_parameter_servers(spec.backend, config, spec.ps, spec.evaluator)
   config.validate(num_replicas=spec.workers, find_model=False)  # It is in the image.
   return config
 

@@ -38,7 +38,8 @@ TASK = textwrap.dedent("""
                    "port": listener.getsockname()[1]}, f)
     behaviour = os.environ.get("BEHAVIOUR_" + name.replace("-", "_"), "ok")
     print(f"hello from {name}", flush=True)
-    if behaviour == "fail" or (behaviour == "fail_once" and not starts):
+    if behaviour == "fail" or (behaviour in ("fail_once", "fail_once_then_serve")
+                               and not starts):
         time.sleep(0.5)  # Killed, as by the out-of-memory killer: retried.
         os.kill(os.getpid(), signal.SIGKILL)
     if behaviour == "error" or (behaviour == "error_once_later" and not starts):
@@ -57,7 +58,8 @@ TASK = textwrap.dedent("""
     if behaviour == "fail_late":  # The cause, seen after its peer's loss of it.
         time.sleep(0.3)
         sys.exit(5)
-    if behaviour == "hang" or (behaviour == "serve_once_briefly" and starts):
+    if behaviour in ("hang", "fail_once_then_serve") or (behaviour == "serve_once_briefly"
+                                                         and starts):
         time.sleep(600)
     if behaviour == "serve_once_briefly":  # A parameter server that ends: lost.
         time.sleep(0.5)
@@ -95,13 +97,13 @@ def task_script(tmp_path):
 
 
 def _run(task_script, tmp_path, workers=2, evaluator=False, timeout=60, stall_timeout=None,
-         max_restarts=0, ps=0, **behaviour):
+         max_restarts=0, ps=0, workers_serve=False, **behaviour):
   path, out = task_script
   env = dict(os.environ, OUT_DIR=str(out), **{f"BEHAVIOUR_{k}": v for k, v in behaviour.items()})
   rc = supervisor.run_local_cluster([sys.executable, str(path)], workers, str(tmp_path / "logs"),
                                     evaluator=evaluator, timeout=timeout,
                                     stall_timeout=stall_timeout, max_restarts=max_restarts,
-                                    env=env, grace=2, ps=ps)
+                                    env=env, grace=2, ps=ps, workers_serve=workers_serve)
   # One record per start: "chief-0.0", "chief-0.1" after a restart, ...
   records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
   return rc, records
@@ -200,6 +202,20 @@ def test_with_parameter_servers_a_failed_worker_restarts_alone(task_script, tmp_
   # Its peers trained on: each worker steps alone against the parameter servers.
   assert sorted(records) == ["chief-0.0", "ps-0.0", "worker-0.0", "worker-1.0", "worker-1.1"]
   assert "Restart 1 of 1: worker-1 was killed by SIGKILL" in caplog.text
+
+
+def test_workers_that_serve_a_coordinating_chief_are_stopped_with_the_parameter_servers(
+    task_script, tmp_path, caplog):
+  # Keras on parameter servers: the chief coordinates, the workers serve it; a lost worker
+  # restarts alone (the coordinator goes on with the others), and the run ends with the chief.
+  rc, records = _run(task_script, tmp_path, workers=3, ps=1, max_restarts=1,
+                     workers_serve=True, ps_0="hang", worker_0="hang",
+                     worker_1="fail_once_then_serve",
+                     chief_0="linger")
+  assert rc == 0
+  assert sorted(records) == ["chief-0.0", "ps-0.0", "worker-0.0", "worker-1.0", "worker-1.1"]
+  assert "Restart 1 of 1: worker-1 was killed by SIGKILL" in caplog.text
+  assert not any(_alive(r["pid"]) for r in records.values())
 
 
 def test_the_evaluator_is_restarted_alone_and_outlives_a_training_restart(task_script,

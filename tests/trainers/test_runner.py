@@ -125,30 +125,44 @@ def test_estimator_workers_meet_before_any_exits(run):
       assert "All 2 workers reached estimator_training_done." in f.read(), task
 
 
-@pytest.mark.estimator
 @pytest.mark.slow
-def test_the_estimator_trains_on_a_parameter_server_each_worker_stepping_alone(
-    tiny_data_dir, tmp_path):
+@pytest.mark.parametrize("backend", ["keras", pytest.param("estimator",
+                                                           marks=pytest.mark.estimator)])
+def test_two_workers_train_on_a_parameter_server_each_stepping_alone(backend, tiny_data_dir,
+                                                                     tmp_path):
   model_dir = tmp_path / "model"
-  # Long enough for the worker, which starts once the chief has set the variables, to step.
+  # Long enough for the Estimator's worker, which starts once the chief has set the
+  # variables, to step.
   config = dataclasses.replace(TINY, train_steps=200, checkpoint_every_steps=100,
                                log_every_steps=20)
-  result = run_module("trainers.estimator_main", [
+  result = run_module(f"trainers.{backend}_main", [
       "--workers=2", "--ps=1", f"--model_dir={model_dir}", "--timeout=300",
       *_flags(config, tiny_data_dir)])
   assert result.returncode == 0, result.stderr[-5000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
-  # Asynchronous: the last steps may pass the total, the run ends where the chief saved.
+  # The Estimator's last steps may pass the total (its tasks step alone), the run ends where
+  # its chief saved; Keras's chief ends each epoch once every step scheduled in it has.
   assert summary["workers"] == 2 and summary["global_step"] >= 200, summary
   assert "accuracy" in summary["test_metrics"]
   logs = model_dir / "logs"
+  # Keras's chief coordinates: --workers=2 are two worker tasks, which serve it.
+  workers = ["worker-0", "worker-1"] if backend == "keras" else ["worker-0"]
   assert [t["name"] for t in json.loads((logs / "tasks.json").read_text())["tasks"]] == [
-      "chief-0", "worker-0", "ps-0", "evaluator-0"]
+      "chief-0", *workers, "ps-0", "evaluator-0"]
   assert "Serving as ps:0" in (logs / "ps-0.log").read_text()
-  # The variables live on the ps task; both training tasks stepped on them.
-  assert 'device: "/job:ps/task:0"' in (model_dir / "graph.pbtxt").read_text()
-  for task in ("chief-0", "worker-0"):
-    assert re.search(r"step \d+/200: loss", (logs / f"{task}.log").read_text()), task
+  chief = (logs / "chief-0.log").read_text()
+  if backend == "keras":
+    assert summary["global_step"] == 200
+    assert re.findall(r"Saved \S+/ckpt-(\d+)", chief) == ["0", "100", "200"]
+    for i, worker in enumerate(workers):
+      log = (logs / f"{worker}.log").read_text()
+      assert f"Serving as worker:{i}" in log and f"Reading shard {i} of 2 " in log, worker
+    assert re.search(r"step 200/200: loss", chief)
+  else:
+    # The variables live on the ps task; both training tasks stepped on them.
+    assert 'device: "/job:ps/task:0"' in (model_dir / "graph.pbtxt").read_text()
+    for task in ("chief-0", "worker-0"):
+      assert re.search(r"step \d+/200: loss", (logs / f"{task}.log").read_text()), task
   # Only the chief writes model_dir: no worker's copies, no process left.
   assert not list(model_dir.glob("tmp_*"))
   for t in json.loads((logs / "tasks.json").read_text())["tasks"]:
@@ -339,8 +353,13 @@ PS_CLUSTER = {"chief": ["localhost:2"], "ps": ["localhost:1"]}
 
 
 @pytest.mark.parametrize("backend, args, env, message", [
-    ("keras", ["--ps=1"], {}, "--ps=1: Keras on parameter servers"),
-    ("keras", [], _tf_config("chief", **PS_CLUSTER), "TF_CONFIG lists ps tasks: Keras on"),
+    ("keras", ["--ps=1", "--noevaluator"], {}, "--noevaluator: on parameter servers Keras's"),
+    ("keras", [], _tf_config("chief", **PS_CLUSTER), "TF_CONFIG lists ps tasks and a chief but "
+     "no worker"),
+    ("keras", ["--workers=2"], _tf_config("chief", worker=["localhost:3"], **PS_CLUSTER),
+     "--workers=2 but TF_CONFIG describes 1 training tasks"),
+    ("keras", ["--ps=1", "--record_dir=/tmp/x"], {},
+     "--record_dir is not run on parameter servers yet"),
     ("estimator", ["--ps=-1"], {}, "--ps must be at least 0, got -1"),
     ("estimator", ["--ps=2"], _tf_config("chief", **PS_CLUSTER),
      "--ps=2 but TF_CONFIG describes 1 ps task(s)"),

@@ -141,7 +141,8 @@ def _spec(**changes) -> tfjob.JobSpec:
 
 EVERY_SHAPE = [dict(backend=b, workers=n, evaluator=e, ps=p)
                for b in runs.BACKENDS for n in (1, 2, 4) for e in (True, False) for p in (0, 2)
-               if not (b == "estimator" and n > 1 and not e) and not (b == "keras" and p)]
+               if not (b == "estimator" and n > 1 and not e) and not (b == "keras" and p
+                                                                     and not e)]
 
 
 @pytest.mark.parametrize("shape", EVERY_SHAPE, ids=lambda s: "-".join(map(str, s.values())))
@@ -151,9 +152,11 @@ def test_every_manifest_it_writes_is_valid_and_gets_the_tf_config_the_trainers_r
   job, policy = yaml.safe_load_all(tfjob.to_yaml(tfjob.manifests(spec)))
   assert validator.errors(job) == []
   replicas = {rtype: r["replicas"] for rtype, r in job["spec"]["tfReplicaSpecs"].items()}
-  evaluator = shape["workers"] > 1 and shape["evaluator"]
-  assert replicas == {"Chief": 1, **({"Worker": shape["workers"] - 1} if shape["workers"] > 1
-                                     else {}), **({"Evaluator": 1} if evaluator else {}),
+  evaluator = (shape["workers"] > 1 or shape["ps"] > 0) and shape["evaluator"]
+  # On parameter servers Keras's chief coordinates: --workers Worker replicas compute.
+  workers = shape["workers"] - (shape["backend"] == "estimator" or not shape["ps"])
+  assert replicas == {"Chief": 1, **({"Worker": workers} if workers else {}),
+                      **({"Evaluator": 1} if evaluator else {}),
                       **({"PS": shape["ps"]} if shape["ps"] else {})}
   assert {r["restartPolicy"] for r in job["spec"]["tfReplicaSpecs"].values()} == {"ExitCode"}
   # The trainer is not the pod's PID 1, which would ignore the start-up watchdog's SIGALRM.
@@ -172,7 +175,7 @@ def test_every_manifest_it_writes_is_valid_and_gets_the_tf_config_the_trainers_r
     assert tasks == {"chief-0": None}  # No TF_CONFIG: one process, as --workers=1 locally.
     return
   assert [pod for pod, task in tasks.items() if task.is_chief] == ["chief-0"]
-  assert {task.num_workers for task in tasks.values()} == {shape["workers"]}
+  assert {task.num_workers for task in tasks.values()} == {workers + 1}
   # The trainer's own check: the --ps in the command is the ps tasks TF_CONFIG lists.
   assert {task.num_ps for task in tasks.values()} == {shape["ps"]}
   assert {task.has_evaluator for task in tasks.values()} == {evaluator}
@@ -237,7 +240,7 @@ def test_restarts_retry_exactly_the_retryable_exit_codes():
     (dict(memory="4 GB"), "Kubernetes quantity"),
     (dict(workers=0), "at least 1"),
     (dict(ps=-1), "--ps must be at least 0"),
-    (dict(ps=1), "--ps=1: Keras on parameter servers"),
+    (dict(ps=1, evaluator=False), "--noevaluator: on parameter servers Keras's chief"),
     (dict(backend="estimator", ps=1, trainer_args=("--early_stopping_metric=loss",)),
      "--early_stopping_metric is not run on parameter servers"),
     (dict(name="a" * 50, backend="estimator", ps=300), "at most 63 characters"),
