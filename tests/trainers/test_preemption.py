@@ -303,13 +303,21 @@ def test_a_trainer_as_pid_1_saves_on_sigterm_and_resumes_from_that_step(tiny_dat
 
 
 @pytest.mark.slow
-def test_ctrl_c_to_a_local_cluster_saves_and_the_same_command_goes_on(tiny_data_dir, tmp_path):
+@pytest.mark.parametrize("ps", [0, 1])
+def test_ctrl_c_to_a_local_cluster_saves_and_the_same_command_goes_on(ps, tiny_data_dir,
+                                                                      tmp_path):
   """The launcher as the drain: each task stops at the agreed step, which is saved; the
-  launcher exits 130 with one line; the same command goes on from that step."""
+  launcher exits 130 with one line; the same command goes on from that step. On parameter
+  servers Keras's coordinating chief stops at the end of its epoch and saves it, its
+  servers stopped after it."""
   model_dir, log_path = str(tmp_path / "model"), tmp_path / "run.log"
-  config = Config(train_steps=400, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
-                  checkpoint_every_steps=1000, backup_every_steps=1000, data_dir=tiny_data_dir)
-  command = runs.trainer_command("keras", config, workers=2, model_dir=model_dir)
+  # On parameter servers an epoch of fit (each ended by a join) is --log_every_steps steps.
+  config = Config(train_steps=400, global_batch_size=32, eval_batch_size=50,
+                  log_every_steps=20 if ps else 2, checkpoint_every_steps=1000,
+                  backup_every_steps=1000, data_dir=tiny_data_dir)
+  flags = [f"--ps={ps}"] if ps else []
+  command = runs.trainer_command("keras", config, workers=2, model_dir=model_dir,
+                                 extra_flags=flags)
   with open(log_path, "w") as log:
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=runs.clean_env(),
                             cwd=REPO)
@@ -324,6 +332,6 @@ def test_ctrl_c_to_a_local_cluster_saves_and_the_same_command_goes_on(tiny_data_
   (saved,) = [r["step"] for r in runs.read_progress(model_dir) if r["event"] == "preempted"]
   assert checkpoints.checkpoint_step(tf.train.latest_checkpoint(model_dir)) == ("keras", saved)
   summary = runs.run_trainer("keras", config, workers=2, model_dir=model_dir,
-                             log_path=str(tmp_path / "again.log"))
+                             log_path=str(tmp_path / "again.log"), extra_flags=flags)
   starts = [r["from_step"] for r in runs.read_progress(model_dir) if r["event"] == "start"]
   assert starts == [0, saved] and summary["global_step"] == config.train_steps
