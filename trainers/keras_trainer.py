@@ -11,6 +11,7 @@ import tf_keras
 from absl import logging
 
 from data import mnist
+from data.mnist import pipeline
 from trainers import checkpoints
 from trainers import distribute
 from trainers import early_stopping
@@ -312,6 +313,11 @@ def _per_worker_dataset(run: loop.Run) -> tf_keras.utils.experimental.DatasetCre
   """On parameter servers: each worker's pipeline, shard <worker index> of the workers'
   (the index known only on the worker), with the global batch: each worker steps alone."""
   workers = run.workers
+  config = run.config
+  if config.record_dir and not config.estimator_program:  # A program's input records none.
+    for index in range(workers):
+      pipeline.record_shard(config.record_dir, pipeline.SPLIT_FOR_MODE[mnist.TRAIN],
+                            config.data_dir, tf.distribute.InputContext(workers, index, 1))
 
   def dataset_fn(_: tf.distribute.InputContext) -> tf.data.Dataset:
     index = tf.distribute.coordinator.experimental_get_current_worker_index()
@@ -389,9 +395,12 @@ class _Epochs(tf_keras.callbacks.Callback):
   MultiWorkerMirroredStrategy."""
 
   def __init__(self, duties: step_duties.StepDuties, model_dir: str, config: Config,
-               rate_summary: bool):
+               rates: Optional[List[float]], rate_summary: bool):
+    """rates: where to record the rate each step trained with (an epoch a step), if
+    anywhere."""
     super().__init__()
     self._duties, self._model_dir, self._rate_summary = duties, model_dir, rate_summary
+    self._rates = rates
     self._every, self._total = config.checkpoint_every_steps, config.train_steps
     self._retention = checkpoints.retention(config)
     self._manager: Optional[tf.train.CheckpointManager] = None
@@ -424,6 +433,8 @@ class _Epochs(tf_keras.callbacks.Callback):
     steps = step - self._duties.step
     # The epoch's mean loss (fit resets it each epoch), over the steps every worker took.
     self._duties.stepped(step, logs["loss"] * steps, bool(self._weights_finite()), steps=steps)
+    if self._rates is not None:  # Set by the step's apply_gradients.
+      self._rates.append(float(self.model.optimizer.learning_rate.numpy()))
     stop = self._duties.should_stop()
     if (step // self._every > self._saved // self._every or stop
         or step >= self._total):
@@ -663,7 +674,7 @@ class Backend(loop.Backend):
     duties = run.step_duties()
     rates = [] if config.record_dir and not model_lib.spec(config).canned else None
     if fit_start < config.train_steps and run.on_parameter_servers:
-      self._fit_coordinated(dataset, config.train_steps - fit_start, duties)
+      self._fit_coordinated(dataset, config.train_steps - fit_start, duties, rates)
     elif fit_start < config.train_steps:
       self._fit(dataset, config.train_steps - fit_start, backup_dir,
                 StepsCallback(duties, run.model_dir if run.chief else None, rates,
@@ -700,16 +711,19 @@ class Backend(loop.Backend):
       if not run.chief:
         shutil.rmtree(scratch, ignore_errors=True)
 
-  def _fit_coordinated(self, dataset: Any, steps: int, duties: step_duties.StepDuties) -> None:
+  def _fit_coordinated(self, dataset: Any, steps: int, duties: step_duties.StepDuties,
+                       rates: Optional[List[float]]) -> None:
     """`fit` on parameter servers, from the chief: epochs of as many steps as divide
     --log_every_steps, --checkpoint_every_steps and `steps`, each ended by every step
     scheduled in it, where the step duties, checkpoints and progress are done
     (ParameterServerStrategy runs no batch-level callback); a backup is the last
     checkpoint."""
     config = self.run.config
-    every = math.gcd(math.gcd(config.log_every_steps, config.checkpoint_every_steps), steps)
+    # A record keeps each step's loss and rate: an epoch a step.
+    every = 1 if config.record_dir else math.gcd(
+        math.gcd(config.log_every_steps, config.checkpoint_every_steps), steps)
     self._model.fit(dataset, epochs=steps // every, steps_per_epoch=every, verbose=0,
-                    callbacks=[_Epochs(duties, self.run.model_dir, config,
+                    callbacks=[_Epochs(duties, self.run.model_dir, config, rates,
                                        rate_summary=not model_lib.spec(config).canned)])
 
   def evaluate(self, step: int) -> Dict[str, float]:

@@ -200,7 +200,8 @@ def _check_run(backend: str, config: Config, options: RunOptions
         f"--workers={workers} but TF_CONFIG describes {in_cluster} training tasks: "
         "start every task with the same --workers, or leave it out."
     )
-  check_parameter_servers(backend, config, num_ps, options.evaluator)
+  check_parameter_servers(backend, config, num_ps, options.evaluator,
+                          in_cluster if task else (workers or 1))
   if task and in_cluster < 1:
     raise ValueError("TF_CONFIG lists ps tasks and a chief but no worker: Keras's chief "
                      "coordinates on parameter servers, its workers compute. Add a 'worker' "
@@ -234,9 +235,10 @@ def coordinated(backend: str, num_ps: int) -> bool:
   return backend == "keras" and num_ps > 0
 
 
-def check_parameter_servers(backend: str, config: Config, num_ps: int, evaluator: bool) -> None:
+def check_parameter_servers(backend: str, config: Config, num_ps: int, evaluator: bool,
+                            workers: int) -> None:
   """Refuses what does not run on `num_ps` parameter servers (none: nothing), with an
-  evaluator task or not.
+  evaluator task or not, `workers` computing gradients.
 
   Raises:
     ValueError: naming the fix.
@@ -245,12 +247,15 @@ def check_parameter_servers(backend: str, config: Config, num_ps: int, evaluator
     raise ValueError("--noevaluator: on parameter servers Keras's chief coordinates the "
                      "workers and evaluates only the final step; the evaluator task evaluates "
                      "each checkpoint. Leave --noevaluator out.")
-  if num_ps and (config.record_dir or config.early_stopping_metric):
-    flag = "--record_dir" if config.record_dir else "--early_stopping_metric"
+  if num_ps and config.early_stopping_metric:
     raise ValueError(
-        f"{flag} is not run on parameter servers yet: its records (the steps' all-reduced "
-        f"losses, the stop every task agrees on) need the tasks to step together. Leave "
-        f"{flag} out, or train without ps tasks.")
+        "--early_stopping_metric is not run on parameter servers yet: the stop every task "
+        "agrees on needs the tasks to step together. Leave it out, or train without ps tasks.")
+  if num_ps and config.record_dir and workers > 1:
+    raise ValueError(
+        f"--record_dir on parameter servers needs --workers=1: at {workers} workers the "
+        "steps are asynchronous, and no step's loss is the cluster's. Give --workers=1, or "
+        "leave --record_dir out.")
 
 
 def _check_files(config: Config, options: RunOptions) -> None:

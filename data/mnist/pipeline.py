@@ -53,8 +53,10 @@ def shard_fingerprints(split: str, data_dir: Optional[str], num_shards: int = 1,
           for image, label in zip(images, labels)]
 
 
-def _record_shard(record_dir: str, split: str, data_dir: Optional[str],
-                  input_context: Optional[tf.distribute.InputContext]) -> None:
+def record_shard(record_dir: str, split: str, data_dir: Optional[str],
+                 input_context: Optional[tf.distribute.InputContext]) -> None:
+  """Writes `<record_dir>/shard-<id>-of-<n>.json`: the fingerprints of the examples the
+  pipeline of `input_context` reads from `split`, in order."""
   num, index = ((input_context.num_input_pipelines, input_context.input_pipeline_id)
                 if input_context else (1, 0))
   fingerprints = shard_fingerprints(split, data_dir, num, index)
@@ -98,7 +100,7 @@ def input_fn(
     data_dir: TFDS data directory; None means TFDS's default.
     seed: shuffle seed.
     record_dir: in "train" mode, also write this pipeline's example
-      fingerprints to `<record_dir>/shard-<id>-of-<n>.json` (parity checks).
+      fingerprints to `<record_dir>/shard-<id>-of-<n>.json` (parity checks; `record_shard`).
     label: `label(image, digit)` -> one example's label (a task's: trainers/heads.py),
       from its scaled image and its digit; None: the digit.
     weight: `weight(image, digit)` -> one example's weight (a canned model's
@@ -117,8 +119,11 @@ def input_fn(
     raise ValueError(f"mode must be one of {sorted(SPLIT_FOR_MODE)}, got {mode!r}")
   check_prepared(data_dir)
   training = mode == TRAIN
-  if record_dir and training:
-    _record_shard(record_dir, SPLIT_FOR_MODE[mode], data_dir, input_context)
+  # A pipeline id known only on the worker (a tensor: ParameterServerStrategy traces this on
+  # its coordinator, which records each worker's shard itself) is recorded there.
+  if record_dir and training and not tf.is_tensor(getattr(input_context, "input_pipeline_id",
+                                                          None)):
+    record_shard(record_dir, SPLIT_FOR_MODE[mode], data_dir, input_context)
   ds = _load(SPLIT_FOR_MODE[mode], data_dir)
   batch_size = global_batch_size
   if input_context is not None:

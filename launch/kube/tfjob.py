@@ -150,7 +150,7 @@ def validate(spec: JobSpec) -> Config:
     raise ValueError(f"--{', --'.join(own)}: set by this tool's own flags or meaningless in "
                      "a pod (the operator starts and restarts the tasks); leave them out.")
   config = trainer_flags.config_from_flags(flag_values)
-  runner.check_parameter_servers(spec.backend, config, spec.ps, spec.evaluator)
+  runner.check_parameter_servers(spec.backend, config, spec.ps, spec.evaluator, spec.workers)
   config.validate(num_replicas=spec.workers, find_model=False)  # It is in the image.
   return config
 

@@ -69,6 +69,7 @@ class Report:
   program: str = ""  # A team's program the Estimator ran (--estimator_program), or "".
   task: str = config_lib.MULTICLASS  # The head's kind (trainers/heads.py).
   notes: List[str] = dataclasses.field(default_factory=list)  # What was not compared, and why.
+  ps: int = 0  # The parameter servers both backends trained on.
 
   @property
   def passed(self) -> bool:
@@ -107,8 +108,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                backend_flags: Optional[Dict[str, Sequence[str]]] = None,
                measure_seeds: int = 0, measure_steps: Optional[int] = None,
                measure_model_options: str = "", engine: str = "local",
-               timeout: float = runs.TIMEOUT_SECONDS, program: Optional[program_probe.Probe] = None
-               ) -> Report:
+               timeout: float = runs.TIMEOUT_SECONDS, program: Optional[program_probe.Probe] = None,
+               ps: int = 0) -> Report:
   """Trains three ways and compares them.
 
   Args:
@@ -134,6 +135,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
       well, each held to its local run (compare_engines); "local": none.
     timeout: seconds for each backend run.
     program: with config.estimator_program, what program_probe.probe found of it.
+    ps: parameter servers both backends train on (their --ps); at one worker their steps
+      are sequential, so the reference holds both as without them.
 
   Returns:
     The report; `report.passed` only if every check passed.
@@ -145,8 +148,10 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   config = harness.prepare(config, out_dir)
   epoch = pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
-  run = _Phases(config, workers, harness.Runs(config, out_dir, timeout), backend_flags or {},
-                tolerances, program)
+  flags = {b: [*(backend_flags or {}).get(b, ()), *([f"--ps={ps}"] if ps else [])]
+           for b in BACKENDS}
+  run = _Phases(config, workers, harness.Runs(config, out_dir, timeout), flags, tolerances,
+                program)
   checks, short, floor = run.short(steps, engine)
   summaries = short
   if long_steps:
@@ -173,7 +178,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                 losses=run.losses, measured=measured, reference_floor=floor,
                 model=config.model, optimizer=config.optimizer_label(), engine=engine,
                 program=config.estimator_program or "", notes=notes,
-                task=config_lib.parse_task(config.task)[0])
+                task=config_lib.parse_task(config.task)[0], ps=ps)
 
 
 def _program_notes(program: program_probe.Probe, config: Config) -> List[str]:
@@ -515,7 +520,9 @@ def format_table(report: Report) -> str:
   on = f" (also on {report.engine})" if report.engine != "local" else ""
   program = (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
              f"--model={report.model}" if report.program else "")
-  table = harness.format_checks(f"Parity at {report.workers} worker(s): {report.steps}-step "
+  servers = f" and {report.ps} parameter server(s)" if report.ps else ""
+  table = harness.format_checks(f"Parity at {report.workers} worker(s){servers}: "
+                                f"{report.steps}-step "
                                 f"short run{on}, {report.long_steps}-step long run{program}",
                                 report.checks)
   if report.notes:

@@ -260,6 +260,30 @@ def test_cli_proves_a_schedule_with_warm_up_rate_for_rate(real_data_dir, tmp_pat
       [0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025], rel=1e-6)
 
 
+@pytest.mark.real_data
+def test_at_one_worker_on_a_parameter_server_both_backends_end_where_the_reference_does(
+    real_data_dir, tmp_path):
+  # The Estimator's chief alone, Keras's one worker stepped by its chief: sequential steps,
+  # so today's limits hold (here, 0 apart); at 2 workers the tool refuses.
+  result = run_module("launch.parity", ["--workers=1", "--ps=1", "--train_steps=6",
+                                        "--long_steps=0", f"--data_dir={real_data_dir}",
+                                        f"--out={tmp_path}"], timeout=900)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  assert "Parity at 1 worker(s) and 1 parameter server(s)" in result.stdout
+  report = json.loads((tmp_path / "parity_report.json").read_text())
+  assert report["passed"] and report["ps"] == 1
+  checks = {c["name"]: c for c in report["checks"]}
+  for pair in ("reference vs keras", "reference vs estimator", "keras vs estimator"):
+    assert checks[f"max |weight diff| {pair}"]["measured"] == 0, pair
+  assert checks["shards estimator = keras"]["passed"]
+  for backend in ("keras", "estimator"):  # Both trained on the ps task.
+    logs = tmp_path / "short" / backend / "model" / "logs"
+    assert "Serving as ps:0" in (logs / "ps-0.log").read_text(), backend
+  refused = run_module("launch.parity", ["--workers=2", "--ps=1"], timeout=120)
+  assert refused.returncode == 2 and "--ps takes a count >= 0, and goes with --workers=1" in (
+      refused.stderr), refused.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_a_backend_on_another_schedule_is_reported_at_the_step(tiny_data_dir, tmp_path):
   # Constant and cosine agree at step 1 (both the starting rate) and part from step 2;
