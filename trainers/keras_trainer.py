@@ -262,6 +262,10 @@ class _Reporter(tf_keras.callbacks.Callback):
     self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
 
   def on_train_batch_end(self, batch, logs=None):
+    self.report()
+
+  def report(self) -> None:
+    """The report, if one is due (on parameter servers, _Epochs calls it at an epoch's end)."""
     reported = self._duties.report_due()
     if reported and self._writer:
       with self._writer.as_default(step=self._duties.step):
@@ -332,10 +336,18 @@ def save_checkpoint(model: tf_keras.Model, directory: str, step: int) -> str:
 
   Relative paths in its `checkpoint` file, so the directory can be moved.
   """
-  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
-                                       max_to_keep=1,
-                                       checkpoint_name=checkpoints.KERAS_PREFIX)
-  return manager.save(checkpoint_number=step)
+  return _checkpoint_manager(model, directory, (1, None)).save(checkpoint_number=step)
+
+
+def _checkpoint_manager(model: tf_keras.Model, directory: str,
+                        retention: Tuple[Optional[int], Optional[float]]
+                        ) -> tf.train.CheckpointManager:
+  """`directory/ckpt-<step>` of model and optimizer, kept as `retention`
+  (checkpoints.retention) says."""
+  keep, hours = retention
+  return tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
+                                    max_to_keep=keep, keep_checkpoint_every_n_hours=hours,
+                                    checkpoint_name=checkpoints.KERAS_PREFIX)
 
 
 class _Checkpoints(tf_keras.callbacks.Callback):
@@ -355,7 +367,7 @@ class _Checkpoints(tf_keras.callbacks.Callback):
     super().__init__()
     self._directory = directory
     self._chief, self._every = chief, every
-    self._keep, self._hours = retention
+    self._retention = retention
     self._manager: Optional[tf.train.CheckpointManager] = None
     self._saved_step = -1
 
@@ -364,10 +376,7 @@ class _Checkpoints(tf_keras.callbacks.Callback):
     if step == self._saved_step:
       return
     if self._manager is None:
-      self._manager = tf.train.CheckpointManager(
-          tf.train.Checkpoint(model=self.model), self._directory,
-          max_to_keep=self._keep, keep_checkpoint_every_n_hours=self._hours,
-          checkpoint_name=checkpoints.KERAS_PREFIX)
+      self._manager = _checkpoint_manager(self.model, self._directory, self._retention)
     path = self._manager.save(checkpoint_number=step)
     self._saved_step = step
     if self._chief:
@@ -399,12 +408,11 @@ class _Epochs(tf_keras.callbacks.Callback):
     """rates: where to record the rate each step trained with (an epoch a step), if
     anywhere."""
     super().__init__()
-    self._duties, self._model_dir, self._rate_summary = duties, model_dir, rate_summary
-    self._rates = rates
+    self._duties, self._rates = duties, rates
     self._every, self._total = config.checkpoint_every_steps, config.train_steps
-    self._retention = checkpoints.retention(config)
+    self._retention, self._model_dir = checkpoints.retention(config), model_dir
+    self._reporter = _Reporter(duties, model_dir, rate_summary)
     self._manager: Optional[tf.train.CheckpointManager] = None
-    self._writer = tf.summary.create_file_writer(model_dir)
     self._saved = -1
 
   def _step(self) -> int:
@@ -412,14 +420,12 @@ class _Epochs(tf_keras.callbacks.Callback):
 
   def _save(self, step: int) -> None:
     if self._manager is None:
-      keep, hours = self._retention
-      self._manager = tf.train.CheckpointManager(
-          tf.train.Checkpoint(model=self.model), self._model_dir, max_to_keep=keep,
-          keep_checkpoint_every_n_hours=hours, checkpoint_name=checkpoints.KERAS_PREFIX)
+      self._manager = _checkpoint_manager(self.model, self._model_dir, self._retention)
     logging.info("Saved %s", self._manager.save(checkpoint_number=step))
     self._saved = step
 
   def on_train_begin(self, logs=None):
+    self._reporter.set_model(self.model)
     variables = self.model.trainable_variables
     self._weights_finite = tf.function(lambda: failures.weights_finite(variables))
     step = self._step()
@@ -439,19 +445,12 @@ class _Epochs(tf_keras.callbacks.Callback):
     if (step // self._every > self._saved // self._every or stop
         or step >= self._total):
       self._save(step)
-    reported = self._duties.report_due()
-    if reported:
-      with self._writer.as_default(step=step):
-        tf.summary.scalar("loss", reported.loss)
-        tf.summary.scalar("global_step/sec", reported.steps_per_sec)
-        if self._rate_summary:
-          tf.summary.scalar(schedules.SUMMARY_TAG, self.model.optimizer.learning_rate)
+    self._reporter.report()
     if stop:
       self.model.stop_training = True
 
   def on_train_end(self, logs=None):
-    self._duties.end()
-    self._writer.close()
+    self._reporter.on_train_end()
 
 
 def training_callbacks(config: Config, backup_dir: str, checkpoint_dir: str, chief: bool,
