@@ -49,6 +49,7 @@ from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_pr
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Worker counts to run at, e.g. 1,2.")
+_PS = tool_flags.define_ps()
 _SPLIT_AT = flags.DEFINE_integer("split_at", 500, "The step at which each run is handed over.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", None, "The step every resumed run trains to "
                                     "(default: --split_at + 10).")
@@ -118,6 +119,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
   console.quiet_records(flags.FLAGS.verbosity)  # Their runs' logs keep everything.
   workers = tool_flags.worker_counts(_WORKERS)
+  ps = tool_flags.parameter_servers(_PS, workers)
   tolerances = _tolerances()
   split_at, train_steps, decay_steps = _steps()
   timeout = tool_flags.timeout(_TIMEOUT)
@@ -132,7 +134,7 @@ def main(argv: Sequence[str]) -> None:
         config, workers, out, split_at=split_at, train_steps=train_steps,
         decay_steps=decay_steps, timeout=timeout,
         measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
-        tolerances=tolerances, program=program)
+        tolerances=tolerances, program=program, ps=ps)
   except (runs.RunError, ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)

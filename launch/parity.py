@@ -89,9 +89,7 @@ _MEASURE_STEPS = flags.DEFINE_integer(
 _MEASURE_OPTIONS = flags.DEFINE_string(
     "measure_model_options", "", "--model_options of the --measure_seeds runs (default: the "
     "model's own, dropout on).")
-_PS = flags.DEFINE_integer("ps", 0, "Parameter servers both backends train on (their --ps), "
-                           "with --workers=1, whose steps are sequential: the Estimator's chief "
-                           "alone, Keras's one worker stepped by its chief.")
+_PS = tool_flags.define_ps()
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
                for f in dataclasses.fields(parity.Tolerances)}
 
@@ -140,10 +138,7 @@ def main(argv: Sequence[str]) -> None:
   if engine != "local" and min(workers) < 2:
     raise app.UsageError(f"--engine={engine} runs clusters: give --workers of 2 or more.",
                          exitcode=2)
-  if _PS.value < 0 or (_PS.value and (workers != [1] or engine != "local")):
-    raise app.UsageError("--ps takes a count >= 0, and goes with --workers=1 on local workers: "
-                         "at more workers the steps are asynchronous, and no run is another's "
-                         "to the bit.", exitcode=2)
+  ps = tool_flags.parameter_servers(_PS, workers, engine)
   matrix = _matrix()
   several = len({m for m, _ in matrix}) > 1
   configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value, **_settings(m, o, several))
@@ -175,7 +170,7 @@ def main(argv: Sequence[str]) -> None:
             tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
             measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
             measure_model_options=_MEASURE_OPTIONS.value, engine=engine,
-            timeout=timeout, program=programs.get((config.model, n)), ps=_PS.value)
+            timeout=timeout, program=programs.get((config.model, n)), ps=ps)
       except runs.RunError as e:  # A backend run failed: its log is named in the message.
         sys.exit(f"error: {e}")
       parity.write_report(report, where)

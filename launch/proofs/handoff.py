@@ -61,6 +61,7 @@ class Report:
   checks: List[Check]
   losses: Dict[str, List[float]]  # "<n>w/<run>": per-step training losses.
   measured: Dict[str, float]  # Reported, not checked: resumed vs uninterrupted runs.
+  ps: int = 0  # The parameter servers every run trained on.
 
   @property
   def passed(self) -> bool:
@@ -72,14 +73,16 @@ class _Legs(harness.Runs):
   changes to the config (a program's initial weights under its names)."""
 
   def __init__(self, config: Config, workers: int, out_dir: str, timeout: float,
-               own: Optional[Dict[str, Dict]] = None):
+               own: Optional[Dict[str, Dict]] = None, ps: int = 0):
     super().__init__(config, os.path.join(out_dir, f"{workers}w"), timeout)
-    self.workers, self.own = workers, own or {}
+    self.workers, self.own, self.ps = workers, own or {}, ps
 
   def train_to(self, name: str, backend: str, train_steps: int) -> Dict:
     """Trains `backend` in run `name`'s model_dir (resuming what it holds) to `train_steps`."""
-    # Nothing here reads the Keras evaluator's results: the chief evaluates, one process fewer.
-    extra = ["--noevaluator"] if backend == "keras" and self.workers > 1 else []
+    # Nothing here reads the Keras evaluator's results: the chief evaluates, one process fewer
+    # (on parameter servers Keras's chief coordinates: the evaluator task evaluates).
+    extra = ([f"--ps={self.ps}"] if self.ps else
+             ["--noevaluator"] if backend == "keras" and self.workers > 1 else [])
     return self.train(name, backend, self.workers, extra_flags=extra, train_steps=train_steps,
                       checkpoint_every_steps=train_steps, **self.own.get(backend, {}))
 
@@ -144,7 +147,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
                 train_steps: int, decay_steps: int,
                 tolerances: Tolerances = Tolerances(), timeout: float = runs.TIMEOUT_SECONDS,
                 measure_uninterrupted: bool = True,
-                program: Optional[program_probe.Probe] = None) -> Report:
+                program: Optional[program_probe.Probe] = None, ps: int = 0) -> Report:
   """Runs the four resumed runs (and the uninterrupted ones) at each worker count, and
   checks them.
 
@@ -161,6 +164,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
     measure_uninterrupted: also train each backend without a stop (two runs per
       worker count) and report how far the resumed runs are from them.
     program: with config.estimator_program, what program_probe.probe found of it.
+    ps: parameter servers every run trains on (their --ps; at one worker).
 
   Returns:
     The report; `report.passed` only if every check passed.
@@ -176,7 +180,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
   losses: Dict[str, List[float]] = {}
   measured: Dict[str, float] = {}
   for n in workers:
-    run = _Legs(config, n, out_dir, timeout, own)
+    run = _Legs(config, n, out_dir, timeout, own, ps)
     first = {"estimator": run.train_to("estimator-first", "estimator", split_at),
              "keras": run.train_to("keras-first", "keras", split_at)}
     for backend in first:
@@ -212,7 +216,7 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
           abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[f"{n}w/{leg}"], whole_losses))
   return Report(workers=list(workers), split_at=split_at, train_steps=train_steps,
                 decay_steps=None if config.canned_settings() else decay_steps, checks=checks,
-                losses=losses, measured=measured)
+                losses=losses, measured=measured, ps=ps)
 
 
 def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Config,
@@ -278,7 +282,8 @@ def format_table(report: Report) -> str:
   rate = (f"on a {report.decay_steps}-step schedule" if report.decay_steps is not None
           else "at the canned model's constant rates")
   rows = [harness.format_checks(f"Handoff at step {report.split_at}, resumed to step "
-                               f"{report.train_steps} {rate}, workers {report.workers}",
+                               f"{report.train_steps} {rate}, workers {report.workers}"
+                               + (f", {report.ps} parameter server(s)" if report.ps else ""),
                                report.checks)]
   if report.measured:
     rows += ["", "Resumed vs uninterrupted (measured, not checked: a resumed run rebuilds its "

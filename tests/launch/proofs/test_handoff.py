@@ -147,6 +147,27 @@ def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_di
   assert accounted["measured"] == variables, accounted
 
 
+@pytest.mark.real_data
+@pytest.mark.extended  # Six runs of a cluster each (a chief, a ps, an evaluator): 4 minutes.
+def test_at_one_worker_on_a_parameter_server_the_handoff_changes_nothing(real_data_dir,
+                                                                         tmp_path):
+  out = tmp_path / "handoff"
+  result = run_module("launch.handoff", ["--workers=1", "--ps=1", f"--split_at={SPLIT}",
+                                         f"--train_steps={SPLIT + RESUME}",
+                                         f"--decay_steps={STEPS}", "--nomeasure_uninterrupted",
+                                         f"--data_dir={real_data_dir}", f"--out={out}"],
+                      timeout=1500)
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+  report = json.loads((out / "handoff_report.json").read_text())
+  assert report["passed"] and report["ps"] == 1
+  for leg in ("estimator-then-keras", "keras-then-estimator"):  # Resumed on the ps task.
+    assert (out / "1w" / leg / "model" / "logs" / "ps-0.log").exists(), leg
+  weights = [c for c in report["checks"] if "max |weight diff|" in c["name"]]
+  assert weights and all(c["measured"] == 0 for c in weights), weights
+  refused = run_module("launch.handoff", ["--workers=2", "--ps=1"])
+  assert refused.returncode == 2 and "goes with --workers=1" in refused.stderr
+
+
 @pytest.mark.parametrize("args, said", [
     (["--split_at=50", "--train_steps=50", "--decay_steps=100"], None),
     # The old meaning of --train_steps (the schedule's length): the run says which it took.
