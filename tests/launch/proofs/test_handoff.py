@@ -113,7 +113,10 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
     # weights (the linear part's per column, the DNN part's embedding tables), Adagrad's
     # and Ftrl's slots of each, their hyperparameters and counts; its exports are fed the
     # tabular tf.Examples, their edge cases (50 serving checks each way) too.
-    (["--model=wide_deep", "--features=tabular", "--hidden_units=64"], 48),
+    # (Extended: its columns carried bit for bit in tests/launch/convert/test_canned.py, its
+    # exports served tf.Examples in tests/launch/proofs/test_serving_check.py.)
+    pytest.param(["--model=wide_deep", "--features=tabular", "--hidden_units=64"], 48,
+                 marks=pytest.mark.extended),
     # Momentum, the default: a slot a weight. RMSProp at momentum 0: a v1 slot the Keras
     # twin does not keep, 6 of 12 ignored and written back as zeros. (Each optimizer's
     # state also goes across and back bit for bit in tests/launch/convert/test_carry.py.)
