@@ -1,6 +1,6 @@
 r"""Benchmarks both backends against the fastest bare loop on this machine.
 
-  python -m launch.bench [--workers=1,2] [--train_steps=N] [--repeats=R] [--out=DIR]
+  python -m launch.bench [--workers=1,2] [--train_steps=N] [--repeats=R] [--ps=N] [--out=DIR]
 
 At each worker count it runs the ceiling run (a bare tf.function loop of K
 steps per call, Keras's steps per execution, trained to the end: no strategy
@@ -13,9 +13,10 @@ input pipeline. The ceiling is the fastest of those loops. Prints a table
 launch to 98% test accuracy, peak RSS per worker), the issue's targets, the
 step's parts (each entry's ms/step beside the bare K-step loop: Keras with its
 evaluator task and with --noevaluator side by side), any run faster than the
-ceiling (a bug in the ceiling), and for each missed target where the time
-went; writes bench.json and bench.md to --out. It is a benchmark: it exits 0
-whatever the numbers, and 1 only if a run failed.
+ceiling (a bug in the ceiling), for each missed target where the time
+went, and with --ps=N each backend's step on N parameter servers against its step
+under MultiWorkerMirroredStrategy; writes bench.json and bench.md to --out. It is
+a benchmark: it exits 0 whatever the numbers, and 1 only if a run failed.
 """
 
 import sys
@@ -45,9 +46,12 @@ _OUT = flags.DEFINE_string("out", None, "Output directory (default: a new tempor
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _TIMEOUT = tool_flags.define_timeout()
-_BACKENDS = flags.DEFINE_list("backends", list(bench_run.ENTRIES), "Entries to run: keras, "
+_BACKENDS = flags.DEFINE_list("backends", bench_run.DEFAULT_ENTRIES, "Entries to run: keras, "
                               "estimator (each with its evaluator task in a cluster), and "
                               "keras-noevaluator (at 2+ workers: the Keras chief evaluates).")
+_PS = flags.DEFINE_integer("ps", 0, "Also run keras and estimator (those of --backends) on this "
+                           "many parameter servers, as keras-ps and estimator-ps: what a step "
+                           "costs there against MultiWorkerMirroredStrategy.")
 _LOG_EVERY = flags.DEFINE_integer("log_every_steps", None, "Steps per timing window (default: "
                                   f"{Config.log_every_steps}, fewer for short runs).")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of every run; each number is then the "
@@ -64,9 +68,12 @@ def main(argv: Sequence[str]) -> None:
   train_steps, timeout = tool_flags.train_steps(_TRAIN_STEPS), tool_flags.timeout(_TIMEOUT)
   if _REPEATS.value < 1:
     raise app.UsageError("--repeats must be at least 1.", exitcode=2)
-  unknown = set(_BACKENDS.value) - set(bench_run.ENTRIES)
+  unknown = set(_BACKENDS.value) - set(bench_run.DEFAULT_ENTRIES)
   if unknown:
-    raise app.UsageError(f"Unknown --backends {sorted(unknown)}.", exitcode=2)
+    raise app.UsageError(f"Unknown --backends {sorted(unknown)} (--ps=N adds the "
+                         "parameter-server entries).", exitcode=2)
+  if _PS.value < 0:
+    raise app.UsageError(f"--ps must be at least 0, got {_PS.value}.", exitcode=2)
   entries = _BACKENDS.value
   if not _BACKENDS.present and runner.estimator_unavailable():
     # The newest-TF install benches what it can run; asked for, the Estimator is an error.
@@ -81,13 +88,16 @@ def main(argv: Sequence[str]) -> None:
     # The bare loop's step and evaluation take (images, labels): unweighted.
     raise app.UsageError("--weight_column: the benchmark times unweighted steps; leave "
                          "--weight_column and --digit_weights out.", exitcode=2)
+  if _PS.value:
+    entries = [*entries, *(e + bench_run.PS_SUFFIX for e in entries if e in bench_run.BACKENDS)]
   backends = [bench_run.ENTRIES[e][0] for e in entries]
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)
   out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
   started = bench_report.machine()
   results, step_costs = bench_run.run_bench(config, workers, out, backends=entries,
-                                            timeout=timeout, repeats=_REPEATS.value)
+                                            timeout=timeout, repeats=_REPEATS.value,
+                                            ps=_PS.value)
   bench_report.write_report(results, step_costs, config, out, started, entries)
   print(bench_report.format_table(results, step_costs))
   print("\nWhere a step's time goes (ms):\n" + bench_report.format_step_costs(results, step_costs,
@@ -96,6 +106,8 @@ def main(argv: Sequence[str]) -> None:
     print(f"- faster than the ceiling: {line}")
   for line in bench_report.explain(results, step_costs):
     print(f"- {line}")
+  for line in bench_report.ps_costs(results):
+    print(f"- on parameter servers: {line}")
   print(f"Report: {out}/bench.md, {out}/bench.json")
   failed = any(r.error for r in results) or any("error" in c for c in step_costs.values())
   sys.exit(1 if failed else 0)

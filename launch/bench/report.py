@@ -108,6 +108,21 @@ def ceiling_bugs(results: Sequence[Result]) -> List[str]:
   return lines
 
 
+def ps_costs(results: Sequence[Result]) -> List[str]:
+  """A line for each `<backend>-ps` run: its steady ms/step against the backend's own under
+  MultiWorkerMirroredStrategy at the same worker count."""
+  by = {(r.name, r.workers): r for r in results}
+  lines = []
+  for (name, n), r in by.items():
+    base = by.get((name[:-len("-ps")], n)) if name.endswith("-ps") else None
+    if base is None or r.ms_per_step is None or base.ms_per_step is None:
+      continue
+    lines.append(f"{r.label}: {r.ms_per_step:.2f} ms/step against {base.ms_per_step:.2f} for "
+                 f"{base.label} ({r.ms_per_step - base.ms_per_step:+.2f}, "
+                 f"{r.ms_per_step / base.ms_per_step:.2f}x).")
+  return lines
+
+
 def _fmt(value: Any, spec: str = "") -> str:
   return "-" if value is None else format(value, spec)
 
@@ -330,9 +345,12 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
       "ceiling_bugs": ceiling_bugs(results),
       "targets": [{**dataclasses.asdict(t), "met": t.met} for t in targets(results, step_costs)],
       "missed": explain(results, step_costs),
+      "ps_costs": ps_costs(results),
   }
   missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
   bugs = "".join(f"- {line}\n" for line in report["ceiling_bugs"])
+  on_ps = "".join(f"- {line}\n" for line in report["ps_costs"])
+  on_ps = f"## On parameter servers\n\n{on_ps}\n" if on_ps else ""
   rounds = max((r.rounds for r in results), default=1)
   medians = (f"Each number is the median of {rounds} rounds run one after the other, and "
              "each ratio to the ceiling a ratio of medians; in parentheses, the range of "
@@ -345,7 +363,7 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
               "fastest of the bare loops below and the ceiling run (`python -m launch.bare`: K "
               "steps per call on the input pipeline, trained to the end).\n\n"
               + (f"## Faster than the ceiling\n\n{bugs}\n" if bugs else "")
-              + f"## Missed targets\n\n{missed}\n"
+              + f"## Missed targets\n\n{missed}\n{on_ps}"
               "## Where a step's time goes (ms)\n\n"
               f"{format_step_costs(results, step_costs, backends)}\n\n"
               "Measured by `python -m launch.bare --probe_out` in every task of a cluster "

@@ -8,7 +8,9 @@ cluster), the step-cost probe (`launch.bare --probe_out`, see
 `bare.probe_step_costs`: the parts of a step and the ceiling's loops) and the
 entries: both trainer binaries as users run them (in a cluster, with their
 evaluator task) and, beside Keras, Keras with `--noevaluator` (its chief
-evaluates while the workers wait). bench_measure reads the numbers back and
+evaluates while the workers wait), and with `ps` each backend on that many
+parameter servers (`<backend>-ps`, a cluster at every worker count). bench_measure
+reads the numbers back and
 takes each run's ratio to the ceiling; bench_report judges and reports them.
 """
 
@@ -30,9 +32,13 @@ from trainers.config import Config
 
 BACKENDS = runs.BACKENDS
 # Entry name -> (backend, extra flags). "keras-noevaluator" runs only in a
-# cluster: a lone process has no evaluator task to leave out.
+# cluster: a lone process has no evaluator task to leave out. "<backend>-ps" runs on
+# run_bench's `ps` parameter servers (--ps=N), off by default.
 ENTRIES = {"keras": ("keras", ()), "estimator": ("estimator", ()),
-           "keras-noevaluator": ("keras", ("--noevaluator",))}
+           "keras-noevaluator": ("keras", ("--noevaluator",)),
+           "keras-ps": ("keras", ()), "estimator-ps": ("estimator", ())}
+PS_SUFFIX = "-ps"
+DEFAULT_ENTRIES = [name for name in ENTRIES if not name.endswith(PS_SUFFIX)]
 BARE_MODULE = "launch.bare"
 POLL_SECONDS = 0.25
 
@@ -45,15 +51,15 @@ def _task_pids(model_dir: str) -> Dict[str, int]:
     return {}
 
 
-def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int,
+def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, in_cluster: bool,
                  timeout: float) -> Tuple[int, float, float, Dict[str, float], Dict[str, float]]:
   """Runs cmd and polls the peak RSS and the CPU time of its task processes.
 
   Returns:
     Exit code, launch time and exit time (unix s), and by task, peak RSS in
-    MB and CPU seconds (as last polled): "main" for a 1-worker run (it trains
+    MB and CPU seconds (as last polled): "main" for a lone process (it trains
     in the process started), "launcher" and the names in logs/tasks.json for
-    a local cluster.
+    a local cluster (`in_cluster`).
   """
   peaks: Dict[str, float] = {}
   cpu: Dict[str, float] = {}
@@ -63,8 +69,8 @@ def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, workers: int
                             env=runs.clean_env(), start_new_session=True)
     try:
       while proc.poll() is None:
-        pids = {"main" if workers == 1 else "launcher": proc.pid}
-        if workers > 1:
+        pids = {"launcher" if in_cluster else "main": proc.pid}
+        if in_cluster:
           pids.update(_task_pids(model_dir))
         for name, pid in pids.items():
           mb = bench_measure.vm_hwm_mb(pid)
@@ -99,20 +105,24 @@ def _bare_command(workers: int, config: Config, run_dir: str, timeout: float,
           f"--task_log_dir={runs.task_log_dir(run_dir)}", f"--timeout={timeout}", "--", *cmd]
 
 
-def run_entry(name: str, workers: int, config: Config, run_dir: str, timeout: float) -> Result:
-  """Runs one entry (or the ceiling run) as a user would; reads its numbers back."""
+def run_entry(name: str, workers: int, config: Config, run_dir: str, timeout: float,
+              ps: int = 0) -> Result:
+  """Runs one entry (or the ceiling run) as a user would, a `-ps` one on `ps` parameter
+  servers; reads its numbers back."""
   model_dir = os.path.join(run_dir, "model")
   os.makedirs(model_dir, exist_ok=True)
   if name == CEILING:
     cmd = _bare_command(workers, config, model_dir, timeout, f"--model_dir={model_dir}")
   else:
     backend, extra_flags = ENTRIES[name]
+    if name.endswith(PS_SUFFIX):
+      extra_flags = (*extra_flags, f"--ps={ps}")
     cmd = runs.trainer_command(backend, config, workers=workers, model_dir=model_dir,
                                timeout=timeout, extra_flags=extra_flags)
   log_path = os.path.join(run_dir, "run.log")
   logging.info("Running %s", " ".join(cmd))
-  returncode, launched, exited, peaks, cpu = _run_process(cmd, model_dir, log_path, workers,
-                                                         timeout)
+  returncode, launched, exited, peaks, cpu = _run_process(
+      cmd, model_dir, log_path, workers > 1 or name.endswith(PS_SUFFIX), timeout)
   if returncode != 0:
     result = Result(name, workers, model_dir=model_dir, wall_seconds=round(exited - launched, 2),
                     error=f"exit code {returncode}")
@@ -138,7 +148,7 @@ def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[st
   cmd = _bare_command(workers, config, run_dir, timeout, f"--probe_out={out}")
   log_path = os.path.join(run_dir, "run.log")
   logging.info("Running %s", " ".join(cmd))
-  returncode = _run_process(cmd, run_dir, log_path, workers, timeout)[0]
+  returncode = _run_process(cmd, run_dir, log_path, workers > 1, timeout)[0]
   if returncode != 0:
     return {"error": f"exit code {returncode}; see {log_path}"}
   try:
@@ -149,7 +159,7 @@ def probe(workers: int, config: Config, run_dir: str, timeout: float) -> Dict[st
 
 
 def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], runs_dir: str,
-               timeout: float) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
+               timeout: float, ps: int) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
   """Every entry once: at each worker count the ceiling run, the probe and each backend."""
   results, step_costs = [], {}
   for n in workers:
@@ -160,7 +170,8 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
     for name in backends:
       if n == 1 and ENTRIES[name][1]:
         continue
-      results.append(run_entry(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout))
+      results.append(run_entry(name, n, config, os.path.join(runs_dir, f"{name}-{n}w"), timeout,
+                               ps))
   for r in results:
     logging.info("%s: %s", r.label, r.error or f"{r.examples_per_second} ex/s")
   bench_measure.set_ratios(results, step_costs)
@@ -168,8 +179,8 @@ def _run_round(config: Config, workers: Sequence[int], backends: Sequence[str], 
 
 
 def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
-              backends: Sequence[str] = tuple(ENTRIES),
-              timeout: float = runs.TIMEOUT_SECONDS, repeats: int = 1
+              backends: Sequence[str] = tuple(DEFAULT_ENTRIES),
+              timeout: float = runs.TIMEOUT_SECONDS, repeats: int = 1, ps: int = 0
               ) -> Tuple[List[Result], Dict[int, Dict[str, Any]]]:
   """At each worker count the ceiling run, the step-cost probe and each backend.
 
@@ -185,13 +196,15 @@ def run_bench(config: Config, workers: Sequence[int], out_dir: str, *,
     backends: which entries to run (keys of ENTRIES).
     timeout: seconds allowed for each run.
     repeats: rounds.
+    ps: parameter servers of the `-ps` entries.
 
   Returns:
     One Result per run, each worker count's ceiling run first (a failed run sets `error`),
     and the step costs by worker count.
   """
   rounds = [_run_round(config, workers, backends,
-                       os.path.join(out_dir, "runs" if repeats == 1 else f"runs-{k + 1}"), timeout)
+                       os.path.join(out_dir, "runs" if repeats == 1 else f"runs-{k + 1}"), timeout,
+                       ps)
             for k in range(repeats)]
   if repeats == 1:
     return rounds[0]

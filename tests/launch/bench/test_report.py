@@ -104,3 +104,11 @@ def test_the_table_shows_ratios_of_medians_with_their_range():
   bench_measure.set_ratios(both, {1: {}})
   # The ratio of the medians, not the median of the ratios (1.0): both columns agree.
   assert "| 11.00 | 0.91 (0.90-1.10) |" in bench_report.format_table(both, {1: {}})
+
+
+def test_a_step_on_parameter_servers_is_set_beside_the_same_backends_step():
+  results = [bench_measure.Result("keras", 2, ms_per_step=18.0),
+             bench_measure.Result("keras-ps", 2, ms_per_step=27.0),
+             bench_measure.Result("estimator-ps", 2, ms_per_step=30.0)]  # No MWMS run: none.
+  assert bench_report.ps_costs(results) == [
+      "keras-ps x2: 27.00 ms/step against 18.00 for keras x2 (+9.00, 1.50x)."]

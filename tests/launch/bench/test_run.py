@@ -16,8 +16,8 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   # Keras at 2 workers only, for CI's time: the bench runs every entry and worker
   # count the same way; the Estimator binary's runs are tested on their own, the
   # 1-worker probe in test_bare.py, the 1-worker targets in test_bench_report.py. Adam,
-  # not the default, to see the optimizer flags reach every run.
-  result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=2",
+  # not the default, to see the optimizer flags reach every run. On a parameter server too.
+  result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=2", "--ps=1",
                                        "--backends=keras", "--optimizer=adam", "--beta2=0.99",
                                        "--log_every_steps=2", "--checkpoint_every_steps=6",
                                        f"--data_dir={tiny_data_dir}", f"--out={tmp_path}",
@@ -29,7 +29,7 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   rows = {(r["name"], r["workers"]): r for r in report["results"]}
   record = run_record.read(rows["keras", 2]["model_dir"])
   assert (record["optimizer"], record["beta2"]) == ("adam", 0.99)
-  assert set(rows) == {("ceiling", 2), ("keras", 2)}
+  assert set(rows) == {("ceiling", 2), ("keras", 2), ("keras-ps", 2)}
   for key, row in rows.items():
     assert row["error"] is None, key
     assert row["steps"] == STEPS, key
@@ -39,8 +39,10 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
     assert row["ratio_to_ceiling"] > 0, key
     # The launcher and every task of tasks.json.
     expected = {"launcher", "chief-0", "worker-0"}
-    if key == ("keras", 2):  # Keras runs its evaluator task; the ceiling run has none.
+    if key != ("ceiling", 2):  # Keras runs its evaluator task; the ceiling run has none.
       expected.add("evaluator-0")
+    if key == ("keras-ps", 2):  # Its chief coordinates two workers and a ps.
+      expected |= {"worker-1", "ps-0"}
     assert set(row["peak_rss_mb"]) == expected, key
     if key == ("keras", 2):  # The chief's start-up, split at the milestones it records.
       assert all(row["breakdown"][k] > 0 for k in ("chief_imports", "chief_strategy",
@@ -65,6 +67,10 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   assert "| keras | 2 |" in table and "| ceiling | 2 |" in table
   assert "Where a step's time goes" in table and "keras - K-step" in table
   assert "| ceiling | 2 |" in result.stdout
+  # A step on the parameter server against the same step under MultiWorkerMirroredStrategy.
+  (line,) = report["ps_costs"]
+  assert line.startswith("keras-ps x2: ") and "for keras x2 (" in line, line
+  assert "## On parameter servers" in table and "keras-ps - K-step" in table
 
 
 def test_cli_refuses_a_weight_column_it_would_not_time(tmp_path):
