@@ -73,9 +73,11 @@ def describe_exit(returncode: int) -> str:
 
 
 def say(decision: Decision, cause: str, log_path: str, evaluator: bool, max_restarts: int,
-        again: str) -> None:
+        again: str, resumes: bool = True) -> None:
   """Logs `decision` on the failure `cause` ("worker-1 was killed by SIGKILL"), whose log
-  is `log_path`; `again` says how this launcher restarts the training tasks."""
+  is `log_path`; `again` says how this launcher restarts the training tasks, which resume
+  from the last backup or checkpoint unless not `resumes` (a worker on parameter servers,
+  restarted alone, holds no state)."""
   if not decision.retry:
     logging.error("%s (%s); stopping every task. Its log: %s", cause, decision.why, log_path)
   elif decision.preempted:
@@ -86,8 +88,9 @@ def say(decision: Decision, cause: str, log_path: str, evaluator: bool, max_rest
     logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training goes "
                     "on.", decision.restart, max_restarts, cause, log_path)
   else:
-    logging.warning("Restart %d of %d: %s (its log: %s); %s, from the last backup or "
-                    "checkpoint.", decision.restart, max_restarts, cause, log_path, again)
+    logging.warning("Restart %d of %d: %s (its log: %s); %s%s.", decision.restart, max_restarts,
+                    cause, log_path, again,
+                    ", from the last backup or checkpoint" if resumes else "")
 
 
 def write_record(log_dir: str, record: Dict[str, Any], warn: bool = True) -> bool:

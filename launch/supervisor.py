@@ -450,11 +450,14 @@ def run_local_cluster(
       # alone, and goes on running while the training tasks are restarted.
       is_evaluator = _is(failed, cluster.EVALUATOR)
       decision = restarts.decide(counts, returncode, is_evaluator, max_restarts)
+      # On parameter servers a worker steps alone: it is restarted alone.
+      worker_alone = bool(ps) and _is(failed, cluster.WORKER)
       restarts.say(decision, cause, failed.log_path, is_evaluator, max_restarts,
-                   again="restarting the training tasks")
+                   again=("restarting it alone while the others train on" if worker_alone
+                          else "restarting the training tasks"), resumes=not worker_alone)
       if not decision.retry:
         return decision.code
-      alone = is_evaluator or (ps and _is(failed, cluster.WORKER))
+      alone = is_evaluator or worker_alone
       restart = ([procs.index(failed)] if alone else
                  [i for i, p in enumerate(procs) if not _is(p, cluster.EVALUATOR)])
       # A preempted task's peers stop at the same step on their own: they are left the

@@ -215,6 +215,7 @@ def test_workers_that_serve_a_coordinating_chief_are_stopped_with_the_parameter_
   assert rc == 0
   assert sorted(records) == ["chief-0.0", "ps-0.0", "worker-0.0", "worker-1.0", "worker-1.1"]
   assert "Restart 1 of 1: worker-1 was killed by SIGKILL" in caplog.text
+  assert "restarting it alone while the others train on." in caplog.text
   assert not any(_alive(r["pid"]) for r in records.values())
 
 

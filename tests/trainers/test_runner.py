@@ -169,6 +169,43 @@ def test_two_workers_train_on_a_parameter_server_each_stepping_alone(backend, ti
     assert not os.path.exists(f"/proc/{t['pid']}"), t
 
 
+@pytest.mark.extended  # Two cluster runs of 600 steps with a loss in each.
+@pytest.mark.parametrize("lost", ["ps-0", "worker-1"])
+def test_keras_on_a_parameter_server_survives_a_lost_task_to_its_final_step(lost,
+                                                                            tiny_data_dir,
+                                                                            tmp_path):
+  """A lost ps task takes the variables with it: every training task restarts from the last
+  checkpoint. A lost worker is restarted alone: the chief's coordinator schedules its steps
+  on the other one meanwhile, and the run goes on without a restart; the steps of its
+  execution it had applied are run again with the whole execution on the other worker
+  (ClusterCoordinator runs a function at least once), so the run may end up to one
+  execution (steps_per_execution steps) past --train_steps (601 to 604 of 600, measured)."""
+  model_dir = tmp_path / "model"
+  config = dataclasses.replace(TINY, train_steps=600, checkpoint_every_steps=100,
+                               log_every_steps=50, data_dir=tiny_data_dir)
+  command = runs.trainer_command("keras", config, workers=2, model_dir=str(model_dir),
+                                 extra_flags=["--ps=1", "--max_restarts=1", "--timeout=300"])
+  proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=runs.clean_env(), cwd=REPO)
+  deadline = time.monotonic() + 240
+  while not any(r.get("step", 0) >= 200 for r in runs.read_progress(str(model_dir))):
+    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+    time.sleep(0.2)
+  tasks = runs.read_tasks(runs.task_log_dir(str(model_dir)))["tasks"]
+  os.kill(next(t["pid"] for t in tasks if t["name"] == lost), signal.SIGKILL)
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err[-5000:]
+  step = json.loads(out.strip().splitlines()[-1])["global_step"]
+  redone = 0 if lost == "ps-0" else config.keras_steps_per_execution()
+  assert 600 <= step <= 600 + redone, step
+  assert runs.read_tasks(runs.task_log_dir(str(model_dir)))["restarts"] == 1
+  starts = [r["from_step"] for r in runs.read_progress(str(model_dir)) if r["event"] == "start"]
+  if lost == "ps-0":
+    assert len(starts) == 2 and starts[1] >= 200 and starts[1] % 100 == 0, starts
+  else:
+    assert starts == [0] and "restarting it alone while the others train on." in err
+
+
 @pytest.mark.slow
 @RUNS_GROUP
 def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
