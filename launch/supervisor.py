@@ -104,7 +104,9 @@ class _Proc:
   popen: subprocess.Popen
   log: _TaskLog
   pumps: List[threading.Thread]
-  serves: bool = False  # It only serves the others (a ps task): it ends when they have.
+  # It only serves the others (a ps task; on parameter servers, a worker that a
+  # coordinating chief steps): it is stopped once they have ended.
+  serves: bool = False
 
   @property
   def log_path(self) -> str:
@@ -240,8 +242,8 @@ def _stop_all(procs: Sequence[_Proc], grace: float,
 
 def _stop_in_order(procs: Sequence[_Proc], grace: float,
                    signum: Optional[int] = signal.SIGTERM) -> None:
-  """_stop_all, the parameter servers after the others: a chief's last save reads the
-  variables they hold."""
+  """_stop_all, the servers after the others: a chief's last save reads the variables the
+  parameter servers hold."""
   for servers in (False, True):
     _stop_all([p for p in procs if p.serves == servers], grace, signum)
 
