@@ -81,9 +81,9 @@ def say(decision: Decision, cause: str, log_path: str, evaluator: bool, max_rest
   if not decision.retry:
     logging.error("%s (%s); stopping every task. Its log: %s", cause, decision.why, log_path)
   elif decision.preempted:
-    logging.warning("Preempted: %s; %s from the step saved (preemptions do not count against "
-                    "--max_restarts).", cause,
-                    "restarting the evaluator" if evaluator else again)
+    logging.warning("Preempted: %s; %s%s (preemptions do not count against --max_restarts).",
+                    cause, "restarting the evaluator" if evaluator else again,
+                    " from the step saved" if resumes else "")
   elif evaluator:
     logging.warning("Restart %d of %d of the evaluator alone: %s (its log: %s); training goes "
                     "on.", decision.restart, max_restarts, cause, log_path)

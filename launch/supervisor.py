@@ -348,7 +348,8 @@ def run_local_cluster(
 
   Args:
     cmd: the command every task runs; each gets its own TF_CONFIG.
-    num_workers: training tasks: `chief:0` and `worker:0` to `worker:<N-2>`.
+    num_workers: `chief:0` and `worker:0` to `worker:<N-2>` (the training tasks, or with
+      `workers_serve` a coordinating chief and its workers).
     log_dir: where `<type>-<index>.log` files and `tasks.json` go; created if missing.
     evaluator: also start an "evaluator" task, outside the training collective.
     timeout: seconds before the whole run, restarts included, is stopped;
@@ -373,7 +374,7 @@ def run_local_cluster(
       with the parameter servers, and a lost one is restarted alone.
 
   Returns:
-    0 when every task but the parameter servers exits 0. Otherwise the exit code of the task whose
+    0 when every task but the servers exits 0. Otherwise the exit code of the task whose
     failure ended the run (128 + signal number if it was killed), or 124
     on timeout or stall.
   """

@@ -31,8 +31,9 @@ _MODEL_DIR = flags.DEFINE_string("model_dir", None, "The run's directory, under 
 _EVALUATOR = flags.DEFINE_bool("evaluator", True, "With --workers > 1: an Evaluator replica "
                                "(the Estimator needs it; Keras: --noevaluator evaluates on the "
                                "chief).")
-_PS = flags.DEFINE_integer("ps", 0, "PS replicas: the Estimator trains on parameter servers "
-                           "(its classic mode), --workers replicas computing gradients.")
+_PS = flags.DEFINE_integer("ps", 0, "PS replicas: both backends train on parameter servers, "
+                           "--workers replicas computing gradients (Keras: beside a Chief "
+                           "that coordinates them).")
 _NAME = flags.DEFINE_string("name", "mnist", "The TFJob's name (pods: <name>-<type>-<index>).")
 _NAMESPACE = flags.DEFINE_string("namespace", "default", "The TFJob's namespace.")
 _MOUNT_PATH = flags.DEFINE_string("mount_path", "/train", "Where --pvc is mounted in each pod.")

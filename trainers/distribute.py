@@ -227,8 +227,9 @@ def _check_same_cluster(task: cluster.Task) -> None:
 
 
 def serve(task: cluster.Task) -> int:
-  """Runs this process as the parameter server `task`: its server in the cluster of every
-  server (`task.servers`), holding the variables the chief and workers place on it, until
+  """Runs this process as the server `task`: a parameter server holding the variables the
+  chief and workers place on it, or a worker that a coordinating chief steps
+  (ParameterServerStrategy); its server in the cluster of every server (`task.servers`), until
   SIGTERM or SIGINT; returns 128 + that signal's number (exit_codes.PREEMPTED for
   SIGTERM: what it held is in the chief's checkpoints, and a restart serves again).
 

@@ -15,15 +15,19 @@ from trainers.models import canned
 InputFn = Callable[[str, Optional[tf.distribute.InputContext]], tf.data.Dataset]
 
 
+def reads_the_shared_pipeline(config: Config) -> bool:
+  """Whether the run reads the shared MNIST input_fn (not its program's own)."""
+  return not (config.estimator_program and
+              program.load(config.estimator_program).input_fn is not None)
+
+
 def default_input_fn(config: Config) -> InputFn:
   """The run's input: the input_fn of its --estimator_program if it has one, else the shared
   MNIST input_fn, bound to the config's batch sizes, data and seed, its labels the task's
   (trainers/heads.py), with each example's weight by its digit under a --weight_column,
   its features the tabular ones a canned model's columns read under --features=tabular."""
-  if config.estimator_program:
-    own = program.load(config.estimator_program).input_fn
-    if own is not None:
-      return own
+  if not reads_the_shared_pipeline(config):
+    return program.load(config.estimator_program).input_fn
 
   head = heads.head(config)
   weights = config.example_weights()

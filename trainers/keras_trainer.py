@@ -318,7 +318,7 @@ def _per_worker_dataset(run: loop.Run) -> tf_keras.utils.experimental.DatasetCre
   (the index known only on the worker), with the global batch: each worker steps alone."""
   workers = run.workers
   config = run.config
-  if config.record_dir and not config.estimator_program:  # A program's input records none.
+  if config.record_dir and inputs.reads_the_shared_pipeline(config):  # A program's: none.
     for index in range(workers):
       pipeline.record_shard(config.record_dir, pipeline.SPLIT_FOR_MODE[mnist.TRAIN],
                             config.data_dir, tf.distribute.InputContext(workers, index, 1))
@@ -442,8 +442,10 @@ class _Epochs(tf_keras.callbacks.Callback):
     if self._rates is not None:  # Set by the step's apply_gradients.
       self._rates.append(float(self.model.optimizer.learning_rate.numpy()))
     stop = self._duties.should_stop()
-    if (step // self._every > self._saved // self._every or stop
-        or step >= self._total):
+    # The final save at the last epoch only: a lost worker's steps run again can take the
+    # step to --train_steps sooner, and the evaluator stops at the first checkpoint there.
+    last = stop or epoch + 1 == self.params["epochs"]
+    if last or (step // self._every > self._saved // self._every and step < self._total):
       self._save(step)
     self._reporter.report()
     if stop:
@@ -667,7 +669,8 @@ class Backend(loop.Backend):
     backup_dir = os.path.join(run.model_dir, layout.BACKUP_SUBDIR)
     # A resumed fit must have as many steps as the fit it resumes: the backup
     # records the batch within that fit, not the step.
-    origin = backup_origin(backup_dir)
+    # On parameter servers no backup is kept (one left by an earlier run is not read).
+    origin = None if run.on_parameter_servers else backup_origin(backup_dir)
     fit_start = self._step() if origin is None else origin
     # Only the chief writes: other workers log, but keep no records or events.
     duties = run.step_duties()

@@ -49,8 +49,10 @@ class Run:
     model_dir: the run's directory (only the chief writes to it).
     input_fn: the input both backends read (inputs.default_input_fn, or a test's).
     task: this process's TF_CONFIG task; None for a lone process.
-    strategy: the training strategy; None in the evaluator task; the default strategy (one
-      replica, no collectives) on parameter servers, where each training task steps alone.
+    strategy: the training strategy; None in the evaluator task; on parameter servers the
+      backend's (Backend.parameter_server_strategy): the Estimator's default strategy (one
+      replica, no collectives), each training task stepping alone; Keras's
+      ParameterServerStrategy on the coordinating chief.
     chief: whether this task writes model_dir.
     chief_evaluates: no evaluator task exists, so the chief evaluates the final step.
     preemption: where a preemption stops training; the backend's loop asks it after

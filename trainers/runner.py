@@ -200,12 +200,13 @@ def _check_run(backend: str, config: Config, options: RunOptions
         f"--workers={workers} but TF_CONFIG describes {in_cluster} training tasks: "
         "start every task with the same --workers, or leave it out."
     )
-  check_parameter_servers(backend, config, num_ps, options.evaluator,
-                          in_cluster if task else (workers or 1))
   if task and in_cluster < 1:
     raise ValueError("TF_CONFIG lists ps tasks and a chief but no worker: Keras's chief "
                      "coordinates on parameter servers, its workers compute. Add a 'worker' "
                      "job to the cluster.")
+  check_parameter_servers(backend, config, num_ps,
+                          task.has_evaluator if task else options.evaluator,
+                          in_cluster if task else (workers or 1))
   num_workers = in_cluster if task else (workers or 1)
   config.validate(num_replicas=num_workers)  # One CPU replica per worker.
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
@@ -244,9 +245,13 @@ def check_parameter_servers(backend: str, config: Config, num_ps: int, evaluator
     ValueError: naming the fix.
   """
   if coordinated(backend, num_ps) and not evaluator:
-    raise ValueError("--noevaluator: on parameter servers Keras's chief coordinates the "
-                     "workers and evaluates only the final step; the evaluator task evaluates "
-                     "each checkpoint. Leave --noevaluator out.")
+    raise ValueError("--noevaluator (or a TF_CONFIG with no evaluator task): on parameter "
+                     "servers Keras's chief coordinates the workers and evaluates only the "
+                     "final step; the evaluator task evaluates each checkpoint. Leave "
+                     "--noevaluator out, or add an evaluator task.")
+  if coordinated(backend, num_ps) and config.logged_tensors():
+    raise ValueError("--log_tensors is not logged on parameter servers yet: Keras's chief "
+                     "sees only each epoch's end, not each step's values. Leave it out.")
   if num_ps and config.early_stopping_metric:
     raise ValueError(
         "--early_stopping_metric is not run on parameter servers yet: the stop every task "
@@ -394,12 +399,14 @@ def _run(backend: str, config: Config, options: RunOptions,
       # Before any TensorFlow op: the model_dir check below builds the model.
       from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
       distribute.setup_process(task, options.grace_seconds)
-    if task is not None and (task.type == cluster.PS or (
-        coordinated(backend, num_ps) and task.type == cluster.WORKER)):
+    if task is not None and task.type == cluster.PS:
       return _serve(task)
     # Before any task starts: the tasks find the data there and never race
-    # to build it, nor need the network.
+    # to build it, nor need the network. (A worker that a coordinating chief steps reads it
+    # too, on its own machine.)
     ready.ensure_prepared(config.data_dir, options.mnist_idx_dir, idx_dir_flag=IDX_DIR_FLAG)
+    if task is not None and coordinated(backend, num_ps) and task.type == cluster.WORKER:
+      return _serve(task)
     if not launcher:
       _check_code(backend, config, task)  # A user's: its errors exit 2 before peers wait.
     if task is None and config.warm_start_from:
@@ -443,10 +450,10 @@ def _run(backend: str, config: Config, options: RunOptions,
 
 
 def _serve(task: cluster.Task) -> int:
-  """A parameter server's run: served until a signal (distribute.serve), at once: the
-  training tasks wait for its server to listen (launch.rendezvous), and their sessions
-  take any other listener on its port for a broken one. It reads no data and writes
-  nothing to model_dir."""
+  """A parameter server's run, or a worker's that a coordinating chief steps: served until a
+  signal (distribute.serve), at once: the training tasks wait for its server to listen
+  (launch.rendezvous), and their sessions take any other listener on its port for a broken
+  one. It writes nothing to model_dir (a worker reads the data the chief's steps read)."""
   from trainers import distribute  # noqa: PLC0415 -- imports TensorFlow.
   return distribute.serve(task)
 

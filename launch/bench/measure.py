@@ -167,7 +167,7 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
   # (warm-up, hooks, checkpoints, evaluations); then what follows training.
   breakdown = {}
   tasks_file = os.path.join(runs.task_log_dir(model_dir), restarts.TASKS_FILE)
-  if workers > 1 and os.path.exists(tasks_file):
+  if os.path.exists(tasks_file):  # A cluster's launcher wrote it.
     # The launcher's own start-up (checks) before any task process exists, then
     # the chief's: imports, the strategy (all tasks must have met), the first step.
     started = os.path.getmtime(tasks_file)

@@ -390,13 +390,18 @@ PS_CLUSTER = {"chief": ["localhost:2"], "ps": ["localhost:1"]}
 
 
 @pytest.mark.parametrize("backend, args, env, message", [
-    ("keras", ["--ps=1", "--noevaluator"], {}, "--noevaluator: on parameter servers Keras's"),
+    ("keras", ["--ps=1", "--noevaluator"], {},
+     "--noevaluator (or a TF_CONFIG with no evaluator task)"),
     ("keras", [], _tf_config("chief", **PS_CLUSTER), "TF_CONFIG lists ps tasks and a chief but "
      "no worker"),
     ("keras", ["--workers=2"], _tf_config("chief", worker=["localhost:3"], **PS_CLUSTER),
      "--workers=2 but TF_CONFIG describes 1 training tasks"),
     ("keras", ["--workers=2", "--ps=1", "--record_dir=/tmp/x"], {},
      "--record_dir on parameter servers needs --workers=1"),
+    ("keras", ["--ps=1", "--log_tensors=loss"], {},
+     "--log_tensors is not logged on parameter servers yet"),
+    ("keras", [], _tf_config("chief", worker=["localhost:3"], **PS_CLUSTER),
+     "or a TF_CONFIG with no evaluator task"),
     ("estimator", ["--ps=-1"], {}, "--ps must be at least 0, got -1"),
     ("estimator", ["--ps=2"], _tf_config("chief", **PS_CLUSTER),
      "--ps=2 but TF_CONFIG describes 1 ps task(s)"),

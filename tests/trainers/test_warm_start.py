@@ -207,7 +207,7 @@ def test_a_programs_hours_rule_reaches_both_backends(tmp_path, monkeypatch):
   steps = types.SimpleNamespace(reporter=None)  # Only the callbacks' list is read.
   saves = keras_trainer.training_callbacks(config, str(tmp_path / "backup"),
                                            str(tmp_path / "model"), True, steps)[1]
-  assert (saves._keep, saves._hours) == (4, 2)  # pylint: disable=protected-access
+  assert saves._retention == (4, 2)  # pylint: disable=protected-access
   if tf.__version__.startswith("2.15"):
     from trainers import estimator_trainer
     assert estimator_trainer._retention(config) == {  # pylint: disable=protected-access

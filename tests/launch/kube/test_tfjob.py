@@ -240,7 +240,7 @@ def test_restarts_retry_exactly_the_retryable_exit_codes():
     (dict(memory="4 GB"), "Kubernetes quantity"),
     (dict(workers=0), "at least 1"),
     (dict(ps=-1), "--ps must be at least 0"),
-    (dict(ps=1, evaluator=False), "--noevaluator: on parameter servers Keras's chief"),
+    (dict(ps=1, evaluator=False), "--noevaluator (or a TF_CONFIG with no evaluator task)"),
     (dict(backend="estimator", ps=1, trainer_args=("--early_stopping_metric=loss",)),
      "--early_stopping_metric is not run on parameter servers"),
     (dict(name="a" * 50, backend="estimator", ps=300), "at most 63 characters"),
