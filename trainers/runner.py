@@ -204,10 +204,9 @@ def _check_run(backend: str, config: Config, options: RunOptions
     raise ValueError("TF_CONFIG lists ps tasks and a chief but no worker: Keras's chief "
                      "coordinates on parameter servers, its workers compute. Add a 'worker' "
                      "job to the cluster.")
-  check_parameter_servers(backend, config, num_ps,
-                          task.has_evaluator if task else options.evaluator,
-                          in_cluster if task else (workers or 1))
   num_workers = in_cluster if task else (workers or 1)
+  check_parameter_servers(backend, config, num_ps,
+                          task.has_evaluator if task else options.evaluator, num_workers)
   config.validate(num_replicas=num_workers)  # One CPU replica per worker.
   if backend == "estimator" and not options.evaluator and num_workers > 1 and not task:
     raise ValueError("--noevaluator is for Keras: a multi-worker Estimator evaluates only in "
