@@ -3,6 +3,7 @@ r"""Proves, number by number, that the Keras and Estimator backends train the sa
   python -m launch.parity --workers=2 [--train_steps=10] [--long_steps=N] [--out=DIR]
   python -m launch.parity --model=cnn_bn --model_options=dropout=0 --measure_seeds=3
   python -m launch.parity --workers=2 --engine=ray --long_steps=0
+  python -m launch.parity --workers=1,2 --ps=1 [--statistical_seeds=3] [--statistical_steps=N]
   python -m launch.parity --workers=2 --learning_rate_schedule=exponential --decay_rate=0.5 \
       --decay_steps=4 --staircase --warmup_steps=3 [--clip_global_norm=N]
   python -m launch.parity --workers=1,2 --estimator_program=team_program:PROGRAM \
@@ -27,6 +28,11 @@ program's names (--assignment_map, the converter's); first, before anything trai
 names, the recipe (optimizer, hyperparameters, each step's rate) and the input (the same
 batches in a graph as eagerly) are held to the port's, or it exits 2 naming what differs
 (docs/MIGRATION.md, "Prove your port").
+With --ps both backends train on parameter servers: at one worker their steps are
+sequential and held to the reference as without them; at more they are asynchronous, and
+each backend trains --statistical_seeds times for --statistical_steps instead, both from one
+initial-weights file per seed, and the means over the seeds are checked (test accuracy
+and loss): a statistical check, and the report says so.
 Every run takes the trainers' schedule and clipping flags (--learning_rate_schedule and
 its settings, --decay_steps, --warmup_steps, --clip_global_norm): each step's rate is held
 to the reference's to the bit, and with clipping at 2 workers and more the reference
@@ -89,7 +95,14 @@ _MEASURE_STEPS = flags.DEFINE_integer(
 _MEASURE_OPTIONS = flags.DEFINE_string(
     "measure_model_options", "", "--model_options of the --measure_seeds runs (default: the "
     "model's own, dropout on).")
-_PS = tool_flags.define_ps()
+_PS = tool_flags.define_ps("At more workers, whose steps are asynchronous, the check is "
+                           "statistical (--statistical_seeds).")
+_STATISTICAL_SEEDS = flags.DEFINE_integer(
+    "statistical_seeds", 3, "With --ps at more than one worker: each backend trains this many "
+    "times (seeds --seed, --seed + 1, ...) for --statistical_steps, and the means are checked.")
+_STATISTICAL_STEPS = flags.DEFINE_integer(
+    "statistical_steps", None, "Steps of each --statistical_seeds run (default: one epoch of "
+    "the training split).")
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
                for f in dataclasses.fields(parity.Tolerances)}
 
@@ -138,7 +151,12 @@ def main(argv: Sequence[str]) -> None:
   if engine != "local" and min(workers) < 2:
     raise app.UsageError(f"--engine={engine} runs clusters: give --workers of 2 or more.",
                          exitcode=2)
-  ps = tool_flags.parameter_servers(_PS, workers, engine)
+  ps = tool_flags.parameter_servers(_PS, workers, engine, asynchronous=True)
+  if ps and max(workers) > 1 and (_STATISTICAL_SEEDS.value < 2 or _MEASURE_SEEDS.value
+                                  or (_STATISTICAL_STEPS.value or 1) < 1):
+    raise app.UsageError("--ps at more than one worker is checked statistically: give "
+                         "--statistical_seeds of 2 or more, --statistical_steps of 1 or more, "
+                         "and no --measure_seeds (every run is measured).", exitcode=2)
   matrix = _matrix()
   several = len({m for m, _ in matrix}) > 1
   configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value, **_settings(m, o, several))
@@ -164,13 +182,19 @@ def main(argv: Sequence[str]) -> None:
         where = os.path.join(where, parity.cell_name(config))
       if len(workers) > 1:
         where = os.path.join(where, f"workers-{n}")
+      tolerances = parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()})
       try:
-        report = parity.run_parity(
-            config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
-            tolerances=parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
-            measure_seeds=_MEASURE_SEEDS.value, measure_steps=_MEASURE_STEPS.value,
-            measure_model_options=_MEASURE_OPTIONS.value, engine=engine,
-            timeout=timeout, program=programs.get((config.model, n)), ps=ps)
+        if ps and n > 1:
+          report = parity.run_statistical(
+              config, n, where, ps=ps, seeds=_STATISTICAL_SEEDS.value,
+              steps=_STATISTICAL_STEPS.value, tolerances=tolerances, timeout=timeout,
+              program=programs.get((config.model, n)))
+        else:
+          report = parity.run_parity(
+              config, n, where, steps=train_steps, long_steps=_LONG_STEPS.value,
+              tolerances=tolerances, measure_seeds=_MEASURE_SEEDS.value,
+              measure_steps=_MEASURE_STEPS.value, measure_model_options=_MEASURE_OPTIONS.value,
+              engine=engine, timeout=timeout, program=programs.get((config.model, n)), ps=ps)
       except runs.RunError as e:  # A backend run failed: its log is named in the message.
         sys.exit(f"error: {e}")
       parity.write_report(report, where)

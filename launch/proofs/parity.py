@@ -50,6 +50,11 @@ class Tolerances:
   prediction_atol: float = 1e-5
   # The reference's weight limit, if above weight_atol: this many times its rounding floor.
   reference_floor_factor: float = 2.0
+  # The statistical check (asynchronous workers on parameter servers, run_statistical):
+  # the gap between the backends' mean test accuracy over the seeds, and their mean test
+  # loss's, relative.
+  seeds_accuracy_pp: float = 1.0
+  seeds_loss_rtol: float = 0.25
 
 
 @dataclasses.dataclass
@@ -70,6 +75,10 @@ class Report:
   task: str = config_lib.MULTICLASS  # The head's kind (trainers/heads.py).
   notes: List[str] = dataclasses.field(default_factory=list)  # What was not compared, and why.
   ps: int = 0  # The parameter servers both backends trained on.
+  # A statistical check's seeds (run_statistical), 0 for the exact one; its curves: each
+  # run's progress-window losses as [step, loss] ("seed 2, keras").
+  seeds: int = 0
+  curves: Dict[str, List[List[float]]] = dataclasses.field(default_factory=dict)
 
   @property
   def passed(self) -> bool:
@@ -181,6 +190,82 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
                 task=config_lib.parse_task(config.task)[0], ps=ps)
 
 
+def run_statistical(config: Config, workers: int, out_dir: str, *, ps: int, seeds: int = 3,
+                    steps: Optional[int] = None, tolerances: Tolerances = Tolerances(),
+                    timeout: float = runs.TIMEOUT_SECONDS,
+                    program: Optional[program_probe.Probe] = None) -> Report:
+  """Both backends on `ps` parameter servers and `workers` asynchronous workers, `seeds`
+  times each: equivalence, where equality cannot be had.
+
+  Which worker takes which step, from which values of the variables, depends on timing, so
+  no run is another's to the bit, not even the same backend's twice. Seed k (config.seed,
+  config.seed + 1, ...) gives both backends one initial-weights file and one shuffle; the
+  checks hold the means over the seeds to each other: the test accuracy within
+  seeds_accuracy_pp, the test loss within seeds_loss_rtol (held-out numbers: a training
+  window's loss is one worker's few batches), and every run trains to `steps` (asynchronous
+  workers may each finish a step they had started: a few more).
+
+  Args:
+    config: the model and recipe, trained as given (dropout as its options say: nothing
+      here is compared to the bit).
+    steps: each run's steps; None: one epoch of the training split.
+    program: with config.estimator_program, what program_probe.probe found of it.
+
+  Returns:
+    The report: `seeds`, every run's headline in `measured` and its progress-window losses
+    in `curves` (plotted, not checked).
+  """
+  if program:
+    config = dataclasses.replace(config, global_batch_size=program.batch * workers)
+  steps = steps or pipeline.num_examples("train", config.data_dir) // config.global_batch_size
+  summaries, curves = {}, {}
+  for seed in range(config.seed, config.seed + seeds):
+    seed_dir = os.path.join(out_dir, f"seed-{seed}")
+    seeded = dataclasses.replace(harness.prepare(dataclasses.replace(config, seed=seed),
+                                                 seed_dir), deterministic=False)
+    phases = _Phases(seeded, workers, harness.Runs(seeded, seed_dir, timeout),
+                     {b: [f"--ps={ps}"] for b in BACKENDS}, tolerances, program)
+    for backend, summary in phases.train_both(
+        "", train_steps=steps, log_every_steps=max(1, steps // 10),
+        checkpoint_every_steps=steps, record=False).items():
+      summaries[f"seed {seed}, {backend}"] = summary
+      curves[f"seed {seed}, {backend}"] = [
+          [p["step"], p["loss"]] for p in runs.read_progress(summary["model_dir"])
+          if p["event"] == "step"]
+  reached = {label: s["global_step"] for label, s in summaries.items()}
+  checks = [Check("every run trained its steps", min(reached.values()) >= steps,
+                  float(min(reached.values())), float(steps),
+                  "; ".join(f"{label}: step {step}" for label, step in reached.items()))]
+  checks += _seed_means(summaries, tolerances)
+  return Report(workers=workers, steps=0, long_steps=steps, checks=checks, losses={},
+                measured={label: harness.headline(s)[1] for label, s in summaries.items()},
+                model=config.model, optimizer=config.optimizer_label(),
+                program=config.estimator_program or "", task=config_lib.parse_task(config.task)[0],
+                ps=ps, seeds=seeds, curves=curves)
+
+
+def _seed_means(summaries: Dict[str, Dict[str, Any]], tolerances: Tolerances) -> List[Check]:
+  """Each backend's mean test loss and accuracy (a regression's: loss alone) over the
+  seeds, against the other's."""
+  def means(key: str) -> Tuple[Tuple[float, str], ...]:
+    def mean(backend: str) -> Tuple[float, str]:
+      values = [s[key] for label, s in summaries.items() if label.endswith(f", {backend}")]
+      return float(np.mean(values)), f"{backend} {np.mean(values):.4g} (sd {np.std(values):.2g})"
+    return tuple(mean(b) for b in BACKENDS)
+
+  (keras, keras_where), (estimator, estimator_where) = means("test_loss")
+  gap = abs(keras - estimator) / estimator
+  checks = [Check("mean test loss rel diff over the seeds", gap <= tolerances.seeds_loss_rtol,
+                  gap, tolerances.seeds_loss_rtol, f"{keras_where}, {estimator_where}")]
+  if all(s["test_accuracy"] is not None for s in summaries.values()):
+    (keras, keras_where), (estimator, estimator_where) = means("test_accuracy")
+    gap = 100 * abs(keras - estimator)
+    checks.append(Check("mean test accuracy gap over the seeds (pp)",
+                        gap <= tolerances.seeds_accuracy_pp, gap, tolerances.seeds_accuracy_pp,
+                        f"{keras_where}, {estimator_where}"))
+  return checks
+
+
 def _program_notes(program: program_probe.Probe, config: Config) -> List[str]:
   """What parity does not yet compare of a team's program, and why."""
   others = [m for m in program.metrics if m not in model_lib.metric_keys(config)]
@@ -215,7 +300,8 @@ class _Phases:
                                                               trainer_runs.out_dir)
 
   def train_both(self, phase: str, **changes: Any) -> Dict[str, Dict[str, Any]]:
-    return {b: self.runs.train(f"{phase}/{b}", b, self.workers,
+    """Each backend's run, `<phase>/<backend>` (`<backend>` with no phase)."""
+    return {b: self.runs.train(f"{phase}/{b}" if phase else b, b, self.workers,
                                extra_flags=self.backend_flags.get(b, ()),
                                **{**changes, **self.own[b]})
             for b in BACKENDS}
@@ -517,6 +603,8 @@ def _eval_parity(config: Config, summary: Dict, atol: float,
 
 
 def format_table(report: Report) -> str:
+  if report.seeds:
+    return _format_statistical(report)
   on = f" (also on {report.engine})" if report.engine != "local" else ""
   program = (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
              f"--model={report.model}" if report.program else "")
@@ -529,14 +617,31 @@ def format_table(report: Report) -> str:
     table += "\n\nNot compared:\n" + "\n".join(f"- {note}" for note in report.notes)
   if not report.measured:
     return table
+  return table + "\n" + _by_seed(report, "measured, not checked: dropout on, which the "
+                                 "reference cannot follow")
+
+
+def _format_statistical(report: Report) -> str:
+  program = (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
+             f"--model={report.model}" if report.program else "")
+  table = harness.format_checks(
+      f"Statistical parity at {report.workers} workers and {report.ps} parameter server(s): "
+      f"{report.seeds} seeds, {report.long_steps} steps each{program}. The workers step "
+      "asynchronously, so no run is another's to the bit: the checks hold each backend's "
+      "means over the seeds to the other's.", report.checks)
+  return table + "\n" + _by_seed(report, "each run; the means are checked above")
+
+
+def _by_seed(report: Report, what_it_is: str) -> str:
+  """The measured headline of each run, and each backend's mean, as a table."""
   what = "test loss" if report.task == config_lib.REGRESSION else "test accuracy"
-  rows = ["", f"{what.capitalize()} by seed (measured, not checked: dropout on, which the "
-          "reference cannot follow)", f"| run | {what} |", "| --- | --- |"]
+  rows = ["", f"{what.capitalize()} by seed ({what_it_is})", f"| run | {what} |",
+          "| --- | --- |"]
   rows += [f"| {run} | {value:.4f} |" for run, value in report.measured.items()]
   for backend in BACKENDS:
     values = [v for run, v in report.measured.items() if run.endswith(f", {backend}")]
     rows.append(f"| mean, {backend} | {np.mean(values):.4f} |")
-  return table + "\n" + "\n".join(rows)
+  return "\n".join(rows)
 
 
 def cell_name(config: Config) -> str:
@@ -556,7 +661,8 @@ def format_matrix(reports: Sequence[Report]) -> str:
           "| reference floor | failed checks |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for r in reports:
     failed = "; ".join(c.name for c in r.checks if not c.passed) or "none"
-    rows.append(f"| {r.model} | {r.optimizer} | {r.workers} | {'PASS' if r.passed else 'FAIL'} "
+    rows.append(f"| {r.model} | {r.optimizer} | {r.workers}{' (statistical)' if r.seeds else ''} "
+                f"| {'PASS' if r.passed else 'FAIL'} "
                 f"| {_keras_vs_estimator(r)} | {r.reference_floor:.2g} | {failed} |")
   rows.append("\n" + harness.overall([r.passed for r in reports], "cells"))
   return "\n".join(rows)
@@ -579,7 +685,11 @@ def write_report(report: Report, out_dir: str) -> None:
 
 
 def _plot(report: Report, fig) -> None:
-  """The per-step losses above, and every pair's |difference| below."""
+  """The per-step losses above, and every pair's |difference| below; a statistical check's
+  progress-window losses, a colour per seed."""
+  if report.seeds:
+    _plot_curves(report, fig)
+    return
   top, bottom = fig.subplots(2, 1, sharex=True)
   fig.set_size_inches(9, 8)
   for run, values in report.losses.items():
@@ -595,3 +705,18 @@ def _plot(report: Report, fig) -> None:
                   label=f"|{a} - {b.split('/')[1]}|")
   bottom.set(yscale="log", xlabel="step", ylabel="|loss difference| (floor 1e-12)")
   bottom.legend()
+
+
+def _plot_curves(report: Report, fig) -> None:
+  ax = fig.subplots()
+  colors = {}
+  for run, points in report.curves.items():
+    seed, backend = run.split(", ")
+    steps, losses = zip(*points) if points else ((), ())
+    line, = ax.plot(steps, losses, color=colors.get(seed), label=run,
+                    linestyle="-" if backend == "keras" else "--")
+    colors.setdefault(seed, line.get_color())
+  ax.set(yscale="log", xlabel="step", ylabel="training loss (progress window mean)",
+         title=f"{report.seeds} seeds, {report.workers} asynchronous workers, "
+               f"{report.ps} parameter server(s): Keras solid, the Estimator dashed")
+  ax.legend(fontsize="small")

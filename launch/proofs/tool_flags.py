@@ -57,22 +57,27 @@ def worker_counts(holder: flags.FlagHolder, minimum: int = 1) -> List[int]:
   return counts
 
 
-def define_ps(flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+def define_ps(help_text: str = "", flag_values: flags.FlagValues = flags.FLAGS
+              ) -> flags.FlagHolder:
   """--ps: parameter servers every run of a proof trains on."""
   return flags.DEFINE_integer(
       "ps", 0, "Parameter servers both backends train on (their --ps), with --workers=1, "
       "whose steps are sequential: the Estimator's chief alone, Keras's one worker stepped by "
-      "its chief.", flag_values=flag_values)
+      "its chief." + (f" {help_text}" if help_text else ""), flag_values=flag_values)
 
 
 def parameter_servers(holder: flags.FlagHolder, workers: Sequence[int],
-                      engine: str = "local") -> int:
-  """--ps as a count; a usage error (exit 2) but at one local worker, where each run's
-  steps are sequential and so comparable to the bit."""
-  if holder.value < 0 or (holder.value and (list(workers) != [1] or engine != "local")):
-    raise app.UsageError("--ps takes a count >= 0, and goes with --workers=1 on local workers: "
-                         "at more workers the steps are asynchronous, and no run is another's "
-                         "to the bit.", exitcode=2)
+                      engine: str = "local", asynchronous: bool = False) -> int:
+  """--ps as a count; a usage error (exit 2) but on local workers, and at one worker, where
+  each run's steps are sequential and so comparable to the bit, unless the tool checks
+  `asynchronous` ones too."""
+  if holder.value < 0 or (holder.value and engine != "local"):
+    raise app.UsageError("--ps takes a count >= 0, and trains on local workers: Ray Train "
+                         "does not run parameter servers.", exitcode=2)
+  if holder.value and list(workers) != [1] and not asynchronous:
+    raise app.UsageError("--ps goes with --workers=1 here: at more workers the steps are "
+                         "asynchronous, and no run is another's to the bit (launch.parity "
+                         "checks them statistically).", exitcode=2)
   return holder.value
 
 
