@@ -632,3 +632,42 @@ def test_cli_asks_for_the_optimizer_of_a_keras_model_dir_without_a_record(keras_
   result = run_module("launch.convert", [f"--from_keras={source}", "--optimizer=momentum",
                                          f"--to_estimator={tmp_path / 'e'}"])
   assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _train_on(module: str, model_dir, data_dir: str, steps: int, *extra: str) -> dict:
+  """The run's summary; it went on from where the model_dir stood (STEPS below `steps`)."""
+  result = run_module(module, [f"--model_dir={model_dir}", f"--data_dir={data_dir}",
+                               f"--train_steps={steps}", *TRAIN_FLAGS, *extra], timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f"Training from step {steps - STEPS} to {steps}." in result.stderr, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _convert_cli(source_flag: str, source, target_flag: str, target) -> None:
+  result = run_module("launch.convert", [f"{source_flag}={source}", f"{target_flag}={target}"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f"Output directory: {target}" in result.stdout
+
+
+def test_a_parameter_server_run_goes_on_in_the_other_backend_on_either_strategy(
+    tiny_data_dir, tmp_path):
+  # The variables on a ps task are the same variables by name: what is carried does not
+  # depend on where they lived. Each leg resumes the step the other side saved.
+  estimator_ps = tmp_path / "estimator-ps"
+  _train_on("trainers.estimator_main", estimator_ps, tiny_data_dir, STEPS, "--ps=1")
+  assert (estimator_ps / "logs" / "ps-0.log").exists()
+  resumed = {}
+  for name, extra in (("keras-ps", ["--ps=1"]), ("keras", [])):
+    _convert_cli("--from_estimator", estimator_ps, "--to_keras", tmp_path / name)
+    resumed[name] = _train_on("trainers.keras_main", tmp_path / name, tiny_data_dir, 2 * STEPS,
+                           *extra)
+    assert resumed[name]["global_step"] == 2 * STEPS, name
+  # And back: Keras's parameter-server run to an Estimator on MWMS, its MWMS run to an
+  # Estimator on parameter servers.
+  for source, name, extra in (("keras-ps", "estimator", []),
+                              ("keras", "estimator-ps-again", ["--ps=1"])):
+    _convert_cli("--from_keras", tmp_path / source, "--to_estimator", tmp_path / name)
+    summary = _train_on("trainers.estimator_main", tmp_path / name, tiny_data_dir, 3 * STEPS,
+                     *extra)
+    assert summary["global_step"] >= 3 * STEPS, name
+  assert (tmp_path / "estimator-ps-again" / "logs" / "ps-0.log").exists()
