@@ -134,22 +134,26 @@ class Hosts:
     self._run("-n", self.switch, "link", "set", f"port{host}", "up" if up else "down")
 
 
-def _tf_configs(hosts: Hosts) -> List[str]:
-  cluster = {"chief": [f"{hosts.addresses[0]}:{PORT}"], "worker": [f"{hosts.addresses[1]}:{PORT}"],
-             "evaluator": [f"{hosts.addresses[2]}:{PORT}"]}
+def _tf_configs(hosts: Hosts, roles: Sequence[Tuple[str, int]] = TASKS) -> List[str]:
+  """Host i's TF_CONFIG: it runs task roles[i], on its own address."""
+  cluster: Dict[str, List[str]] = {}
+  for (task, _), address in zip(roles, hosts.addresses):
+    cluster.setdefault(task, []).append(f"{address}:{PORT}")
   return [json.dumps({"cluster": cluster, "task": {"type": t, "index": i},
-                      "environment": "cloud"}) for t, i in TASKS]
+                      "environment": "cloud"}) for t, i in roles]
 
 
 def _start_cluster(hosts: Hosts, backend: str, config: Config, model_dir: str, log_dir: str,
-                   tasks: Sequence[int] = (0, 1, 2)) -> Dict[int, subprocess.Popen]:
+                   tasks: Sequence[int] = (0, 1, 2), roles: Sequence[Tuple[str, int]] = TASKS
+                   ) -> Dict[int, subprocess.Popen]:
+  """Starts task roles[i] on host i, for each i in `tasks`."""
   os.makedirs(log_dir, exist_ok=True)
   cmd = [sys.executable, "-m", runs.TRAINER_MODULES[backend], f"--model_dir={model_dir}",
          *trainer_flags.config_to_flags(config)]
   env = dict(runs.clean_env(), PYTHONPATH=str(REPO))
   return {i: hosts.start(i, cmd, dict(env, TF_CONFIG=tf_config),
-                         os.path.join(log_dir, f"{TASKS[i][0]}-{TASKS[i][1]}.log"))
-          for i, tf_config in enumerate(_tf_configs(hosts)) if i in tasks}
+                         os.path.join(log_dir, f"{roles[i][0]}-{roles[i][1]}.log"))
+          for i, tf_config in enumerate(_tf_configs(hosts, roles)) if i in tasks}
 
 
 def _wait(procs: Dict[int, subprocess.Popen], timeout: float, log_dir: str) -> Dict[int, int]:
@@ -204,6 +208,39 @@ def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tin
         f"(limit {check.limit:g}, {check.where})")
   assert check.passed, check
   assert multihost["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-6)
+
+
+@pytest.mark.parametrize("backend", runs.BACKENDS)
+def test_a_parameter_server_on_its_own_host_trains_what_one_local_process_trains(
+    backend, tiny_data_dir, tmp_path):
+  """The variables on a ps task on another host, one computing task stepping against them
+  (the Estimator's chief; Keras's worker, stepped by its chief): sequential steps, so the
+  run ends where a lone local process does. The ps serves until the run has ended, then is
+  stopped as the orchestrator stops it (TFJob's success policy: the chief's)."""
+  config = _init_config(tmp_path, tiny_data_dir)
+  local = runs.run_trainer(backend, config, workers=1, model_dir=str(tmp_path / "local"),
+                           log_path=str(tmp_path / "local.log"), timeout=300)
+  roles = (("chief", 0), ("ps", 0), ("evaluator", 0),
+           *((("worker", 0),) if backend == "keras" else ()))
+  model_dir, log_dir = str(tmp_path / "multihost"), str(tmp_path / "logs")
+  with Hosts(len(roles)) as hosts:
+    procs = _start_cluster(hosts, backend, config, model_dir, log_dir,
+                           tasks=range(len(roles)), roles=roles)
+    codes = _wait({i: procs[i] for i in (0, 2)}, 300, log_dir)
+    serving = {i: p.poll() for i, p in procs.items() if i not in (0, 2)}
+    ps_address = hosts.addresses[1]
+  assert codes == {0: 0, 2: 0}, _tail(log_dir)
+  assert serving == dict.fromkeys(serving), serving  # Still serving, until stopped.
+  with open(os.path.join(log_dir, "ps-0.log")) as f:
+    assert f"Started server with target: grpc://{ps_address}:{PORT}" in f.read()
+  multihost = runs.read_summary(model_dir)
+  assert multihost["global_step"] == CONFIG.train_steps
+  weights = {"one process": harness.backend_weights(backend, local, CONFIG),
+             "ps on its own host": harness.backend_weights(backend, multihost, CONFIG)}
+  assert harness.check_mapping(weights).passed
+  (check,) = harness.compare_weights(weights, atol=1e-6)
+  print(f"multihost ps, {backend}: {check.name} = {check.measured:.3g} ({check.where})")
+  assert check.passed, check
 
 
 @pytest.mark.parametrize("backend", runs.BACKENDS)
