@@ -2,7 +2,7 @@ r"""Makes faults a run meets in the wild, trial after trial, and checks each end
 
   python -m launch.chaos --backend={keras,estimator} [--fault=kill_worker,...|all]
       [--workers=2] [--trials=N] [--train_steps=300] [--data_dir=DIR] [--out=DIR] [--seed=0]
-      [--engine=ray]
+      [--engine=ray] [--ps=1]
 
 Faults (docs/operations.md, "When things go wrong", has what each must leave):
   kill_worker          SIGKILL to a random training task (chief included)
@@ -17,6 +17,9 @@ Faults (docs/operations.md, "When things go wrong", has what each must leave):
   early_stop_kill_evaluator  a run that stops early (its loss must not fall): the evaluator
                        SIGKILLed as the chief records the stop's step
   early_stop_preempt   the same run: SIGTERM to a training task then
+  kill_ps              SIGKILL to a parameter server (with --ps, where stop_chief and
+                       the early_stop_ faults do not apply; launch/proofs/chaos.py says
+                       what each fault must leave there)
 
 Each trial trains the backend on local workers (--engine=ray: on Ray Train, a Ray
 cluster started on this machine) with its evaluator task and makes its fault at a
@@ -67,6 +70,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and vi
 _TIMEOUT = tool_flags.define_timeout()
 _ENGINE = tool_flags.define_engine("What runs the tasks: the local launcher, or Ray Train "
                                    "(launch.ray, a Ray cluster started on this machine).")
+_PS = flags.DEFINE_integer("ps", 0, "Parameter servers every trial's run trains on (its --ps); "
+                           f"adds {', '.join(chaos.PS_ONLY)}, and {', '.join(chaos.NOT_ON_PS)} "
+                           "do not apply.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -94,13 +100,23 @@ def main(argv: Sequence[str]) -> None:
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
   out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
-  faults = chaos.FAULTS if "all" in _FAULT.value else tuple(dict.fromkeys(_FAULT.value))
+  ps = _PS.value
+  if ps < 0 or (ps and engine != "local"):
+    raise app.UsageError("--ps takes a count >= 0, on local workers: Ray Train runs no "
+                         "parameter servers.", exitcode=2)
+  skipped = chaos.NOT_ON_PS if ps else chaos.PS_ONLY
+  faults = (tuple(f for f in chaos.FAULTS if f not in skipped) if "all" in _FAULT.value
+            else tuple(dict.fromkeys(_FAULT.value)))
+  wrong = [f for f in faults if f in skipped]
+  if wrong:
+    raise app.UsageError(f"--fault={','.join(wrong)} {'does not run on' if ps else 'needs'} "
+                         f"parameter servers: {'drop it' if ps else 'give --ps=1'}.", exitcode=2)
   passed = True
   for n in workers:
     where = out if len(workers) == 1 else os.path.join(out, f"workers-{n}")
     results = chaos.run_chaos(_BACKEND.value, config, n, _TRIALS.value, where,
                               seed=_SEED.value, timeout=timeout, faults=faults,
-                              engine=engine)
+                              engine=engine, ps=ps)
     print(chaos.format_table(results))
     print(f"Runs: {where}")
     passed = passed and chaos.overall_passed(results)

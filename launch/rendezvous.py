@@ -52,9 +52,15 @@ def cluster_json(task: cluster.Task) -> str:
 
 def _peers(task: cluster.Task) -> List[Tuple[str, str]]:
   """(name, "host:port") of every other task that serves: the training tasks, and the
-  parameter servers if there are any."""
+  parameter servers if there are any. On parameter servers a worker that is not the chief
+  waits for them alone: its session speaks to them and itself only (the Estimator's device
+  filters), and the chief may be gone already, when a worker restarted late finds the run
+  finished."""
+  jobs = task.servers
+  if task.num_ps and not task.is_chief:
+    jobs = {cluster.PS: jobs[cluster.PS]}
   return [(f"{job}:{index}", address)
-          for job, addresses in task.servers.items()
+          for job, addresses in jobs.items()
           for index, address in enumerate(addresses)
           if (job, index) != (task.type, task.index)]
 

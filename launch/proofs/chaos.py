@@ -36,6 +36,22 @@ table in docs/operations.md documents:
 - early_stop_preempt: the same, SIGTERM to a random training task instead: the
   preemption and the stop meet, and the resumed run trains nothing past the stop.
 
+On parameter servers (`ps` > 0) nothing agrees on a step, and the tasks are of three kinds:
+- kill_worker: SIGKILL to the chief or a worker. The chief: every training task restarts
+  from the last checkpoint. A worker: restarted alone while the others train on, nothing
+  resumed (Keras's coordinator runs the lost worker's steps again on another: the run may
+  end up to an execution past `train_steps`).
+- kill_ps: SIGKILL to a parameter server, whose variables are lost: every training task
+  restarts from the last checkpoint.
+- preempt: SIGTERM to the chief (it saves the step it stops at; 0 steps redone), a worker
+  (restarted alone) or a ps (as kill_ps); drain: SIGTERM to every task, the ps tasks
+  included, so the run goes on from the last checkpoint. An Estimator worker's steps after
+  the chief's save are lost with it.
+- stop_chief and the early_stop_* faults do not apply: no coordination service to lose
+  the chief, and early stopping does not run on parameter servers.
+A run on parameter servers ends at `train_steps` or up to `_ps_slack` steps past it (the
+Estimator's asynchronous workers each finish the step they had started).
+
 An early-stopped trial recovers at the step `early_stop.json` names, below `train_steps`:
 that step is the newest checkpoint, the summary's and evaluated, and no step after it was
 trained.
@@ -70,7 +86,10 @@ from trainers.config import Config
 
 FAULTS = ("kill_worker", "kill_evaluator", "stop_chief", "kill_launcher", "truncate_checkpoint",
           "nan_loss", "disk_full", "preempt", "drain", "early_stop_kill_evaluator",
-          "early_stop_preempt")
+          "early_stop_preempt", "kill_ps")
+# Faults of one topology only: kill_ps needs parameter servers; these do not run with them.
+PS_ONLY = ("kill_ps",)
+NOT_ON_PS = ("stop_chief", "early_stop_kill_evaluator", "early_stop_preempt")
 # What a finished run must not leave in model_dir (Keras backup, Estimator worker
 # copies, staging directories, a save cut short).
 LEFTOVER_PREFIXES = (layout.BACKUP_SUBDIR, "tmp_", "workertemp", ".tmp")
@@ -84,6 +103,7 @@ NAN_STEP_ENV = "CHAOS_NAN_AT_STEP"
 # What the run's output must say, per fault: it names the fault.
 MESSAGES = {
     "kill_worker": r"Restart 1 of \d+: (chief|worker)-\d+ (was killed|exited)",
+    "kill_ps": r"Restart 1 of \d+: ps-\d+ (was killed|exited)",
     "kill_evaluator": r"Restart 1 of \d+ of the evaluator alone",
     # The frozen chief's peer gives up on it: a lost peer, exit 200 (exit_codes.PEER_LOST).
     "stop_chief": r"Restart 1 of \d+: worker-\d+ exited with code 200",
@@ -92,7 +112,7 @@ MESSAGES = {
     "nan_loss": r"the training loss or the weights became NaN or Inf by step \d+",
     "disk_full": r"error: a write failed: No space left on device",
     **dict.fromkeys(("preempt", "drain", "early_stop_preempt"),
-                    r"Preempted: (chief|worker)-\d+ exited with code 143"),
+                    r"Preempted: (chief|worker|ps)-\d+ exited with code 143"),
     "early_stop_kill_evaluator": r"Restart 1 of \d+ of the evaluator alone",
 }
 
@@ -244,6 +264,8 @@ class _Context:
     pids: every task pid seen, for the check that none is left.
     model_dir: the run's model_dir.
     log_path: the launcher's output, appended by every launch.
+    ps: the run's parameter servers (0: none).
+    workers: the run's training workers.
   """
 
   result: Trial
@@ -254,6 +276,20 @@ class _Context:
   pids: Set[int]
   model_dir: str
   log_path: str
+  ps: int = 0
+  workers: int = 2
+
+
+def _ps_slack(config: Config) -> int:
+  """How far past `train_steps` a run on parameter servers may end: an execution of Keras's
+  (at most a progress interval: keras_trainer._fit_coordinated) run again after a lost
+  worker, or the steps the Estimator's asynchronous workers had started."""
+  return config.log_every_steps
+
+
+def _kind(task: Dict) -> str:
+  """A launcher task's kind: "chief", "worker", "ps" or "evaluator"."""
+  return task["name"].rsplit("-", 1)[0]
 
 
 def _check_recovered(ctx: _Context, exit_code: int) -> None:
@@ -272,8 +308,12 @@ def _check_recovered(ctx: _Context, exit_code: int) -> None:
     if not record or record["step"] >= config.train_steps:
       result.problems.append(f"the run did not stop early: early_stop.json holds {record}")
     final = record["step"] if record else final
+  if ctx.ps and result.final_step is not None and (
+      final <= result.final_step <= final + _ps_slack(config)):
+    final = result.final_step
   if result.final_step != final:
-    result.problems.append(f"final step {result.final_step}, not {final}")
+    result.problems.append(f"final step {result.final_step}, not {final}"
+                           + (f" to {final + _ps_slack(config)}" if ctx.ps else ""))
   _check_checkpoint(ctx, final)
   if evaluation.read_result(os.path.join(model_dir, layout.EVAL_SUBDIR), final) is None:
     result.problems.append(f"the final step {final} was not evaluated")
@@ -404,11 +444,13 @@ def _fill(directory: str) -> str:
 
 def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: int,
               rng: random.Random, timeout: float, fault: str = "kill_worker",
-              engine: str = "local") -> Trial:
+              engine: str = "local", ps: int = 0) -> Trial:
   """Runs one trial of `fault` on `backend` at `workers` workers of `engine`
-  (runs.ENGINES); see the module doc."""
+  (runs.ENGINES), on `ps` parameter servers; see the module doc."""
   if fault not in FAULTS:
     raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}.")
+  if fault in (NOT_ON_PS if ps else PS_ONLY):
+    raise ValueError(f"{fault} {'does not run on' if ps else 'needs'} parameter servers.")
   result = Trial(trial, backend, fault)
   if fault.startswith("early_stop_"):
     config = early_stopping_config(config)
@@ -437,19 +479,22 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
              run_config: Optional[Config] = None, alone: bool = False) -> _Run:
     command = runs.trainer_command(
         backend, dataclasses.replace(run_config or config, train_steps=train_steps),
-        workers=1 if alone else workers, model_dir=model_dir, timeout=timeout, engine=engine)
+        workers=1 if alone else workers, model_dir=model_dir, timeout=timeout, engine=engine,
+        extra_flags=[f"--ps={ps}"] if ps else [])
     return _Run(command, model_dir, log_path, {**env, **(extra_env or {})},
                 time.monotonic() + timeout)
 
   pids: Set[int] = set()
   try:
-    _FAULTS[fault](_Context(result, backend, config, rng, launch, pids, model_dir, log_path))
+    _FAULTS[fault](_Context(result, backend, config, rng, launch, pids, model_dir, log_path,
+                            ps, workers))
   except Exception as e:
     result.problems.append(f"the trial itself failed: {type(e).__name__}: {e}")
   finally:
     result.wall_seconds = time.monotonic() - start
     if os.path.isdir(model_dir):
       _check_clean(result, pids, model_dir, tmp_dir, fault != "nan_loss", ray_dir)
+    if os.path.exists(log_path):  # Not if the trial failed before it started a run.
       _check_says(result, log_path)
     if ray_dir:
       shutil.rmtree(ray_dir, ignore_errors=True)  # Ray's logs: the tasks' are in model_dir.
@@ -461,13 +506,15 @@ def run_trial(backend: str, config: Config, workers: int, out_dir: str, trial: i
 
 
 def _kill(ctx: _Context) -> None:
-  """kill_worker and kill_evaluator: SIGKILL to one task; the launcher restarts it."""
-  evaluator = ctx.result.fault == "kill_evaluator"
+  """kill_worker, kill_ps and kill_evaluator: SIGKILL to one task; the launcher restarts it
+  (on parameter servers, a worker alone: nothing resumes)."""
+  kinds = {"kill_evaluator": ("evaluator",), "kill_ps": ("ps",)}.get(ctx.result.fault,
+                                                                     ("chief", "worker"))
   target = _pick_step(ctx.rng, ctx.config)
   run = ctx.launch()
+  victim = None
   if run.wait_for_step(target):
-    victim = ctx.rng.choice([t for t in run.tasks()
-                             if t["name"].startswith("evaluator") == evaluator])
+    victim = ctx.rng.choice([t for t in run.tasks() if _kind(t) in kinds])
     ctx.result.how = f"SIGKILL to {victim['name']}"
     ctx.result.fault_step = _progress(ctx.model_dir)[0]
     os.kill(victim["pid"], signal.SIGKILL)
@@ -475,22 +522,25 @@ def _kill(ctx: _Context) -> None:
     ctx.result.problems.append(f"the run never reached step {target}")
   ctx.result.exit_code = run.wait(ctx.result)
   ctx.pids.update(run.pids)
+  evaluator = kinds == ("evaluator",)
   _check_restarts(ctx, "evaluator_restarts" if evaluator else "restarts")
-  if not evaluator:
+  if not evaluator and not (ctx.ps and victim and _kind(victim) == "worker"):
     _steps_redone(ctx, 1)
   _check_recovered(ctx, ctx.result.exit_code)
 
 
 def _preempt(ctx: _Context) -> None:
   """preempt and drain: SIGTERM to one training task, or to every task; they stop at one
-  step, saved, and the launcher restarts them without counting a restart."""
+  step, saved, and the launcher restarts them without counting a restart (a ps stopped:
+  from the last checkpoint)."""
   drain = ctx.result.fault == "drain"
   target = _pick_step(ctx.rng, ctx.config)
   run = ctx.launch()
+  victims: List[Dict] = []
   if run.wait_for_step(target):
     tasks = run.tasks()
     victims = tasks if drain else [ctx.rng.choice([t for t in tasks
-                                                   if not t["name"].startswith("evaluator")])]
+                                                   if _kind(t) != "evaluator"])]
     ctx.result.how = f"SIGTERM to {'every task' if drain else victims[0]['name']}"
     ctx.result.fault_step = _progress(ctx.model_dir)[0]
     for victim in victims:
@@ -508,12 +558,17 @@ def _preempt(ctx: _Context) -> None:
   # signalled during its evaluation) trains nothing again, and records no start.
   resumed = starts[1] if len(starts) > 1 else ctx.config.train_steps
   stopped = saved[0] if saved else ctx.config.train_steps
-  # Where the preemption stopped against where the resume began: 0 steps redone.
-  ctx.result.steps_redone = stopped - resumed
-  if ctx.result.steps_redone != 0 or stopped < (ctx.result.fault_step or 0):
-    ctx.result.problems.append(f"stopped at step {saved[0] if saved else 'none recorded'} "
-                               f"(the signal came at {ctx.result.fault_step}), resumed from "
-                               f"{resumed}")
+  if any(_kind(v) == "ps" for v in victims):
+    # A ps stopped takes its variables with it: the run goes on from the last checkpoint
+    # (if its training had not ended meanwhile: then nothing is redone).
+    ctx.result.steps_redone = (ctx.result.fault_step or 0) - resumed if len(starts) > 1 else 0
+  else:
+    # Where the preemption stopped against where the resume began: 0 steps redone.
+    ctx.result.steps_redone = stopped - resumed
+    if ctx.result.steps_redone != 0 or stopped < (ctx.result.fault_step or 0):
+      ctx.result.problems.append(f"stopped at step {saved[0] if saved else 'none recorded'} "
+                                 f"(the signal came at {ctx.result.fault_step}), resumed from "
+                                 f"{resumed}")
   _check_recovered(ctx, ctx.result.exit_code)
 
 
@@ -584,7 +639,9 @@ def _truncate_checkpoint(ctx: _Context) -> None:
     ctx.result.problems.append(f"the run to step {stop} failed (exit {exit_code}): "
                                f"{_tail(ctx.log_path, 5)}")
     return
-  (data,) = tf.io.gfile.glob(newest + ".data-*")
+  # One shard of several where the variables lived on several devices (parameter servers).
+  shards = sorted(tf.io.gfile.glob(newest + ".data-*"))
+  data = shards[0] if len(shards) == 1 else ctx.rng.choice(shards)
   size = os.path.getsize(data)
   keep = ctx.rng.randint(0, size - 1)
   with open(data, "r+b") as f:
@@ -608,7 +665,10 @@ def _nan_loss(ctx: _Context) -> None:
   step = _pick_step(ctx.rng, ctx.config, every + 1)  # After a checkpoint to keep.
   ctx.result.how, ctx.result.fault_step = f"training batch of step {step} made NaN", step
   hook_dir = os.path.join(os.path.dirname(ctx.log_path), "hook")
-  run = ctx.launch(extra_env=nan_hook_env(hook_dir, step))
+  # On parameter servers each worker's pipeline reads its share of the steps: the batch each
+  # reads near global step `step` is poisoned, and which comes first is timing's.
+  batch = max(1, step // ctx.workers) if ctx.ps else step
+  run = ctx.launch(extra_env=nan_hook_env(hook_dir, batch))
   ctx.result.exit_code = run.wait(ctx.result)
   ctx.pids.update(run.pids)
   if ctx.result.exit_code != exit_codes.DIVERGED:
@@ -616,10 +676,10 @@ def _nan_loss(ctx: _Context) -> None:
                                f"{_tail(ctx.log_path, 5)}")
   with open(ctx.log_path, errors="replace") as f:
     said = [int(s) for s in re.findall(r"NaN or Inf by step (\d+)", f.read())]
-  if said and not step <= said[0] < step + every:
+  if said and not step - (every if ctx.ps else 0) <= said[0] < step + every:
     ctx.result.problems.append(f"the error names step {said[0]}; the loss turned NaN at {step}")
   _check_restarts(ctx, None)
-  _check_checkpoint(ctx, None, before=step)
+  _check_checkpoint(ctx, None, before=said[0] if ctx.ps and said else step)
 
 
 def _disk_full(ctx: _Context) -> None:
@@ -714,14 +774,15 @@ _FAULTS = {"kill_worker": _kill, "kill_evaluator": _kill, "stop_chief": _stop_ch
            "kill_launcher": _kill_launcher, "truncate_checkpoint": _truncate_checkpoint,
            "nan_loss": _nan_loss, "disk_full": _disk_full, "preempt": _preempt,
            "drain": _preempt, "early_stop_kill_evaluator": _early_stop,
-           "early_stop_preempt": _early_stop}
+           "early_stop_preempt": _early_stop, "kill_ps": _kill}
 
 
 def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: str, *,
               seed: int = 0, timeout: float = runs.TIMEOUT_SECONDS,
-              faults: Tuple[str, ...] = ("kill_worker",), engine: str = "local"
+              faults: Tuple[str, ...] = ("kill_worker",), engine: str = "local", ps: int = 0
               ) -> List[Trial]:
-  """Runs `trials` trials of each fault on one backend, each in `out_dir/<backend>-<fault>-<i>`,
+  """Runs `trials` trials of each fault on one backend (on `ps` parameter servers), each in
+  `out_dir/<backend>-<fault>-<i>`,
   appending each trial's outcome to `out_dir/chaos_trials.jsonl` as it ends: a run of hours
   that is stopped keeps the record of the trials it finished."""
   rng = random.Random(seed)
@@ -730,7 +791,7 @@ def run_chaos(backend: str, config: Config, workers: int, trials: int, out_dir: 
   for fault in faults:
     for i in range(trials):
       results.append(run_trial(backend, config, workers, out_dir, i + 1, rng, timeout, fault,
-                               engine))
+                               engine, ps))
       with open(os.path.join(out_dir, TRIALS_FILE), "a") as f:
         f.write(json.dumps({"passed": results[-1].passed,
                             **dataclasses.asdict(results[-1])}) + "\n")

@@ -78,6 +78,19 @@ def test_a_parameter_server_is_a_peer_every_training_task_waits_for():
   done.set()
 
 
+def test_on_parameter_servers_a_worker_waits_for_them_not_for_the_chief():
+  # A worker restarted after the chief has ended finds the run finished on the ps tasks.
+  chief, worker, ps = _tasks(2, ps=1)
+  with pytest.raises(rendezvous.StartupTimeout) as raised:
+    rendezvous.wait_for_peers(worker, timeout=1)
+  assert f"no task listens at ps:0 ({ps.address})" in str(raised.value)
+  assert "chief" not in str(raised.value)
+  done = threading.Event()
+  threading.Thread(target=_serve, args=(ps, done), daemon=True).start()
+  rendezvous.wait_for_peers(worker, timeout=10)  # No chief listening.
+  done.set()
+
+
 def test_a_lone_task_and_the_evaluator_do_not_wait():
   for config in cluster.make_tf_configs(cluster.pick_free_ports(2), evaluator=True):
     task = cluster.parse_tf_config({"TF_CONFIG": json.dumps(config)})

@@ -14,7 +14,12 @@ from tests.conftest import run_module
 # `python -m launch.chaos --fault=all --trials=N` runs more.
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "1"))
 BACKENDS = ("keras", "estimator")
-CASES = [(backend, fault) for fault in chaos.FAULTS for backend in BACKENDS]
+CASES = [(backend, fault) for fault in chaos.FAULTS if fault not in chaos.PS_ONLY
+         for backend in BACKENDS]
+# On a parameter server, in CI: each task kind lost (a ps; the chief or a worker, as the
+# trial's draw picks) and a preemption; `launch.chaos --ps=1 --fault=all` runs every fault.
+PS_CASES = [("keras", "kill_ps"), ("estimator", "kill_ps"), ("keras", "kill_worker"),
+            ("estimator", "kill_worker"), ("keras", "preempt"), ("estimator", "preempt")]
 CONFIG = Config(train_steps=40, global_batch_size=32, eval_batch_size=50, log_every_steps=2,
                 checkpoint_every_steps=10, backup_every_steps=10)
 # A kill costs at most the steps since the last backup, plus the steps logged
@@ -68,6 +73,29 @@ def test_each_fault_ends_as_documented(backend, fault, tiny_data_dir, tmp_path):
 
 
 @pytest.mark.chaos
+@pytest.mark.parametrize("backend, fault", PS_CASES)
+def test_on_a_parameter_server_each_lost_task_ends_as_documented(backend, fault, tiny_data_dir,
+                                                                 tmp_path):
+  config = Config(**{**CONFIG.__dict__, "data_dir": tiny_data_dir})
+  (t,) = chaos.run_chaos(backend, config, 2, 1, str(tmp_path), seed=7, timeout=300,
+                         faults=(fault,), ps=1)
+  table = chaos.format_table([t])
+  print(table)
+  # Passing means, as above, and: the run ended at train_steps or up to a progress interval
+  # past it (chaos._ps_slack), its final step saved and evaluated.
+  assert t.passed and t.exit_code == 0, table
+  assert config.train_steps <= t.final_step <= config.train_steps + config.log_every_steps
+  victim = t.how.split()[-1]
+  if victim.startswith("worker"):  # Restarted alone: nothing resumed, nothing redone.
+    killed = fault == "kill_worker"
+    assert t.steps_redone == (None if killed else 0) and t.restarts == killed, table
+  elif fault == "preempt" and victim.startswith("chief"):
+    assert t.steps_redone == 0 and t.restarts == 0, table
+  else:  # The chief or a ps lost: every training task from the last checkpoint.
+    assert MIN_REDONE <= t.steps_redone <= CONFIG.checkpoint_every_steps + 2, table
+
+
+@pytest.mark.chaos
 @needs_ray
 @pytest.mark.parametrize("backend, fault", RAY_CASES)
 def test_on_ray_a_fault_ends_as_on_local_workers(backend, fault, tiny_data_dir, tmp_path):
@@ -102,6 +130,11 @@ def test_a_skipped_trial_says_why_and_never_passes_alone():
 @pytest.mark.parametrize("args, message", [
     (["--backend=keras", "--workers=1"], "at least 2"),
     (["--backend=keras", "--fault=kill_worker,unplug"], "unknown unplug"),
+    (["--backend=keras", "--fault=kill_ps"], "--fault=kill_ps needs parameter servers: give "
+     "--ps=1"),
+    (["--backend=estimator", "--ps=1", "--fault=stop_chief,preempt"],
+     "--fault=stop_chief does not run on parameter servers: drop it"),
+    (["--backend=keras", "--ps=1", "--engine=ray"], "Ray Train runs no parameter servers"),
 ])
 def test_cli_rejects_bad_flags(args, message):
   result = run_module("launch.chaos", args)
