@@ -45,8 +45,9 @@ On parameter servers (`ps` > 0) nothing agrees on a step, and the tasks are of t
   restarts from the last checkpoint.
 - preempt: SIGTERM to the chief (it saves the step it stops at; 0 steps redone), a worker
   (restarted alone) or a ps (as kill_ps); drain: SIGTERM to every task, the ps tasks
-  included, so the run goes on from the last checkpoint. An Estimator worker's steps after
-  the chief's save are lost with it.
+  included, so the chief's save races the loss of the variables: the run goes on from it or
+  from the last checkpoint. An Estimator worker's steps after the chief's save are lost
+  with it.
 - stop_chief and the early_stop_* faults do not apply: no coordination service to lose
   the chief, and early stopping does not run on parameter servers.
 A run on parameter servers ends at `train_steps` or up to `_ps_slack` steps past it (the
@@ -663,11 +664,13 @@ def _nan_loss(ctx: _Context) -> None:
   """The loss made NaN at a random step: exit 3, no restart, the newest checkpoint finite."""
   every = ctx.config.checkpoint_every_steps
   step = _pick_step(ctx.rng, ctx.config, every + 1)  # After a checkpoint to keep.
-  ctx.result.how, ctx.result.fault_step = f"training batch of step {step} made NaN", step
   hook_dir = os.path.join(os.path.dirname(ctx.log_path), "hook")
   # On parameter servers each worker's pipeline reads its share of the steps: the batch each
   # reads near global step `step` is poisoned, and which comes first is timing's.
   batch = max(1, step // ctx.workers) if ctx.ps else step
+  ctx.result.how = (f"each worker's training batch {batch} (near step {step}) made NaN"
+                    if ctx.ps else f"training batch of step {step} made NaN")
+  ctx.result.fault_step = step
   run = ctx.launch(extra_env=nan_hook_env(hook_dir, batch))
   ctx.result.exit_code = run.wait(ctx.result)
   ctx.pids.update(run.pids)

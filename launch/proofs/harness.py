@@ -240,12 +240,18 @@ def compare_runs(weights: Mapping[str, model_lib.Weights],
   return checks + compare_losses(losses, loss_rtol, loss_name)
 
 
+def md_cell(text: str) -> str:
+  """`text` for a Markdown table's cell: its pipes escaped (`max |weight diff|`), so the row
+  keeps its columns when rendered."""
+  return text.replace("|", "\\|")
+
+
 def format_checks(title: str, checks: Sequence[Check]) -> str:
   """A Markdown table of checks under `title`, then the overall verdict."""
   rows = [title, "| check | result | measured | limit | where |", "| --- | --- | --- | --- | --- |"]
   for c in checks:
-    rows.append(f"| {c.name} | {'PASS' if c.passed else 'FAIL'} | {c.measured:.3g} | "
-                f"{c.limit:.3g} | {c.where} |")
+    rows.append(f"| {md_cell(c.name)} | {'PASS' if c.passed else 'FAIL'} | {c.measured:.3g} | "
+                f"{c.limit:.3g} | {md_cell(c.where)} |")
   rows.append(overall([c.passed for c in checks], "checks"))
   return "\n".join(rows)
 

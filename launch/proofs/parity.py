@@ -660,7 +660,7 @@ def format_matrix(reports: Sequence[Report]) -> str:
   rows = ["| model | optimizer | workers | result | keras vs estimator, max weight diff "
           "| reference floor | failed checks |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for r in reports:
-    failed = "; ".join(c.name for c in r.checks if not c.passed) or "none"
+    failed = harness.md_cell("; ".join(c.name for c in r.checks if not c.passed) or "none")
     rows.append(f"| {r.model} | {r.optimizer} | {r.workers}{' (statistical)' if r.seeds else ''} "
                 f"| {'PASS' if r.passed else 'FAIL'} "
                 f"| {_keras_vs_estimator(r)} | {r.reference_floor:.2g} | {failed} |")

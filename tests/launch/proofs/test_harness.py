@@ -36,6 +36,10 @@ def test_comparisons_pass_within_their_limits_and_name_the_worst_case():
   assert not loss.passed and loss.where == "step 2"
   table = harness.format_checks("T", checks)
   assert table.endswith(f"Overall: FAIL ({sum(c.passed for c in checks)}/{len(checks)} checks)")
+  # Every row keeps its five columns when rendered: the pipes in a name are escaped.
+  assert "| max \\|weight diff\\| x vs y | FAIL |" in table
+  for row in table.splitlines()[1:-1]:
+    assert len(row.replace("\\|", "").split("|")) == 7, row
   renamed = harness.named(checks, lambda name: f"{name} at 2 worker(s)")
   assert renamed[0].name == "variable mapping at 2 worker(s)"
 
