@@ -154,11 +154,38 @@ def quiet_records(verbosity: int) -> None:
       tf_logger.removeHandler(handler)
 
 
+# What an Estimator user types, by its RunConfig, TrainSpec or habit's name, and this
+# project's flag of that meaning.
+FLAG_ALIASES = {
+    "batch_size": "global_batch_size", "max_steps": "train_steps",
+    "save_checkpoints_steps": "checkpoint_every_steps", "log_step_count_steps": "log_every_steps",
+    "tf_random_seed": "seed", "lr": "learning_rate", "num_workers": "workers",
+}
+_NOT_A_NUMBER = re.compile(r"^flag --(\w+)=(.*?): (invalid literal for int\(\)|could not convert "
+                           r"string to float)")
+
+
 def parse_flags(argv: List[str]) -> List[str]:
   """The binaries' flag parser (`app.run(main, flags_parser=...)`): a bad flag is a usage
-  error, exit 2, as every other usage error; absl's own parser exits 1."""
+  error, exit 2, as every other usage error; absl's own parser exits 1. A value that is not
+  a number, and a flag an Estimator user would type by another name, are said in words."""
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    print(f"error: {e}\nPass --helpfull to see every flag.", file=sys.stderr)
+    print(f"error: {_said(e)}\nPass --helpfull to see every flag.", file=sys.stderr)
     sys.exit(2)
+
+
+def _said(error: flags.Error) -> str:
+  """absl's message, or what it means where absl's is Python's or guesses by spelling."""
+  name = getattr(error, "flagname", None)
+  if isinstance(error, flags.UnrecognizedFlagError) and FLAG_ALIASES.get(name) in flags.FLAGS:
+    ours = flags.FLAGS[FLAG_ALIASES[name]]
+    return f"unknown flag --{name}: here it is --{ours.name} ({ours.help.split('; ')[0]})."
+  bad = _NOT_A_NUMBER.match(str(error))
+  if bad and bad.group(1) in flags.FLAGS:
+    wanted = "a whole number" if bad.group(3).startswith("invalid") else "a number"
+    default = flags.FLAGS[bad.group(1)].default
+    example = "" if default is None else f", such as --{bad.group(1)}={default}"
+    return f"--{bad.group(1)}={bad.group(2)}: it takes {wanted}{example}."
+  return str(error)

@@ -98,6 +98,23 @@ def test_a_bad_flag_is_a_usage_error_in_every_binary(module, args):
     assert "Unable to register" not in result.stderr and "cpu_feature" not in result.stderr
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--workers=abc"], "error: --workers=abc: it takes a whole number.\n"),
+    (["--batch_size=64"], "error: unknown flag --batch_size: here it is --global_batch_size "
+     "(Examples per step, summed over all workers)."),
+    (["--save_checkpoints_steps=100"], "here it is --checkpoint_every_steps"),
+])
+def test_a_flag_by_another_name_or_not_a_number_is_said_in_words(args, said):
+  result = run_module("trainers.keras_main", args, timeout=120)
+  assert result.returncode == 2 and said in result.stderr, result.stderr[-2000:]
+
+
+def test_a_tools_number_flag_says_its_default_as_an_example():
+  result = run_module("launch.chaos", ["--backend=keras", "--trials=some"], timeout=120)
+  assert result.returncode == 2
+  assert "error: --trials=some: it takes a whole number, such as --trials=10." in result.stderr
+
+
 @pytest.mark.parametrize("argv, verbose", [
     (["x"], False), (["x", "-v", "1"], True), (["x", "--verbosity=2"], True),
     (["x", "-v=0"], False), (["x", "--v", "-1"], False), (["x", "-v"], False),
