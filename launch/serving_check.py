@@ -7,6 +7,13 @@ the Estimator export your clients call today and the Keras export you would swit
       --estimator_program=team_program:PROGRAM
   python -m launch.serving_check --first=ESTIMATOR_EXPORT --second=KERAS_EXPORT \
       --features=tabular [--feature_columns=package.module:NAME]
+  python -m launch.serving_check --first=TODAYS_EXPORT --second=RETRAINED_EXPORT --contract_only
+
+Two questions. Without --contract_only: do the two exports serve the same model alike (one
+model's weights exported by both backends, or carried across)? Every answer is compared.
+With it: could a client switch from the first to the second unchanged (exports of
+differently trained runs)? Only the contract is: the signatures, the outputs each request
+gets with their dtypes and shapes, and the bad requests failing alike.
 
 Each export is a SavedModel directory (`model_dir/export/<timestamp>`). Sends both the
 whole MNIST test split as Classify requests (to `serving_default` and `classification`)
@@ -67,6 +74,9 @@ _COLUMNS = flags.DEFINE_string("feature_columns", None, "With --features=tabular
                                "requests by (a list, a dict of lists by part, or a function "
                                "making either); default the built-in ones "
                                "(trainers/models/tabular.py).")
+_CONTRACT_ONLY = flags.DEFINE_bool(
+    "contract_only", False, "Compare the serving contract only (signatures, outputs, dtypes, "
+    "shapes, bad requests), not the answers: for exports of differently trained runs.")
 _PROGRAM = flags.DEFINE_string("estimator_program", None, "package.module:NAME, a team's "
                                "program whose export (and its port's) are compared, fed its "
                                "input_fn's test features (docs/MIGRATION.md, \"Prove your "
@@ -111,14 +121,15 @@ def main(argv: Sequence[str]) -> None:
   if config.estimator_program:
     checks = serving_check.compare_exports(first, second,
                                            lambda: serving_check.test_features(config),
-                                           _ATOL.value, names)
+                                           _ATOL.value, names, values=not _CONTRACT_ONLY.value)
   else:  # Only the signatures the first has are required: clients call what it serves.
     checks = serving_check.compare(first, second, lambda: serving_check.test_images(config),
                                    _FEATURE.value, _ATOL.value, names=names,
                                    required=sorted(serving_check.signatures(first)),
-                                   spec=_spec())
+                                   spec=_spec(), values=not _CONTRACT_ONLY.value)
   passed = all(c.passed for c in checks)
-  table = harness.format_checks(f"Serving: {first} (first) against {second} (second)", checks)
+  what = "Serving contract:" if _CONTRACT_ONLY.value else "Serving:"
+  table = harness.format_checks(f"{what} {first} (first) against {second} (second)", checks)
   print(table)
   if _OUT.value:
     os.makedirs(_OUT.value, exist_ok=True)

@@ -384,6 +384,21 @@ def compare_answers(first: Answers, second: Answers, names: Tuple[str, str], ato
   return checks
 
 
+def compare_structure(first: Answers, second: Answers, names: Tuple[str, str],
+                      where: str) -> List[Check]:
+  """The contract of the answers without their values: each export answers the same
+  requests with the same outputs, of the same dtypes and shapes."""
+  def structure(answers: Answers) -> Dict[str, str]:
+    return {key: f"{value.dtype} {list(value.shape)}" for key, value in answers.items()}
+
+  ours, theirs = structure(first), structure(second)
+  differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+  return [Check(f"answers' outputs, dtypes and shapes, {names[0]} vs {names[1]}",
+                bool(ours) and not differing, float(len(differing)), 0.0,
+                "; ".join(f"{k}: {ours.get(k, 'missing')} vs {theirs.get(k, 'missing')}"
+                          for k in differing) or f"{len(ours)} outputs, {where}")]
+
+
 def compare_errors(first: Mapping[str, str], second: Mapping[str, str],
                    names: Tuple[str, str]) -> List[Check]:
   """Each bad request fails in both exports, with the same error class and parser phrase."""
@@ -401,7 +416,8 @@ def compare_errors(first: Mapping[str, str], second: Mapping[str, str],
 
 def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterable[np.ndarray]],
             feature: str, atol: float, names: Tuple[str, str] = ("estimator", "keras"),
-            required: Sequence[str] = serving.SIGNATURES, spec: Spec = None) -> List[Check]:
+            required: Sequence[str] = serving.SIGNATURES, spec: Spec = None,
+            values: bool = True) -> List[Check]:
   """Every check of the module docstring, for the exports in `first_dir` and `second_dir`.
 
   Args:
@@ -413,18 +429,21 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
     required: the signatures both must have (by default the contract's).
     spec: the tabular features' parse spec, if the exports read them (the images are sent
       as their tabular features).
+    values: hold the answers to each other (the same model's two exports); False: only
+      their outputs, dtypes and shapes (the contract, for exports of different weights).
   """
   loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
   batches = _with_examples(image_batches(), feature, spec)  # Built once, asked of both.
   first, second = (_answers(export, batches) for export in loaded)
   count = len(next(iter(first.values()))) if first else 0
+  compared = (compare_answers if values else
+              lambda a, b, n, _, where: compare_structure(a, b, n, where))
   edges: List[Check] = []
   if spec:  # The tabular requests a client may also send: each answered alike.
-    edges = compare_answers(*(tabular_edge_answers(export, batches[0], spec)
-                              for export in loaded), names, atol,
-                            f"{EDGE_EXAMPLES} test images' requests, edited")
+    edges = compared(*(tabular_edge_answers(export, batches[0], spec) for export in loaded),
+                     names, atol, f"{EDGE_EXAMPLES} test images' requests, edited")
   return (compare_signatures(signatures(first_dir), signatures(second_dir), names, required)
-          + compare_answers(first, second, names, atol, f"{count} test images") + edges
+          + compared(first, second, names, atol, f"{count} test images") + edges
           + compare_errors(*(bad_request_errors(export, feature, spec) for export in loaded),
                            names))
 
@@ -497,9 +516,10 @@ def export_answers(loaded: Any, feature_batches: Iterable[Any]
 
 def compare_exports(first_dir: str, second_dir: str,
                     feature_batches: Callable[[], Iterable[Any]],
-                    atol: float, names: Tuple[str, str]) -> List[Check]:
+                    atol: float, names: Tuple[str, str], values: bool = True) -> List[Check]:
   """Two exports of a team's program's signatures (the module docstring): the first's
-  signatures, defined alike in the second, and every output on every batch."""
+  signatures, defined alike in the second, and every output on every batch (`values`
+  False: its dtype and shape only)."""
   loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
   (first, unfed), (second, _) = (export_answers(export, feature_batches()) for export in loaded)
   first_signatures = signatures(first_dir)
@@ -511,4 +531,6 @@ def compare_exports(first_dir: str, second_dir: str,
                       float(len(fed)), float(len(first_signatures)),
                       "; ".join(f"{n} not fed: {why}" for n, why in sorted(unfed.items()))
                       or f"{', '.join(fed)}: {count} examples"))
+  if not values:
+    return checks + compare_structure(first, second, names, f"{count} test examples")
   return checks + compare_answers(first, second, names, atol, f"{count} test examples")

@@ -80,8 +80,19 @@ def test_cli_passes_exports_of_one_model_and_fails_another(tiny_data_dir, tmp_pa
   assert "Overall: PASS (27/27 checks)" in result.stdout
 
   result = run_module("launch.serving_check", [f"--first={one}", f"--second={other}", *flags])
-  assert result.returncode == 1 and "| max |diff|, answers predict/logits, first vs second " \
-      "| FAIL |" in result.stdout
+  assert result.returncode == 1 and "| max \\|diff\\|, answers predict/logits, first vs " \
+      "second | FAIL |" in result.stdout
+  # Another model's export keeps the contract: a client could switch to it unchanged.
+  result = run_module("launch.serving_check", [f"--first={one}", f"--second={other}",
+                                               "--contract_only", *flags])
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  checks = json.loads((tmp_path / "report" / "serving_check_report.json").read_text())["checks"]
+  names = [c["name"] for c in checks]
+  assert not any("diff" in n or "answered differently" in n for n in names), names
+  structure = next(c for c in checks if c["name"].startswith("answers' outputs, dtypes"))
+  assert structure["where"].startswith("10 outputs, ") and structure["measured"] == 0
+  assert sum(n.startswith("bad request, ") for n in names) == 3
+  assert result.stdout.startswith(f"Serving contract: {one} (first)")
 
   result = run_module("launch.serving_check", [f"--first={tmp_path}", f"--second={one}", *flags])
   assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -111,6 +122,15 @@ def test_exports_of_a_ports_own_signatures_are_held_output_by_output(tmp_path):
   assert other["signature serving_default: method, inputs and outputs, one vs other"].passed
   assert not other["max |diff|, answers predict/logits, one vs other"].passed
   assert not other["max |diff|, answers serving_default/scores, one vs other"].passed
+  # Their contract alike, and a contract that differs: an output of another shape.
+  contract = serving_check.compare_exports(exports["one"], exports["other"], batches, 1e-5,
+                                           ("one", "other"), values=False)
+  assert all(c.passed for c in contract), [c for c in contract if not c.passed]
+  answers = serving_check.export_answers(tf.saved_model.load(exports["one"]), batches())[0]
+  cut = {**answers, "predict/logits": answers["predict/logits"][:, :5]}
+  (check,) = serving_check.compare_structure(answers, cut, ("one", "cut"), "here")
+  assert not check.passed and check.measured == 1
+  assert check.where == f"predict/logits: float32 [{len(images)}, 10] vs float32 [{len(images)}, 5]"
 
 
 def test_tabular_requests_are_sent_again_without_lists_out_of_vocabulary_and_empty():
