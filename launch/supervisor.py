@@ -481,7 +481,8 @@ def run_local_cluster(
                     "once.", e.name, grace, code, e.name)
     for signum in previous_handlers:  # Passed on: a second signal stops a task at once.
       signal.signal(signum, lambda signum, _: _signal_all(procs, signum))
-    _stop_in_order(procs, grace)
+    # The same signal, so each task says what the launcher says: Ctrl-C's exit 130, not 143.
+    _stop_in_order(procs, grace, e.signum)
     return code
   finally:
     # What ended the run (a failure, a timeout, a stall) leaves its tasks nothing to save;

@@ -375,9 +375,10 @@ def run(backend: str, config: Config, options: RunOptions,
   except preemption.Preempted as e:
     where = (f"after step {e.step}, which is saved" if e.step is not None else
              "outside training, with nothing unsaved")
-    logging.warning("Stopped by %s%s %s: exiting %d, which orchestrators retry. Run the same "
-                    "command again to go on from there.", e.name,
-                    " to another training task" if e.by_peer else "", where, e.exit_code)
+    logging.warning("Stopped by %s%s %s: exiting %d%s. Run the same command again to go on "
+                    "from there.", e.name, " to another training task" if e.by_peer else "",
+                    where, e.exit_code,
+                    ", which orchestrators retry" if e.exit_code == exit_codes.PREEMPTED else "")
     return e.exit_code
 
 

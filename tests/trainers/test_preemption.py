@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -329,6 +330,9 @@ def test_ctrl_c_to_a_local_cluster_saves_and_the_same_command_goes_on(ps, tiny_d
     assert proc.wait(timeout=90) == exit_codes.INTERRUPTED, log_path.read_text()
   text = log_path.read_text()
   assert "Received SIGINT: every task stops at a step" in text and "Traceback" not in text
+  # One story: the chief was sent the launcher's SIGINT, and says 130 as the launcher does.
+  assert re.search(r"\[chief:0\].*Stopped by SIGINT .*: exiting 130\. Run the same", text)
+  assert "exiting 143" not in text
   (saved,) = [r["step"] for r in runs.read_progress(model_dir) if r["event"] == "preempted"]
   assert checkpoints.checkpoint_step(tf.train.latest_checkpoint(model_dir)) == ("keras", saved)
   summary = runs.run_trainer("keras", config, workers=2, model_dir=model_dir,
