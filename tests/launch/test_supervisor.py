@@ -82,6 +82,7 @@ TASK = textwrap.dedent("""
             open(os.path.join(out, name + ".saved"), "w").close()
             os._exit(128 + signum)
         signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         time.sleep(600)
     print("last line of " + name, flush=True)
 """)
@@ -284,11 +285,13 @@ def test_a_signal_to_the_launcher_drains_every_task(task_script, tmp_path, signu
   launcher.send_signal(signum)
   _, err = launcher.communicate(timeout=30)
   assert launcher.returncode == 128 + signum
-  # Each task was asked with SIGTERM, saved, and exited on its own.
+  # Each task was asked with the launcher's own signal, saved, and exited on its own.
+  name = signal.Signals(signum).name
   assert sorted(p.name for p in out.glob("*.saved")) == ["chief-0.saved", "evaluator-0.saved",
                                                          "worker-0.saved"]
+  assert sorted(p.name for p in out.glob(f"*.{name}")) == [
+      f"chief-0.{name}", f"evaluator-0.{name}", f"worker-0.{name}"]
   assert not list(out.glob("*.again"))
-  name = signal.Signals(signum).name
   assert f"Received {name}: every task stops at a step" in err and "Traceback" not in err
 
 
