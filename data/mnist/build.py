@@ -8,6 +8,7 @@ import fcntl
 import io
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 
@@ -70,10 +71,16 @@ def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str
     builder = make_builder(staging)
     # TFDS prints where it prepares (the staging directory) and "Subsequent
     # calls will reuse this data", which is untrue of it: our own log lines
-    # name the final place. Its progress bars (stderr) stay.
-    with contextlib.redirect_stdout(io.StringIO()):
-      builder.download_and_prepare(download_dir=os.path.join(staging, "downloads"),
-                                   download_config=download_config)
+    # name the final place. Its progress bars (stderr) stay on a terminal; into a
+    # file or a pipe they are a screen of cursor-up codes ("[A"), so they go there.
+    bars = sys.stderr.isatty()
+    tfds.display_progress_bar(bars)
+    try:
+      with contextlib.redirect_stdout(io.StringIO()):
+        builder.download_and_prepare(download_dir=os.path.join(staging, "downloads"),
+                                     download_config=download_config)
+    finally:
+      tfds.display_progress_bar(True)  # TFDS's default.
     os.makedirs(os.path.dirname(final), exist_ok=True)
     if os.path.exists(final):
       shutil.rmtree(final)
