@@ -210,7 +210,8 @@ def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tin
   assert multihost["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-6)
 
 
-@pytest.mark.parametrize("backend", runs.BACKENDS)
+@pytest.mark.parametrize("backend", [b if b == "keras" else pytest.param(
+    b, marks=pytest.mark.extended) for b in runs.BACKENDS])  # The Estimator's: extended.
 def test_a_parameter_server_on_its_own_host_trains_what_one_local_process_trains(
     backend, tiny_data_dir, tmp_path):
   """The variables on a ps task on another host, one computing task stepping against them

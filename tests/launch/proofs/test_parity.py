@@ -268,43 +268,54 @@ def test_cli_proves_a_schedule_with_warm_up_rate_for_rate(real_data_dir, tmp_pat
 
 
 @pytest.mark.real_data
-def test_on_a_parameter_server_one_worker_is_exact_and_two_are_checked_by_seed(
+def test_at_one_worker_on_a_parameter_server_both_backends_end_where_the_reference_does(
     real_data_dir, tmp_path):
   # The Estimator's chief alone, Keras's one worker stepped by its chief: sequential steps,
-  # so today's limits hold (here, 0 apart). At 2 workers the steps are asynchronous: two
-  # seeds each, their means held to limits loose enough for 30 steps (the tool's own are
-  # for an epoch: docs/parity.md).
-  result = run_module("launch.parity", [
-      "--workers=1,2", "--ps=1", "--train_steps=6", "--long_steps=0", "--statistical_seeds=2",
-      "--statistical_steps=30", "--seeds_accuracy_pp=15", "--seeds_loss_rtol=0.6",
-      f"--data_dir={real_data_dir}", f"--out={tmp_path}"], timeout=900)
+  # so today's limits hold (here, 0 apart).
+  result = run_module("launch.parity", ["--workers=1", "--ps=1", "--train_steps=6",
+                                        "--long_steps=0", f"--data_dir={real_data_dir}",
+                                        f"--out={tmp_path}"], timeout=900)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   assert "Parity at 1 worker(s) and 1 parameter server(s)" in result.stdout
-  report = json.loads((tmp_path / "workers-1" / "parity_report.json").read_text())
+  report = json.loads((tmp_path / "parity_report.json").read_text())
   assert report["passed"] and report["ps"] == 1 and not report["seeds"]
   checks = {c["name"]: c for c in report["checks"]}
   for pair in ("reference vs keras", "reference vs estimator", "keras vs estimator"):
     assert checks[f"max |weight diff| {pair}"]["measured"] == 0, pair
   assert checks["shards estimator = keras"]["passed"]
   for backend in ("keras", "estimator"):  # Both trained on the ps task.
-    logs = tmp_path / "workers-1" / "short" / backend / "model" / "logs"
+    logs = tmp_path / "short" / backend / "model" / "logs"
     assert "Serving as ps:0" in (logs / "ps-0.log").read_text(), backend
 
-  assert "Statistical parity at 2 workers and 1 parameter server(s): 2 seeds, 30 steps" in (
+
+@pytest.mark.slow
+def test_at_two_workers_on_a_parameter_server_the_check_is_statistical(tiny_data_dir,
+                                                                        tmp_path):
+  # Asynchronous steps: two seeds each, their means held to limits loose enough for 12
+  # steps on the tiny data (the tool's own are for an epoch of MNIST, measured in
+  # docs/parity.md; test_the_statistical_check_holds_the_means_not_each_seed fails them).
+  result = run_module("launch.parity", [
+      "--workers=2", "--ps=1", "--statistical_seeds=2", "--statistical_steps=12",
+      "--seeds_accuracy_pp=50", "--seeds_loss_rtol=2", f"--data_dir={tiny_data_dir}",
+      f"--out={tmp_path}"], timeout=900)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  assert "Statistical parity at 2 workers and 1 parameter server(s): 2 seeds, 12 steps" in (
       result.stdout)
-  report = json.loads((tmp_path / "workers-2" / "parity_report.json").read_text())
+  report = json.loads((tmp_path / "parity_report.json").read_text())
   assert report["passed"] and report["seeds"] == 2 and report["ps"] == 1
   checks = {c["name"]: c for c in report["checks"]}
-  assert checks["mean test accuracy gap over the seeds (pp)"]["limit"] == 15
-  assert checks["every run trained its steps"]["measured"] >= 30
+  assert checks["mean test accuracy gap over the seeds (pp)"]["limit"] == 50
+  assert checks["every run trained its steps"]["measured"] >= 12
   runs = [f"seed {seed}, {backend}" for seed in (1, 2) for backend in ("keras", "estimator")]
   assert sorted(report["measured"]) == sorted(runs) == sorted(report["curves"])
-  assert all(report["curves"][run][-1][0] >= 30 for run in runs), report["curves"]
-  for run in runs:  # Two workers, each reading its own shard, on the ps task.
+  assert all(report["curves"][run][-1][0] >= 12 for run in runs), report["curves"]
+  for run in runs:  # Two workers on the ps task.
     seed, backend = run.split(", ")
-    logs = tmp_path / "workers-2" / f"seed-{seed.split()[1]}" / backend / "model" / "logs"
+    logs = tmp_path / f"seed-{seed.split()[1]}" / backend / "model" / "logs"
     assert "Serving as ps:0" in (logs / "ps-0.log").read_text(), run
-  assert "1 (statistical)" not in result.stdout and "| 2 (statistical) | PASS |" in result.stdout
+  assert (tmp_path / "loss_curves.png").stat().st_size > 0
+  assert "| 2 (statistical) | PASS |" in parity.format_matrix([parity.Report(
+      **{**{k: v for k, v in report.items() if k != "passed"}, "checks": []})])
 
   refused = run_module("launch.parity", ["--workers=2", "--ps=1", "--statistical_seeds=1"],
                        timeout=120)
