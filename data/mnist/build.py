@@ -73,8 +73,7 @@ def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str
     # calls will reuse this data", which is untrue of it: our own log lines
     # name the final place. Its progress bars (stderr) stay on a terminal; into a
     # file or a pipe they are a screen of cursor-up codes ("[A"), so they go there.
-    bars = sys.stderr.isatty()
-    tfds.display_progress_bar(bars)
+    tfds.display_progress_bar(sys.stderr.isatty())
     try:
       with contextlib.redirect_stdout(io.StringIO()):
         builder.download_and_prepare(download_dir=os.path.join(staging, "downloads"),

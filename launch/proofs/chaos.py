@@ -523,7 +523,7 @@ def _kill(ctx: _Context) -> None:
     ctx.result.problems.append(f"the run never reached step {target}")
   ctx.result.exit_code = run.wait(ctx.result)
   ctx.pids.update(run.pids)
-  evaluator = kinds == ("evaluator",)
+  evaluator = ctx.result.fault == "kill_evaluator"
   _check_restarts(ctx, "evaluator_restarts" if evaluator else "restarts")
   if not evaluator and not (ctx.ps and victim and _kind(victim) == "worker"):
     _steps_redone(ctx, 1)

@@ -150,11 +150,8 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   Returns:
     The report; `report.passed` only if every check passed.
   """
-  config = harness.deterministic(config)
-  if program:
-    # The program's input batches itself: the epoch is its batches'.
-    config = dataclasses.replace(config, global_batch_size=program.batch * workers)
-  config = harness.prepare(config, out_dir)
+  config = harness.prepare(_program_batch(harness.deterministic(config), workers, program),
+                           out_dir)
   epoch = pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   long_steps = epoch if long_steps is None else long_steps
   flags = {b: [*(backend_flags or {}).get(b, ()), *([f"--ps={ps}"] if ps else [])]
@@ -215,8 +212,7 @@ def run_statistical(config: Config, workers: int, out_dir: str, *, ps: int, seed
     The report: `seeds`, every run's headline in `measured` and its progress-window losses
     in `curves` (plotted, not checked).
   """
-  if program:
-    config = dataclasses.replace(config, global_batch_size=program.batch * workers)
+  config = _program_batch(config, workers, program)
   steps = steps or pipeline.num_examples("train", config.data_dir) // config.global_batch_size
   summaries, curves = {}, {}
   for seed in range(config.seed, config.seed + seeds):
@@ -247,23 +243,35 @@ def run_statistical(config: Config, workers: int, out_dir: str, *, ps: int, seed
 def _seed_means(summaries: Dict[str, Dict[str, Any]], tolerances: Tolerances) -> List[Check]:
   """Each backend's mean test loss and accuracy (a regression's: loss alone) over the
   seeds, against the other's."""
-  def means(key: str) -> Tuple[Tuple[float, str], ...]:
-    def mean(backend: str) -> Tuple[float, str]:
-      values = [s[key] for label, s in summaries.items() if label.endswith(f", {backend}")]
-      return float(np.mean(values)), f"{backend} {np.mean(values):.4g} (sd {np.std(values):.2g})"
-    return tuple(mean(b) for b in BACKENDS)
-
-  (keras, keras_where), (estimator, estimator_where) = means("test_loss")
+  (keras, keras_where), (estimator, estimator_where) = (
+      _seed_mean(summaries, "test_loss", b) for b in BACKENDS)
   gap = abs(keras - estimator) / estimator
   checks = [Check("mean test loss rel diff over the seeds", gap <= tolerances.seeds_loss_rtol,
                   gap, tolerances.seeds_loss_rtol, f"{keras_where}, {estimator_where}")]
   if all(s["test_accuracy"] is not None for s in summaries.values()):
-    (keras, keras_where), (estimator, estimator_where) = means("test_accuracy")
+    (keras, keras_where), (estimator, estimator_where) = (
+        _seed_mean(summaries, "test_accuracy", b) for b in BACKENDS)
     gap = 100 * abs(keras - estimator)
     checks.append(Check("mean test accuracy gap over the seeds (pp)",
                         gap <= tolerances.seeds_accuracy_pp, gap, tolerances.seeds_accuracy_pp,
                         f"{keras_where}, {estimator_where}"))
   return checks
+
+
+def _seed_mean(summaries: Dict[str, Dict[str, Any]], key: str, backend: str
+               ) -> Tuple[float, str]:
+  """`backend`'s mean of summary `key` over the seeds, and how a check's `where` says it."""
+  values = [s[key] for label, s in summaries.items() if label.endswith(f", {backend}")]
+  return float(np.mean(values)), f"{backend} {np.mean(values):.4g} (sd {np.std(values):.2g})"
+
+
+def _program_batch(config: Config, workers: int, program: Optional[program_probe.Probe]
+                   ) -> Config:
+  """`config` with a team's program's global batch: its input batches itself, so the
+  epoch is its batches'."""
+  if not program:
+    return config
+  return dataclasses.replace(config, global_batch_size=program.batch * workers)
 
 
 def _program_notes(program: program_probe.Probe, config: Config) -> List[str]:
@@ -606,8 +614,7 @@ def format_table(report: Report) -> str:
   if report.seeds:
     return _format_statistical(report)
   on = f" (also on {report.engine})" if report.engine != "local" else ""
-  program = (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
-             f"--model={report.model}" if report.program else "")
+  program = _program_clause(report)
   servers = f" and {report.ps} parameter server(s)" if report.ps else ""
   table = harness.format_checks(f"Parity at {report.workers} worker(s){servers}: "
                                 f"{report.steps}-step "
@@ -621,14 +628,18 @@ def format_table(report: Report) -> str:
                                  "reference cannot follow")
 
 
+def _program_clause(report: Report) -> str:
+  """What a table's title says of a team's program, if the Estimator ran one."""
+  return (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
+          f"--model={report.model}" if report.program else "")
+
+
 def _format_statistical(report: Report) -> str:
-  program = (f"; the Estimator runs --estimator_program={report.program}, Keras its port "
-             f"--model={report.model}" if report.program else "")
   table = harness.format_checks(
       f"Statistical parity at {report.workers} workers and {report.ps} parameter server(s): "
-      f"{report.seeds} seeds, {report.long_steps} steps each{program}. The workers step "
-      "asynchronously, so no run is another's to the bit: the checks hold each backend's "
-      "means over the seeds to the other's.", report.checks)
+      f"{report.seeds} seeds, {report.long_steps} steps each{_program_clause(report)}. "
+      "The workers step asynchronously, so no run is another's to the bit: the checks hold "
+      "each backend's means over the seeds to the other's.", report.checks)
   return table + "\n" + _by_seed(report, "each run; the means are checked above")
 
 
