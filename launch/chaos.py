@@ -92,14 +92,6 @@ def main(argv: Sequence[str]) -> None:
   if unknown or not _FAULT.value:
     raise app.UsageError(f"--fault: unknown {', '.join(unknown) or 'empty list'}; choose from "
                          f"{', '.join(chaos.FAULTS)}, or all.", exitcode=2)
-  every = _BACKUP_EVERY.value
-  config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value,
-                  backup_every_steps=every, checkpoint_every_steps=every,
-                  log_every_steps=max(1, min(5, every)),
-                  **trainer_flags.config_settings(_CONFIG))
-  for n in workers:
-    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
-  out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   ps = _PS.value
   if ps < 0 or (ps and engine != "local"):
     raise app.UsageError("--ps takes a count >= 0, on local workers: Ray Train runs no "
@@ -111,6 +103,14 @@ def main(argv: Sequence[str]) -> None:
   if wrong:
     raise app.UsageError(f"--fault={','.join(wrong)} {'does not run on' if ps else 'needs'} "
                          f"parameter servers: {'drop it' if ps else 'give --ps=1'}.", exitcode=2)
+  every = _BACKUP_EVERY.value
+  config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value,
+                  backup_every_steps=every, checkpoint_every_steps=every,
+                  log_every_steps=max(1, min(5, every)),
+                  **trainer_flags.config_settings(_CONFIG))
+  for n in workers:
+    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
+  out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
   passed = True
   for n in workers:
     where = out if len(workers) == 1 else os.path.join(out, f"workers-{n}")
