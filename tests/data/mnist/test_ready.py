@@ -161,6 +161,8 @@ def test_the_prepare_cli_names_its_own_idx_dir_flag(tmp_path):
                   timeout=120, env=_offline_env())
   assert ok.returncode == 0 and "Prepared MNIST" in ok.stdout, ok.stderr[-3000:]
   assert _leftovers(tmp_path / "tfds") == ["mnist"]
+  # Its output is a pipe here, not a terminal: no progress bars' cursor-up codes in it.
+  assert "\x1b[A" not in ok.stderr and "examples/s" not in ok.stderr, ok.stderr[-3000:]
 
 
 def test_bad_idx_files_leave_no_lock_file(tmp_path):
