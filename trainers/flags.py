@@ -6,16 +6,20 @@ same texts for docs/training.md.
 """
 
 import dataclasses
+import os
 import sys
 import typing
 from typing import Any, Dict, List, Sequence, Tuple
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from trainers import config as config_lib
 from trainers import model_registry
+from trainers import run_lock
 from trainers import run_options
+from trainers import run_record
 from trainers.config import Config
 from trainers.run_options import RunOptions
 
@@ -70,14 +74,27 @@ def help_table() -> str:
 
 
 def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> Config:
-  """The Config the parsed flags describe."""
-  return Config(**{f.name: flag_values[f.name].value for f in dataclasses.fields(Config)})
+  """The Config the parsed flags describe. On a --model_dir that holds a run, the flags left
+  out take the values its `run.json` records (trainers.run_record.resumed_settings), said in
+  one line: a resume needs no flags."""
+  values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
+  model_dir = flag_values["model_dir"].value if "model_dir" in flag_values else None
+  taken = run_record.resumed_settings(
+      model_dir, {name: value for name, value in values.items() if flag_values[name].present})
+  taken = {name: value for name, value in taken.items() if value != values[name]}
+  if taken and not run_lock.held_by_launcher(model_dir):  # Said by the launcher alone.
+    logging.info("Resuming with the settings %s records: %s", os.path.join(
+        model_dir, run_record.RECORD_FILE), " ".join(config_to_flags(Config(**taken), taken)))
+  return Config(**{**values, **taken})
 
 
-def config_to_flags(config: Config) -> List[str]:
-  """The command-line flags that make a trainer binary use `config`."""
+def config_to_flags(config: Config, names: Sequence[str] = ()) -> List[str]:
+  """The command-line flags that make a trainer binary use `config` (of the fields `names`
+  alone, if given)."""
   args = []
   for field in dataclasses.fields(config):
+    if names and field.name not in names:
+      continue
     value = getattr(config, field.name)
     if isinstance(value, bool):
       args.append(f"--{'' if value else 'no'}{field.name}")

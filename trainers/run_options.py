@@ -38,7 +38,8 @@ class RunOptions:
       "on the chief instead, while the workers wait.")
   model_dir: Optional[str] = _flag(
       None, "Output directory: events, checkpoints, export, summary.json, progress.jsonl. "
-      "Default: a new directory under the system temp dir.")
+      "Default: a new directory under the system temp dir. On one that holds a run, the "
+      "flags left out take the values its run.json records.")
   max_restarts: int = _flag(
       restarts.DEFAULT_MAX_RESTARTS, "With --workers > 1: times every task is started again "
       "(resuming from the last backup or checkpoint) after one fails.")

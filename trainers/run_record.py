@@ -24,6 +24,7 @@ starts.
 
 import json
 import os
+import re
 from typing import Any, Dict, List, Optional
 
 from trainers import config as config_lib
@@ -80,6 +81,50 @@ def settings(backend: str, config: Config, workers: int) -> Dict[str, Any]:
   return {"backend": backend, "workers": workers, **program, **model,
           "global_batch_size": config.global_batch_size, **optimizer, "seed": config.seed,
           "schedule": config.schedule_steps(), "train_steps": config.train_steps}
+
+
+# A run's groups of settings: the first of each names what the others are settings of.
+_GROUPS = (("model", "model_options", "task", *config_lib.CANNED_SETTINGS),
+           ("optimizer", *config_lib.HYPERPARAMETERS),
+           ("learning_rate_schedule", "warmup_steps", *config_lib.SCHEDULE_SETTINGS))
+_ALONE = ("estimator_program", "program_params", "global_batch_size", "seed",
+          "clip_global_norm", "train_steps")
+
+
+def holds_a_run(model_dir: str) -> bool:
+  """Whether model_dir holds a checkpoint (either backend's) or a Keras backup, found by
+  file name alone."""
+  try:
+    names = os.listdir(model_dir)
+  except OSError:
+    return False
+  # trainers.model_dir.BACKUP_SUBDIR, and checkpoints.find's names (both import TensorFlow).
+  return "backup" in names or any(re.match(r"^(model\.)?ckpt-\d+\.index$", n) for n in names)
+
+
+def resumed_settings(model_dir: Optional[str], given: Dict[str, Any]) -> Dict[str, Any]:
+  """The Config fields a start on model_dir takes from its record, for the flags not
+  `given` (the Config fields given, with their values): a resume needs no flags. Only
+  where model_dir holds a run to resume; a setting of the model, optimizer or schedule
+  only when the one given is the recorded one (else `changes` refuses the change, naming
+  it). `{}` for a new run."""
+  recorded = read(model_dir) if model_dir and holds_a_run(model_dir) else None
+  if not recorded:
+    return {}
+  taken = {}
+  for first, *rest in _GROUPS:
+    if recorded.get(first) in (None, CANNED_OPTIMIZER, PROGRAM_OPTIMIZER):
+      continue
+    if first not in given:
+      taken[first] = recorded[first]
+    elif recorded[first] != given[first]:
+      continue
+    taken.update({k: recorded[k] for k in rest if k in recorded and k not in given})
+  taken.update({k: recorded[k] for k in _ALONE if k in recorded and k not in given})
+  schedule = recorded.get("schedule")
+  if "decay_steps" not in given and schedule not in (None, recorded.get("train_steps")):
+    taken["decay_steps"] = schedule  # Given then: 0 follows --train_steps.
+  return taken
 
 
 def read(model_dir: str) -> Optional[Dict[str, Any]]:

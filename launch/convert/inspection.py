@@ -141,6 +141,10 @@ def _keras_variables(reader) -> List[Variable]:
 
 
 _HIDDEN = re.compile(r"^dnn/hiddenlayer_(\d+)/kernel$")
+# A canned DNN's batch normalization after a hidden layer (its moving statistics too).
+_BATCH_NORM = re.compile(r"^dnn/hiddenlayer_\d+/batchnorm_\d+/")
+# The canned DNN's settings no variable keeps: the inspection cannot tell them.
+UNKNOWN_SETTINGS = ("--dropout", "--activation")
 _LINEAR_WEIGHTS = re.compile(r"^linear/linear_model/(\w+)/weights$")
 _EMBEDDINGS = re.compile(r"^dnn/input_from_feature_columns/input_layer/(\w+)/embedding_weights$")
 # Flags naming what only the run knows: its feature columns' module.
@@ -195,6 +199,8 @@ def canned_flags(variables: Sequence[Variable], values: Callable[[str], Any]) ->
   flags = [f"--model={model}"]
   if hidden:
     flags.append("--hidden_units=" + ",".join(str(width) for _, width in hidden))
+  if any(map(_BATCH_NORM.match, names)):
+    flags.append("--batch_norm")
   columns = feature_columns(variables)
   if columns:
     flags.append("--features=tabular")
@@ -318,6 +324,10 @@ def format_text(inspection: Inspection) -> str:
               + " ".join(inspection.canned_flags)
               + ("" if told else " (with --feature_name=<its feature column's name>, if not "
                  "image)")]
+    if "--hidden_units" in " ".join(inspection.canned_flags):
+      lines.append(f"  Unknown, as no variable keeps them: {' and '.join(UNKNOWN_SETTINGS)}; "
+                   "give the values its Estimator was built with (defaults: no dropout, "
+                   "relu).")
     if FEATURE_COLUMNS_FLAG in inspection.canned_flags:
       lines.append("  --feature_columns: the module and name of the list (or dict by part) "
                    "of the feature columns it was built with: "

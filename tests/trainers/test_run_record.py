@@ -148,3 +148,43 @@ def test_a_canned_model_records_its_settings_and_keeps_its_optimizer(tmp_path):
   with pytest.raises(run_record.ConfigChangeError, match="trained with --dnn_optimizer=adagrad, "
                      ".* asks for --dnn_optimizer=adam"):
     _start(tmp_path, dataclasses.replace(dnn, dnn_optimizer="adam"), allow_change=True)
+
+
+def _resumable(model_dir, config, backend="keras"):
+  """model_dir as a run of `config` leaves it: its record and a checkpoint's index file."""
+  run_record.write(str(model_dir), run_record.settings(backend, config, 2))
+  (model_dir / "ckpt-100.index").write_bytes(b"")
+
+
+def test_a_resume_takes_every_setting_its_flags_leave_out_from_the_record(tmp_path):
+  dnn = dataclasses.replace(CONFIG, model="dnn", hidden_units="32,16", dropout=0.1, seed=7,
+                            task="binary:3", decay_steps=300)
+  run_record.write(str(tmp_path), run_record.settings("keras", dnn, 2))
+  assert run_record.resumed_settings(str(tmp_path), {}) == {}  # No checkpoint: a new run.
+  _resumable(tmp_path, dnn)
+  taken = run_record.resumed_settings(str(tmp_path), {"train_steps": 200})
+  assert Config(**{"train_steps": 200, **taken}) == dataclasses.replace(
+      dnn, train_steps=200, **{k: v for k, v in dnn.canned_settings().items()
+                               if getattr(dnn, k) is None})
+  assert _start(tmp_path, Config(**{"train_steps": 200, **taken})) == []
+  # A schedule that follows --train_steps is taken as following it.
+  _resumable(tmp_path, CONFIG)
+  assert "decay_steps" not in run_record.resumed_settings(str(tmp_path), {})
+  assert run_record.resumed_settings(None, {}) == {}
+
+
+@pytest.mark.parametrize("given, left", [
+    ({"model": "cnn"}, ("hidden_units", "dropout", "dnn_optimizer")),
+    ({"optimizer": "adam"}, ("learning_rate", "momentum")),
+])
+def test_a_resume_giving_another_model_or_optimizer_takes_none_of_its_settings(given, left,
+                                                                               tmp_path):
+  # Their recorded settings would not fit: `changes` refuses the one given, naming it.
+  _resumable(tmp_path, dataclasses.replace(CONFIG, model="dnn", dropout=0.1))
+  if "optimizer" in given:
+    _resumable(tmp_path, CONFIG)
+  taken = run_record.resumed_settings(str(tmp_path), given)
+  assert not set(left) & set(taken) and not set(given) & set(taken)
+  assert taken["train_steps"] == 100
+  with pytest.raises(run_record.ConfigChangeError, match=f"--{next(iter(given))}"):
+    _start(tmp_path, Config(**{**taken, **given}))

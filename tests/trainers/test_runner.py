@@ -27,6 +27,7 @@ from trainers import flags as trainer_flags
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import run_lock
+from trainers import run_record
 from trainers import runner
 from trainers import serving
 from launch.proofs import harness
@@ -852,6 +853,14 @@ def test_a_resume_with_other_settings_is_refused_unless_the_change_is_allowed(ti
   [change] = [r for r in runs.read_progress(str(model_dir)) if r["event"] == "config_change"]
   assert "--seed: 1 in the run, 2 now" in change["changes"]
   assert json.loads(allowed.stdout.strip().splitlines()[-1])["global_step"] == 8
+  # A resume needs no flags: those left out are the record's, the new rate and seed too.
+  again = run_module("trainers.keras_main", [f"--model_dir={model_dir}", "--train_steps=10",
+                                             f"--data_dir={tiny_data_dir}"])
+  assert again.returncode == 0, again.stderr[-3000:]
+  said = next(line for line in again.stderr.splitlines() if "Resuming with the settings" in line)
+  assert "--global_batch_size=32 --learning_rate=0.05" in said and "--seed=2" in said, said
+  assert json.loads(again.stdout.strip().splitlines()[-1])["global_step"] == 10
+  assert run_record.read(str(model_dir))["learning_rate"] == 0.05
 
 
 @pytest.mark.slow

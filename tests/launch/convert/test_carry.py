@@ -162,10 +162,12 @@ def test_cli_converts_and_keras_resumes_from_it(estimator_dir, tiny_data_dir, tm
   # The run record comes along, for the new backend: no --allow_config_change needed.
   assert run_record.read(str(target)) == {**run_record.read(estimator_dir), "backend": "keras"}
 
+  # Resumed with no flag but where the data is and how far: the rest is the record's.
   result = run_module("trainers.keras_main", [f"--model_dir={target}",
                                               f"--data_dir={tiny_data_dir}",
-                                              f"--train_steps={2 * STEPS}", *TRAIN_FLAGS])
+                                              f"--train_steps={2 * STEPS}"])
   assert result.returncode == 0, result.stderr[-3000:]
+  assert "records: --global_batch_size=32 " in result.stderr
   assert json.loads(result.stdout.strip().splitlines()[-1])["global_step"] == 2 * STEPS
   assert f"Training from step {STEPS} to {2 * STEPS}." in result.stderr
   # --decay_steps=0: the schedule follows the longer --train_steps, and the run says so.

@@ -72,6 +72,16 @@ def test_a_tf2_canned_checkpoint_names_its_twins_flags():
                                           "training/Ftrl/learning_rate": 0.005}) == [
       "--model=wide_deep", "--hidden_units=32,16", "--feature_name=pixels",
       "--dnn_optimizer=adam", "--dnn_learning_rate=0.01"]
+  normed = {**deep, **{f"dnn/hiddenlayer_{i}/batchnorm_{i}/{name}": [width]
+                      for i, width in ((0, 32), (1, 16))
+                      for name in ("gamma", "beta", "moving_mean", "moving_variance")}}
+  told = _canned_flags(normed, {"training/Adagrad/learning_rate": 0.05})
+  assert told == ["--model=dnn", "--hidden_units=32,16", "--batch_norm"], told
+  variables = inspect._estimator_variables(  # pylint: disable=protected-access
+      normed, {name: F32 for name in normed})
+  text = inspect.format_text(inspect.Inspection(
+      "ckpt", "estimator", 1, variables, "dnn", {}, {}, [], told, []))
+  assert "Unknown, as no variable keeps them: --dropout and --activation" in text
   assert _canned_flags({"conv/kernel": [3, 3, 1, 32]}, {}) == []  # Not canned.
   v1 = {"linear/linear_model/pixels/weights": [784, 10],
         "linear/linear/linear_model/pixels/weights/Ftrl": [784, 10]}
