@@ -123,6 +123,12 @@ def read_summary(model_dir: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _absolute(path: str) -> str:
+  """A local path as an absolute one, so the summary names it wherever it is read; a URL
+  (gs://...) as it is."""
+  return path if "://" in path else os.path.abspath(path)
+
+
 def write_summary(
     backend: str,
     config: Config,
@@ -177,8 +183,8 @@ def write_summary(
       "examples_per_second": None if own_batches else round(
           trained_steps * config.global_batch_size / train_seconds if train_seconds > 0 else 0,
           1),
-      "model_dir": model_dir,
-      "export_dir": export_dir,
+      "model_dir": _absolute(model_dir),
+      "export_dir": export_dir and _absolute(export_dir),
   }
   if first_step_time:
     summary["first_step_time"] = round(first_step_time, 3)

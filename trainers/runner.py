@@ -77,14 +77,7 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
   """
   model_dir = options.model_dir
   path = os.path.abspath(model_dir)
-  parent = os.path.dirname(path)
-  if not writer and not os.path.isdir(parent):  # The writer makes it, as `mkdir -p` does.
-    raise ModelDirError(
-        f"--model_dir={model_dir}: its parent directory {parent} does not exist. Start the "
-        "chief first (it makes it), or choose another --model_dir.")
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory; "
-                        "choose another --model_dir.")
+  check_model_dir_path(model_dir, writer)
   lock = None
   if writer:
     try:
@@ -116,6 +109,31 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
       lock.release()
     raise
   return lock
+
+
+def check_model_dir_path(model_dir: str, writer: bool) -> None:
+  """What the path alone says against --model_dir, checked before TensorFlow loads: a
+  file in its place or its parents', a parent a non-writer cannot make, a directory
+  this user cannot write in. Nothing is created.
+
+  Raises:
+    ModelDirError: naming the problem and the fix.
+  """
+  path = os.path.abspath(model_dir)
+  parent = os.path.dirname(path)
+  if not writer and not os.path.isdir(parent):  # The writer makes it, as `mkdir -p` does.
+    raise ModelDirError(
+        f"--model_dir={model_dir}: its parent directory {parent} does not exist. Start the "
+        "chief first (it makes it), or choose another --model_dir.")
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ModelDirError(f"--model_dir={model_dir}: {existing} is a file, not a directory; "
+                        "choose another --model_dir.")
+  if writer and not os.access(existing, os.W_OK | os.X_OK):
+    raise ModelDirError(f"--model_dir={model_dir} is not writable ({existing} is not "
+                        "writable by this user); choose a directory you can write to.")
 
 
 # What a model_dir holds before any run wrote to it: a launcher's logs, the run lock
@@ -224,6 +242,8 @@ def _check_run(backend: str, config: Config, options: RunOptions
     raise ValueError("--model_dir is required when TF_CONFIG is set: every task must share it.")
   if task:
     cluster.check_port_free(task)
+  if options.model_dir is not None:
+    check_model_dir_path(options.model_dir, writer=task is None or task.is_chief)
   _check_files(config, options)
   return task, num_workers, num_ps
 

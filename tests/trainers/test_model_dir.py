@@ -9,12 +9,16 @@ from trainers import model_dir as layout
 from trainers.config import Config
 
 
-def test_write_summary_writes_the_summary_and_prints_it(tmp_path, capsys):
-  summary = layout.write_summary("keras", Config(), str(tmp_path), workers=2, global_step=30,
+def test_write_summary_writes_the_summary_and_prints_it(tmp_path, capsys, monkeypatch):
+  monkeypatch.chdir(tmp_path.parent)  # A relative model_dir is named absolute.
+  summary = layout.write_summary("keras", Config(), tmp_path.name, workers=2, global_step=30,
                           metrics={"accuracy": 0.5, "loss": 1.25}, train_seconds=3.0,
-                          trained_steps=30, export_dir="/x", first_step_time=1.5)
+                          trained_steps=30, export_dir=f"{tmp_path.name}/export/1",
+                          first_step_time=1.5)
   assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
   assert runs.read_summary(str(tmp_path)) == summary
+  assert (summary["model_dir"], summary["export_dir"]) == (str(tmp_path),
+                                                           str(tmp_path / "export" / "1"))
   assert summary["examples_per_second"] == round(30 * 96 / 3.0, 1)
   assert not list(tmp_path.glob("*.tmp"))
 

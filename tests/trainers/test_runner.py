@@ -472,6 +472,20 @@ def test_an_unwritable_model_dir_is_rejected(backend, tiny_data_dir, tmp_path):
   _rejected(backend, [], {}, 2, "is not writable", tiny_data_dir, model_dir)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_file_in_the_model_dirs_place_is_refused_before_tensorflow_loads(backend,
+                                                                           tiny_data_dir,
+                                                                           tmp_path):
+  (tmp_path / "file").write_text("kept")
+  for model_dir in (tmp_path / "file", tmp_path / "file" / "model"):
+    result = _rejected(backend, [], {"PYTHONPROFILEIMPORTTIME": "1"}, 2,
+                       f"{tmp_path / 'file'} is a file, not a directory", tiny_data_dir,
+                       model_dir)
+    imported = re.findall(r"^import time:.*\| +(\S+)$", result.stderr, re.M)
+    assert "numpy" in imported and "tensorflow" not in imported, imported[-5:]
+  assert (tmp_path / "file").read_text() == "kept"
+
+
 def _save_checkpoint(model_dir, owner: str, same_model: bool = True) -> None:
   """A checkpoint as `owner`'s backend writes it: object-based (Keras) or name-based."""
   model_dir.mkdir()
