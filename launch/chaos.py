@@ -37,7 +37,6 @@ temporary directory.
 
 import os
 import sys
-import tempfile
 from typing import Sequence
 
 from absl import app
@@ -64,8 +63,7 @@ _BACKUP_EVERY = flags.DEFINE_integer("backup_every_steps", 50, "Keras backups an
                                      "checkpoints, in steps: the most a kill can cost.")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
-_OUT = flags.DEFINE_string("out", None, "Where each trial's model_dir goes (default: a new "
-                           "temporary directory).")
+_OUT = tool_flags.define_out()
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of step, signal and victim.")
 _TIMEOUT = tool_flags.define_timeout()
 _ENGINE = tool_flags.define_engine("What runs the tasks: the local launcher, or Ray Train "
@@ -110,7 +108,8 @@ def main(argv: Sequence[str]) -> None:
                   **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, [_BACKEND.value])
-  out = _OUT.value or tempfile.mkdtemp(prefix="chaos-")
+  output = tool_flags.Output(_OUT, "chaos")
+  out = output.path
   passed = True
   for n in workers:
     where = out if len(workers) == 1 else os.path.join(out, f"workers-{n}")
@@ -120,6 +119,7 @@ def main(argv: Sequence[str]) -> None:
     print(chaos.format_table(results))
     print(f"Runs: {where}")
     passed = passed and chaos.overall_passed(results)
+  output.finish(passed)
   sys.exit(0 if passed else 1)
 
 

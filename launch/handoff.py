@@ -31,7 +31,6 @@ schedule's length and --resume_steps the steps past the split: a run that gives
 
 import dataclasses
 import sys
-import tempfile
 from typing import Sequence
 
 from absl import app
@@ -58,7 +57,7 @@ _DECAY_STEPS = flags.DEFINE_integer("decay_steps", 1000, "The learning-rate sche
                                     "length, exponential's and inverse_time's period).")
 _RESUME_STEPS = flags.DEFINE_integer("resume_steps", None, "Deprecated: give --train_steps "
                                      "(--split_at + this) instead.")
-_OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
+_OUT = tool_flags.define_out("handoff_report.{md,json}, loss_curves.png")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
                                             + trainer_flags.PROGRAM_FIELDS)
@@ -128,7 +127,8 @@ def main(argv: Sequence[str]) -> None:
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   program = tool_flags.probe_program(config, max(workers), train_steps, _ASSIGNMENT_MAP)
-  out = _OUT.value or tempfile.mkdtemp(prefix="handoff-")
+  output = tool_flags.Output(_OUT, "handoff", ("handoff_report.*", "loss_curves.png"))
+  out = output.path
   try:
     report = handoff.run_handoff(
         config, workers, out, split_at=split_at, train_steps=train_steps,
@@ -140,6 +140,7 @@ def main(argv: Sequence[str]) -> None:
   handoff.write_report(report, out)
   print(handoff.format_table(report))
   print(f"Report: {out}/handoff_report.md, handoff_report.json, loss_curves.png")
+  output.finish(report.passed)
   sys.exit(0 if report.passed else 1)
 
 

@@ -42,7 +42,6 @@ clipping the summed gradients instead must end apart from both backends.
 import dataclasses
 import os
 import sys
-import tempfile
 from typing import Any, Dict, List, Sequence, Tuple
 
 from absl import app
@@ -63,7 +62,7 @@ _WORKERS = tool_flags.define_workers([2], "Local worker counts, each run by both
 _TRAIN_STEPS = tool_flags.define_train_steps(10, "Steps of the short run.")
 _LONG_STEPS = flags.DEFINE_integer("long_steps", None, "Steps of the long run (default: one "
                                    "epoch of the training split; 0 skips it).")
-_OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
+_OUT = tool_flags.define_out("parity_report.{md,json}, loss_curves.png (parity_matrix.{md,json})")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _MODELS = flags.DEFINE_list("model", [Config.model], "Models to prove, comma-separated: built-in "
                             "names or package.module:NAME; all: every built-in.")
@@ -173,7 +172,8 @@ def main(argv: Sequence[str]) -> None:
   # Each program's probe, at each worker count, before anything trains or is written.
   programs = {(c.model, n): tool_flags.probe_program(c, n, train_steps, _ASSIGNMENT_MAP)
               for c in configs for n in workers}
-  out = _OUT.value or tempfile.mkdtemp(prefix="parity-")
+  output = tool_flags.Output(_OUT, "parity", ("parity_*", "loss_curves.png"))
+  out = output.path
   reports = []
   for config in configs:
     for n in workers:
@@ -205,7 +205,9 @@ def main(argv: Sequence[str]) -> None:
     parity.write_matrix(reports, out)
     print(parity.format_matrix(reports))
     print(f"Matrix: {out}/parity_matrix.md, parity_matrix.json")
-  sys.exit(0 if all(r.passed for r in reports) else 1)
+  passed = all(r.passed for r in reports)
+  output.finish(passed)
+  sys.exit(0 if passed else 1)
 
 
 if __name__ == "__main__":

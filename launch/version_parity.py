@@ -14,7 +14,6 @@ to --out, and exits 0 only if every check passes.
 
 import dataclasses
 import sys
-import tempfile
 from typing import Sequence
 
 from absl import app
@@ -33,7 +32,7 @@ _KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "Python of the newest-
                                     "e.g. .venv-tf221/bin/python.", required=True)
 _WORKERS = tool_flags.define_workers([1, 2], "Local worker counts to compare at.")
 _TRAIN_STEPS = tool_flags.define_train_steps(10, "Training steps of each run.")
-_OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
+_OUT = tool_flags.define_out("version_parity_report.{md,json}, loss_curves.png")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
@@ -56,7 +55,9 @@ def main(argv: Sequence[str]) -> None:
                   **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
-  out = _OUT.value or tempfile.mkdtemp(prefix="version-parity-")
+  output = tool_flags.Output(_OUT, "version-parity", ("version_parity_report.*",
+                                                      "loss_curves.png"))
+  out = output.path
   try:
     report = version_parity.run_version_parity(
         config, workers, out, keras_python=_KERAS_PYTHON.value, steps=train_steps,
@@ -67,6 +68,7 @@ def main(argv: Sequence[str]) -> None:
   version_parity.write_report(report, out)
   print(version_parity.format_table(report))
   print(f"Report: {out}/version_parity_report.md, version_parity_report.json, loss_curves.png")
+  output.finish(report.passed)
   sys.exit(0 if report.passed else 1)
 
 

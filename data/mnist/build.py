@@ -68,7 +68,13 @@ def _build_into_place(make_builder: Callable[[str], Any], data_dir: Optional[str
   os.makedirs(root, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=root)
   try:
-    builder = make_builder(staging)
+    # A builder that finds no dataset info makes an empty temporary directory and leaves it
+    # (tfds.core.DatasetInfo.initialize_from_bucket): made in staging, it goes with it.
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, staging
+    try:
+      builder = make_builder(staging)
+    finally:
+      tempfile.tempdir = saved_tempdir
     # TFDS prints where it prepares (the staging directory) and "Subsequent
     # calls will reuse this data", which is untrue of it: our own log lines
     # name the final place. Its progress bars (stderr) stay on a terminal; into a

@@ -20,7 +20,6 @@ a benchmark: it exits 0 whatever the numbers, and 1 only if a run failed.
 """
 
 import sys
-import tempfile
 from typing import Sequence
 
 from absl import app
@@ -42,7 +41,7 @@ _WORKERS = tool_flags.define_workers([1, 2], "Worker counts to run each backend 
 _TRAIN_STEPS = tool_flags.define_train_steps(
     Config.train_steps, "Training steps of every run (the trainers' default, so the accuracy "
     "figure is meaningful).")
-_OUT = flags.DEFINE_string("out", None, "Output directory (default: a new temporary one).")
+_OUT = tool_flags.define_out("bench.{md,json}")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
 _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
 _TIMEOUT = tool_flags.define_timeout()
@@ -93,7 +92,8 @@ def main(argv: Sequence[str]) -> None:
   backends = [bench_run.ENTRIES[e][0] for e in entries]
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)
-  out = _OUT.value or tempfile.mkdtemp(prefix="bench-")
+  output = tool_flags.Output(_OUT, "bench", ("bench.md", "bench.json"))
+  out = output.path
   started = bench_report.machine()
   results, step_costs = bench_run.run_bench(config, workers, out, backends=entries,
                                             timeout=timeout, repeats=_REPEATS.value,
@@ -110,6 +110,7 @@ def main(argv: Sequence[str]) -> None:
     print(f"- on parameter servers: {line}")
   print(f"Report: {out}/bench.md, {out}/bench.json")
   failed = any(r.error for r in results) or any("error" in c for c in step_costs.values())
+  output.finish(not failed)
   sys.exit(1 if failed else 0)
 
 

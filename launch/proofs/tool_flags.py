@@ -17,7 +17,10 @@ Binaries call the `define_*` functions at import time and read the holders in
 work for now, say that they are deprecated, and name the new one.
 """
 
+import fnmatch
+import os
 import sys
+import tempfile
 from typing import List, Optional, Sequence, Tuple
 
 from absl import app
@@ -142,6 +145,47 @@ def engine(holder: flags.FlagHolder) -> str:
     except ray_engine.RayUnavailable as e:
       raise app.UsageError(f"--engine=ray: {e}", exitcode=2) from e
   return holder.value
+
+
+def define_out(reports: str = "", flag_values: flags.FlagValues = flags.FLAGS
+               ) -> flags.FlagHolder:
+  """--out: where a tool writes `reports` (if any) and its runs."""
+  return flags.DEFINE_string(
+      "out", None, f"Output directory: {reports + ', and ' if reports else ''}every run's "
+      "model_dir and logs. Default: a new temporary directory, of which only the reports "
+      "are kept when every check passes.", flag_values=flag_values)
+
+
+class Output:
+  """A tool's output directory: --out, or a new temporary one; of the latter, `finish`
+  removes what the tool made only for itself (its runs) when every check passed, keeping
+  the reports, the files named as `reports` (fnmatch patterns) say."""
+
+  def __init__(self, holder: flags.FlagHolder, tool: str, reports: Sequence[str] = ()):
+    self.given, self.reports = holder.value is not None, tuple(reports)
+    self.path = holder.value or tempfile.mkdtemp(prefix=f"{tool}-")
+    if not self.given:
+      print(f"Writing to {self.path} (a new temporary directory; --out chooses one).",
+            flush=True)
+
+  def finish(self, passed: bool) -> None:
+    """Removes a temporary directory's runs if `passed`, saying what stays where."""
+    if self.given:
+      return
+    if not passed:
+      print(f"The runs are kept in {self.path}, to look into; remove it when done.")
+      return
+    for root, dirs, files in os.walk(self.path, topdown=False):
+      for name in files:
+        if not any(fnmatch.fnmatch(name, pattern) for pattern in self.reports):
+          os.remove(os.path.join(root, name))
+      for name in dirs:
+        if not os.listdir(os.path.join(root, name)):
+          os.rmdir(os.path.join(root, name))
+    kept = "its reports stay" if os.listdir(self.path) else "nothing stays"
+    print(f"Every check passed: the runs in {self.path} are removed; {kept}.")
+    if not os.listdir(self.path):
+      os.rmdir(self.path)
 
 
 def define_assignment_map(flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:

@@ -4,6 +4,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from unittest import mock
@@ -32,6 +33,16 @@ def test_prepare_writes_tfds_mnist_with_official_features_and_splits(tiny_data_d
   images, labels = synthetic_split(200, seed=1)
   want = sorted(int(label) * 10**6 + int(im.sum()) for im, label in zip(images, labels))
   assert got == want
+
+
+def test_a_preparation_leaves_nothing_in_the_temporary_directory(tiny_idx_dir, tmp_path,
+                                                                 monkeypatch):
+  temp = tmp_path / "tmp"
+  temp.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temp))
+  build.prepare(str(tiny_idx_dir), str(tmp_path / "data"))
+  assert os.listdir(temp) == []  # TFDS's builder makes one there, outside staging.
+  assert tempfile.gettempdir() == str(temp)
 
 
 def _leftovers(data_dir):

@@ -57,3 +57,36 @@ def test_the_engine_is_local_unless_given_and_ray_needs_its_extra(monkeypatch):
   monkeypatch.delitem(sys.modules, "ray.train.tensorflow", raising=False)
   with pytest.raises(app.UsageError, match=r'--engine=ray: .*pip install -e "\.\[tf215,ray\]"'):
     tool_flags.engine(_parse("--engine=ray")["engine"])
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_a_temporary_out_keeps_only_the_reports_when_every_check_passes(passed, tmp_path,
+                                                                         monkeypatch, capsys):
+  monkeypatch.setattr(tool_flags.tempfile, "tempdir", str(tmp_path))
+  values = flags.FlagValues()
+  holder = tool_flags.define_out("parity_report.{md,json}", values)
+  values(["prog"])
+  output = tool_flags.Output(holder, "parity", ("parity_*", "loss_curves.png"))
+  out = output.path
+  assert out.startswith(str(tmp_path / "parity-")) and f"Writing to {out}" in (
+      capsys.readouterr().out)
+  for name in ("parity_report.md", "cell/parity_report.json", "cell/loss_curves.png",
+               "short/keras/model/ckpt-1.index", "short/keras/model/logs/chief-0.log"):
+    (tmp_path / out / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / out / name).write_text("x")
+  output.finish(passed)
+  left = sorted(str(p.relative_to(out)) for p in (tmp_path / out).rglob("*") if p.is_file())
+  if passed:
+    assert left == ["cell/loss_curves.png", "cell/parity_report.json", "parity_report.md"]
+    assert "the runs in" in capsys.readouterr().out and not (tmp_path / out / "short").exists()
+  else:
+    assert len(left) == 5 and "The runs are kept in" in capsys.readouterr().out
+
+
+def test_a_given_out_keeps_everything(tmp_path):
+  values = flags.FlagValues()
+  holder = tool_flags.define_out(flag_values=values)
+  values(["prog", f"--out={tmp_path}"])
+  (tmp_path / "run.log").write_text("x")
+  tool_flags.Output(holder, "chaos").finish(True)
+  assert (tmp_path / "run.log").exists()
