@@ -46,6 +46,7 @@ from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.proofs import chaos  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
@@ -116,7 +117,7 @@ def main(argv: Sequence[str]) -> None:
     results = chaos.run_chaos(_BACKEND.value, config, n, _TRIALS.value, where,
                               seed=_SEED.value, timeout=timeout, faults=faults,
                               engine=engine, ps=ps)
-    print(chaos.format_table(results))
+    print(harness.for_terminal(chaos.format_table(results)))
     print(f"Runs: {where}")
     passed = passed and chaos.overall_passed(results)
   output.finish(passed)

@@ -41,6 +41,7 @@ from launch import console
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.convert.kinds import ConversionError  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import handoff  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import config as config_lib  # noqa: E402 -- after quiet_tool_process
@@ -138,7 +139,7 @@ def main(argv: Sequence[str]) -> None:
   except (runs.RunError, ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)
-  print(handoff.format_table(report))
+  print(harness.for_terminal(handoff.format_table(report)))
   print(f"Report: {out}/handoff_report.md, handoff_report.json, loss_curves.png")
   output.finish(report.passed)
   sys.exit(0 if report.passed else 1)

@@ -47,7 +47,7 @@ def main(argv: Sequence[str]) -> None:
   table = metric_gaps.format_table(measured, _ATOL.value)
   title = (f"v1 metrics on the MNIST test split, the CNN after {_STEPS.value} steps: "
            f"{'PASS' if passed else 'FAIL'}")
-  print(f"{title}\n\n{table}")
+  print(harness.for_terminal(f"{title}\n\n{table}"))
   if _OUT.value:
     os.makedirs(_OUT.value, exist_ok=True)
     harness.write_files(_OUT.value, {

@@ -50,6 +50,7 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import parity  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
@@ -198,12 +199,12 @@ def main(argv: Sequence[str]) -> None:
       except runs.RunError as e:  # A backend run failed: its log is named in the message.
         sys.exit(f"error: {e}")
       parity.write_report(report, where)
-      print(parity.format_table(report))
+      print(harness.for_terminal(parity.format_table(report)))
       print(f"Report: {where}/parity_report.md, parity_report.json, loss_curves.png")
       reports.append(report)
   if len(reports) > 1:
     parity.write_matrix(reports, out)
-    print(parity.format_matrix(reports))
+    print(harness.for_terminal(parity.format_matrix(reports)))
     print(f"Matrix: {out}/parity_matrix.md, parity_matrix.json")
   passed = all(r.passed for r in reports)
   output.finish(passed)

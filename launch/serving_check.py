@@ -130,7 +130,7 @@ def main(argv: Sequence[str]) -> None:
   passed = all(c.passed for c in checks)
   what = "Serving contract:" if _CONTRACT_ONLY.value else "Serving:"
   table = harness.format_checks(f"{what} {first} (first) against {second} (second)", checks)
-  print(table)
+  print(harness.for_terminal(table))
   if _OUT.value:
     os.makedirs(_OUT.value, exist_ok=True)
     harness.write_files(_OUT.value, {

@@ -22,6 +22,7 @@ from absl import flags
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import version_parity  # noqa: E402 -- after quiet_tool_process
@@ -66,7 +67,7 @@ def main(argv: Sequence[str]) -> None:
   except runs.RunError as e:  # A run failed: its log is named in the message.
     sys.exit(f"error: {e}")
   version_parity.write_report(report, out)
-  print(version_parity.format_table(report))
+  print(harness.for_terminal(version_parity.format_table(report)))
   print(f"Report: {out}/version_parity_report.md, version_parity_report.json, loss_curves.png")
   output.finish(report.passed)
   sys.exit(0 if report.passed else 1)

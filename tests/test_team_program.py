@@ -131,7 +131,7 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
                                                f"--data_dir={real_data_dir}"],
                       env=_env(real_data_dir))
   assert served.returncode == 0, served.stdout + served.stderr[-3000:]
-  assert "signatures fed the test split, first export | PASS" in served.stdout
+  assert "PASS  signatures fed the test split, first export: " in served.stdout
 
 
 COLUMNS_FLAGS = ["--estimator_program=columns_program:PROGRAM", "--model=columns_port:SPEC",

@@ -31,6 +31,7 @@ from launch import console
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.bench import report as bench_report  # noqa: E402 -- after quiet_tool_process
 from launch.bench import run as bench_run  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import runner  # noqa: E402 -- after quiet_tool_process
@@ -99,9 +100,9 @@ def main(argv: Sequence[str]) -> None:
                                             timeout=timeout, repeats=_REPEATS.value,
                                             ps=_PS.value)
   bench_report.write_report(results, step_costs, config, out, started, entries)
-  print(bench_report.format_table(results, step_costs))
-  print("\nWhere a step's time goes (ms):\n" + bench_report.format_step_costs(results, step_costs,
-                                                                     entries))
+  print(harness.for_terminal(bench_report.format_table(results, step_costs)))
+  costs = bench_report.format_step_costs(results, step_costs, entries)
+  print("\nWhere a step's time goes (ms):\n" + harness.for_terminal(costs))
   for line in bench_report.ceiling_bugs(results):
     print(f"- faster than the ceiling: {line}")
   for line in bench_report.explain(results, step_costs):

@@ -12,6 +12,8 @@ import dataclasses
 import itertools
 import json
 import os
+import re
+import textwrap
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -244,6 +246,55 @@ def md_cell(text: str) -> str:
   """`text` for a Markdown table's cell: its pipes escaped (`max |weight diff|`), so the row
   keeps its columns when rendered."""
   return text.replace("|", "\\|")
+
+
+TERMINAL_WIDTH = 100
+_CHECK_COLUMNS = ["check", "result", "measured", "limit", "where"]
+
+
+def for_terminal(text: str, width: int = TERMINAL_WIDTH) -> str:
+  """`text` with each Markdown table in it laid out for a terminal `width` columns wide (the
+  reports keep the Markdown). A table of checks: a check a line, wrapped
+  (`PASS  name: measured (limit L), where`); another table in aligned columns, its last
+  wrapped, or, when even that does not fit, each row a block. Other lines as they are."""
+  out: List[str] = []
+  table: List[str] = []
+  for line in [*text.splitlines(), ""]:
+    if line.startswith("|"):
+      table.append(line)
+      continue
+    if table:
+      out += _terminal_table([_cells(row) for row in table if not row.startswith("| ---")],
+                             width)
+      table = []
+    out.append(line)
+  return "\n".join(out[:-1])
+
+
+def _cells(row: str) -> List[str]:
+  """A Markdown row's cells, their escaped pipes unescaped."""
+  return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def _terminal_table(rows: List[List[str]], width: int) -> List[str]:
+  header, body = rows[0], rows[1:]
+  if header == _CHECK_COLUMNS:
+    return [line for name, result, measured, limit, where in body
+            for line in textwrap.wrap(f"{name}: {measured} (limit {limit})"
+                                      + (f", {where}" if where else ""), width,
+                                      initial_indent=f"{result:<4}  ", subsequent_indent=" " * 6)]
+  widths = [max(len(c) for c in column) for column in zip(*rows)]
+  lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+  if width - lead >= 24:  # The last column wrapped beside the others.
+    lines = []
+    for row in [header, ["-" * w for w in widths], *body]:
+      first = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths))
+      wrapped = textwrap.wrap(row[-1], width - lead) or [""]
+      lines += [f"{first}  {wrapped[0]}".rstrip()] + [" " * (lead + 2) + w for w in wrapped[1:]]
+    return lines
+  return [line for row in body for line in [row[0], *textwrap.wrap(
+      "; ".join(f"{h}: {c}" for h, c in zip(header[1:], row[1:])), width,
+      initial_indent=" " * 4, subsequent_indent=" " * 4)]]
 
 
 def format_checks(title: str, checks: Sequence[Check]) -> str:

@@ -126,3 +126,24 @@ def test_a_run_with_its_own_limit_is_held_to_it_against_every_other_run():
   # A run's own limit never loosens below the common one.
   (check,) = harness.compare_weights({"reference": base, "keras": off}, 1e-6, {"reference": 0.0})
   assert not check.passed and check.limit == 1e-6
+
+
+def test_tables_on_the_terminal_fit_100_columns_and_keep_every_cell():
+  checks = [harness.Check("max |weight diff| keras vs estimator", True, 0.0, 1e-6,
+                          "variable conv/kernel"),
+            harness.Check("signatures required", False, 3, 4, ", ".join(["'serving_default'"] * 9))]
+  shown = harness.for_terminal(harness.format_checks("Title", checks))
+  lines = shown.splitlines()
+  assert lines[0] == "Title" and lines[-1] == "Overall: FAIL (1/2 checks)"
+  assert lines[1] == ("PASS  max |weight diff| keras vs estimator: 0 (limit 1e-06), variable "
+                      "conv/kernel")
+  assert lines[2].startswith("FAIL  signatures required: 3 (limit 4), 'serving_default'")
+  assert lines[3].startswith(" " * 6) and max(map(len, lines)) <= 100
+  narrow = "| model | workers | ms |\n| --- | --- | --- |\n| keras | 2 | 10.5 |"
+  assert harness.for_terminal(narrow).splitlines() == [
+      "model  workers  ms", "-----  -------  ----", "keras  2        10.5"]
+  wide = "| " + " | ".join(f"column {i}" for i in range(12)) + " |\n" + "| --- " * 12 + "|\n" \
+      + "| " + " | ".join(f"value {i}" for i in range(12)) + " |"
+  rows = harness.for_terminal(wide).splitlines()
+  assert rows[0] == "value 0" and rows[1].startswith("    column 1: value 1; column 2: value 2")
+  assert max(map(len, rows)) <= 100 and "column 11: value 11" in " ".join(rows)
