@@ -695,27 +695,51 @@ def write_report(report: Report, out_dir: str) -> None:
   harness.write_report(out_dir, "parity", report, format_table(report), _plot)
 
 
+# How each run is drawn: where runs agree their curves lie on each other, each still seen.
+_STYLE = {"reference": dict(color="tab:blue", linewidth=6, alpha=0.3),
+          "keras": dict(color="tab:orange", linewidth=2, marker="o", markersize=3),
+          "estimator": dict(color="tab:green", linewidth=1, linestyle="--", marker="x",
+                            markersize=5)}
+
+
 def _plot(report: Report, fig) -> None:
-  """The per-step losses above, and every pair's |difference| below; a statistical check's
-  progress-window losses, a colour per seed."""
+  """A column per phase (the short run, the long one): each run's per-step loss above, drawn
+  so agreeing curves each show; below, every pair's relative difference on a log scale under
+  the limit its check holds it to. A statistical check: its progress-window losses."""
   if report.seeds:
     _plot_curves(report, fig)
     return
-  top, bottom = fig.subplots(2, 1, sharex=True)
-  fig.set_size_inches(9, 8)
-  for run, values in report.losses.items():
-    top.plot(range(1, len(values) + 1), values, label=run,
-             linestyle="--" if "reference" in run else "-")
-  top.set(yscale="log", ylabel="training loss (global batch)", title="Per-step loss")
-  top.legend()
-  for phase in ("short", "long"):
-    phase_runs = [r for r in report.losses if r.startswith(phase + "/")]
-    for a, b in itertools.combinations(phase_runs, 2):
-      diff = np.abs(np.asarray(report.losses[a]) - np.asarray(report.losses[b]))
-      bottom.plot(range(1, len(diff) + 1), np.maximum(diff, 1e-12),
-                  label=f"|{a} - {b.split('/')[1]}|")
-  bottom.set(yscale="log", xlabel="step", ylabel="|loss difference| (floor 1e-12)")
-  bottom.legend()
+  phases = [p for p in ("short", "long") if any(r.startswith(p + "/") for r in report.losses)]
+  axes = fig.subplots(2, len(phases), squeeze=False)
+  fig.set_size_inches(6 * len(phases) + 2, 8)
+  limits = {c.name: c.limit for c in report.checks}
+  for column, phase in enumerate(phases):
+    top, bottom = axes[0][column], axes[1][column]
+    runs = {r.split("/", 1)[1]: v for r, v in report.losses.items() if r.startswith(phase + "/")}
+    for run, values in runs.items():
+      top.plot(range(1, len(values) + 1), values, label=run,
+               **_STYLE.get(run.split(" on ")[0], {}))
+    top.set(yscale="log", ylabel="training loss (global batch)",
+            title=f"{phase} run: {report.steps if phase == 'short' else report.long_steps} steps")
+    top.legend()
+    check = ("per-step loss rel diff" if phase == "short"
+             else "loss curve rel diff, long run")
+    for width, (a, b) in zip((5, 3, 1.5, 1), itertools.combinations(runs, 2)):
+      x, y = np.asarray(runs[a]), np.asarray(runs[b])
+      if len(x) == len(y):  # Wider lines first: a pair under another still shows.
+        rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-12)
+        bottom.plot(range(1, len(rel) + 1), np.maximum(rel, 1e-12), linewidth=width,
+                    label=f"{a} vs {b}")
+    if phase == "long":
+      bottom.axvline(CURVE_START_STEP, color="grey", linestyle=":",
+                     label=f"compared from step {CURVE_START_STEP}")
+    limit = limits.get(f"{check} keras vs estimator")
+    if limit:
+      bottom.axhline(limit, color="red", linestyle=":", label=f"limit {limit:g}")
+    bottom.set(yscale="log", xlabel="step", ylabel="|relative loss difference| (floor 1e-12)")
+    for ax in (top, bottom):
+      ax.xaxis.get_major_locator().set_params(integer=True)
+    bottom.legend(fontsize="small")
 
 
 def _plot_curves(report: Report, fig) -> None:
