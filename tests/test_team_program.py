@@ -238,8 +238,8 @@ def test_a_port_with_another_activation_fails_the_weight_checks(real_data_dir, t
       "SPEC = ModelSpec('tanh_port', build, {'dropout': 0.3}, "
       "deterministic_options={'dropout': 0.0}, signatures=team_port.signatures)\n")
   flags = [f if not f.startswith("--model=") else "--model=tanh_port:SPEC" for f in PORT_FLAGS]
-  result = run_module("launch.parity", ["--workers=1", *flags, "--long_steps=0",
-                                        f"--data_dir={real_data_dir}",
+  result = run_module("launch.parity", ["--workers=1", *flags, "--train_steps=3",
+                                        "--long_steps=0", f"--data_dir={real_data_dir}",
                                         f"--out={tmp_path / 'out'}"],
                       env=_env(real_data_dir, tmp_path))
   assert result.returncode == 1, result.stdout + result.stderr[-3000:]

@@ -2,10 +2,11 @@
 
 import importlib
 import importlib.metadata
+import json
 import os
 import sys
 import tempfile
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
 
@@ -441,6 +442,13 @@ def _run(backend: str, config: Config, options: RunOptions,
   except ValueError as e:  # TFConfigError, ModelDirError, ConfigChangeError, SpecError.
     return _error(str(e), exit_codes.USAGE)
 
+  finished = _finished_summary(options.model_dir, config) if task is None else None
+  if finished:  # Nothing to train: its stored result, without starting anything.
+    logging.info("%s holds a run finished at step %d: its result as it was stored (give "
+                 "--train_steps above %d to train on).", options.model_dir,
+                 finished["global_step"], finished["global_step"])
+    print(json.dumps(finished), flush=True)
+    return 0
   model_dir = options.model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
   # The tasks write under this process's lock (a new temporary model_dir needs none).
   task_env[run_lock.HELD_FOR_ENV] = os.path.abspath(model_dir)
@@ -467,6 +475,24 @@ def _run(backend: str, config: Config, options: RunOptions,
   finally:
     if lock:
       lock.release()
+
+
+def _finished_summary(model_dir: Optional[str], config: Config) -> Optional[Dict[str, Any]]:
+  """The summary of the run model_dir holds if it finished at or past `config.train_steps`:
+  its newest checkpoint is the summary's step and the summary's export is still there."""
+  # (trainers.model_dir.SUMMARY_FILE: a launcher imports TensorFlow only if it is there.)
+  if model_dir is None or not os.path.exists(os.path.join(model_dir, "summary.json")):
+    return None
+  from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
+  from trainers import model_dir as layout  # noqa: PLC0415 -- imports TensorFlow.
+  summary, newest = layout.read_summary(model_dir), checkpoints.newest(model_dir)
+  step = summary.get("global_step") if summary else None
+  if step is None or step < config.train_steps or newest is None:
+    return None
+  export = summary.get("export_dir")
+  if checkpoints.checkpoint_step(newest)[1] != step or (export and not os.path.isdir(export)):
+    return None
+  return summary
 
 
 def _serve(task: cluster.Task) -> int:

@@ -115,6 +115,31 @@ def test_only_the_chief_writes_to_model_dir(run):
 
 @pytest.mark.slow
 @RUNS_GROUP
+def test_a_finished_run_run_again_says_its_stored_result_and_starts_nothing(run,
+                                                                          tiny_data_dir):
+  backend, workers, model_dir, result, evaluator = run
+  if (backend, workers, evaluator) not in (("keras", 2, True), ("estimator", 1, False)):
+    pytest.skip("a launcher and a lone process")
+  before = {p: os.stat(os.path.join(model_dir, p)).st_mtime for p in os.listdir(model_dir)}
+  again = run_module(f"trainers.{backend}_main", [f"--workers={workers}",
+                                                  f"--model_dir={model_dir}",
+                                                  *_flags(TINY, tiny_data_dir)])
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.strip().splitlines()[-1] == result.stdout.strip().splitlines()[-1]
+  assert f"holds a run finished at step {STEPS}: its result as it was stored" in again.stderr
+  assert "Starting" not in again.stderr and "Training from" not in again.stderr
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert os.listdir(os.path.join(model_dir, "export")) == [
+      os.path.basename(summary["export_dir"])]
+  umask = os.umask(0)
+  os.umask(umask)
+  assert os.stat(summary["export_dir"]).st_mode & 0o777 == 0o777 & ~umask
+  assert {p: os.stat(os.path.join(model_dir, p)).st_mtime
+          for p in os.listdir(model_dir)} == before  # Nothing written.
+
+
+@pytest.mark.slow
+@RUNS_GROUP
 def test_estimator_workers_meet_before_any_exits(run):
   # Else a worker exiting while the chief closes its session stalls the chief
   # (docs/MIGRATION.md, "Shutdown").
@@ -875,27 +900,6 @@ def test_a_resume_with_other_settings_is_refused_unless_the_change_is_allowed(ti
   assert "--global_batch_size=32 --learning_rate=0.05" in said and "--seed=2" in said, said
   assert json.loads(again.stdout.strip().splitlines()[-1])["global_step"] == 10
   assert run_record.read(str(model_dir))["learning_rate"] == 0.05
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_rerun_of_a_finished_run_evaluates_again_and_keeps_its_export_and_figures(
-    backend, tiny_data_dir, tmp_path):
-  model_dir = tmp_path / "model"
-  args = [f"--model_dir={model_dir}", *_flags(TINY, tiny_data_dir)]
-  first = run_module(f"trainers.{backend}_main", args)
-  assert first.returncode == 0, first.stderr[-3000:]
-  again = run_module(f"trainers.{backend}_main", args)
-  assert again.returncode == 0, again.stderr[-3000:]
-  summary, rerun = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (first, again))
-  for key in ("global_step", "train_seconds", "examples_per_second", "first_step_time",
-              "export_dir", "test_accuracy"):
-    assert rerun[key] == summary[key], key
-  assert os.listdir(model_dir / "export") == [os.path.basename(summary["export_dir"])]
-  umask = os.umask(0)
-  os.umask(umask)
-  assert os.stat(summary["export_dir"]).st_mode & 0o777 == 0o777 & ~umask
-  assert "could not be found" not in again.stderr  # No unrestored optimizer slots to warn of.
 
 
 def test_a_resume_at_or_below_the_interrupted_runs_backup_step_is_refused(tiny_data_dir,
