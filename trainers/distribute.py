@@ -330,6 +330,30 @@ def preemption_agreement(strategy: tf.distribute.Strategy, prefix: str = preempt
                               ["%s:%d" % t for t in tasks if t != me], prefix, alone_at_once)
 
 
+# How long a training task that is done waits for the others at the end (leave_together): the
+# chief's evaluation of the final step and its export.
+LEAVE_TIMEOUT_SECONDS = 24 * 3600
+
+
+def leave_together(strategy: tf.distribute.Strategy) -> None:
+  """Waits, at the end of a multi-worker run, until every training task is done; no-op
+  otherwise.
+
+  The chief hosts the coordination service, which logs a worker whose process ended
+  before it as failed once its heartbeats stop ("E ... has been set to ERROR ... heartbeat
+  timeout"), 15 s later: on a good run's terminal, while the chief still evaluates and
+  exports. So a worker done first waits for the chief here. A task that cannot wait (a
+  peer gone: the barrier fails) says so and ends as it would have.
+  """
+  if num_workers(strategy) < 2:
+    return
+  try:
+    context.context().wait_at_barrier("mnist_run_end", LEAVE_TIMEOUT_SECONDS * 1000)
+  except tf.errors.OpError as e:
+    logging.info("Not waiting for the other training tasks to end: %s",
+                 str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+
+
 def barrier(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float = 300) -> None:
   """Waits until every worker of a multi-worker strategy reaches `name`; no-op otherwise."""
   if num_workers(strategy) > 1:

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -45,6 +46,11 @@ if not hasattr(tf, "estimator"):
 
 _ModeKeys = tf.estimator.ModeKeys
 EVALUATOR_POLL_SECONDS = 1  # How often the evaluator task looks for a new checkpoint.
+# TensorFlow's own input_ops.auto_shard_dataset reads the input's options in graph mode,
+# as the Estimator builds it under a strategy, and tf.data warns of that call: of TF's code,
+# on every good run's terminal, nothing a user can act on.
+warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options",
+                        category=UserWarning)
 # The graph collection of the "weights are finite after this step" check, for _Steps.
 _WEIGHTS_FINITE = "weights_finite_after_step"
 

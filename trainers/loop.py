@@ -232,6 +232,8 @@ def train_and_evaluate(
                              signal=e.name)
     raise
   if not run.chief:
+    if not on_ps:
+      distribute.leave_together(strategy)
     return None
   if run.early_stop and run.early_stop.stopped_at is not None:
     layout.record_progress(model_dir, "early_stopped", step=trained.global_step)
@@ -254,6 +256,8 @@ def train_and_evaluate(
     export_dir = trainer.export_evaluation(step, metrics)
   else:
     export_dir = export_lib.wait_for(model_dir, policy, step)
+  if not on_ps:
+    distribute.leave_together(strategy)  # Before the summary, the last line on stdout.
   return layout.write_summary(
       backend.name, config, model_dir,
       workers=run.workers,

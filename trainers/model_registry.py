@@ -10,6 +10,7 @@ names the fix; binaries exit 2 with it.
 """
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 from typing import Any, Dict, Mapping, Tuple, Type, TypeVar
@@ -85,6 +86,13 @@ def check(name: str, options: str, find: bool = True) -> None:
   find_module(name, MODEL, find)
 
 
+# importlib's functions, called as C objects: the Estimator's model_fn builds the model under
+# AutoGraph, which converts every Python function it calls and warns of each one it cannot
+# read, as importlib's frozen ones ("AutoGraph could not transform <function find_spec>").
+_find_spec = functools.lru_cache(maxsize=None)(importlib.util.find_spec)
+_import_module = functools.lru_cache(maxsize=None)(importlib.import_module)
+
+
 def find_module(name: str, named: Named, find: bool = True) -> None:
   """Raises SpecError if `name` is malformed, or (if `find`) names a module this Python
   cannot find. Imports only the parent packages of a user's module."""
@@ -92,7 +100,7 @@ def find_module(name: str, named: Named, find: bool = True) -> None:
   if not find:
     return
   try:
-    found = importlib.util.find_spec(module)
+    found = _find_spec(module)
   except (ImportError, ValueError) as e:
     found, why = None, f": {e}"
   else:
@@ -109,7 +117,7 @@ def load(name: str, spec_type: Type[T], named: Named = MODEL) -> T:
   module_name, attribute = locate(name, named)
   find_module(name, named)
   try:
-    module = importlib.import_module(module_name)
+    module = _import_module(module_name)
   except Exception as e:  # The user's module: any error it raises is theirs to fix.
     raise SpecError(f"{named.noun} {name!r}: importing {module_name} failed: "
                     f"{type(e).__name__}: {e}. Fix the module, then run again.") from e

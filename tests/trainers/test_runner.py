@@ -839,6 +839,12 @@ def test_real_mnist_two_workers_reach_98_percent(backend, real_data_dir, tmp_pat
   assert result.returncode == 0, result.stderr[-5000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
   print(json.dumps(summary))
+  # A good run looks good: no warning or error on the terminal (the task logs keep
+  # TensorFlow's), no task's heartbeat lost at the end, and the summary the last line.
+  alarming = [line for line in result.stderr.splitlines() if re.match(
+      r"(\[\w+:\d+\] )?[WE]\d{4} |\d{4}-\d\d-\d\d [\d:.]+: [WE] |\S+\.py:\d+: \w*Warning",
+      line)]
+  assert not alarming, alarming
   assert summary["global_step"] == Config().train_steps
   assert summary["test_accuracy"] >= 0.98
   assert store.is_prepared(str(data_dir))
