@@ -130,7 +130,7 @@ class Runs:
     summary = runs.run_trainer(backend, config, workers=workers, model_dir=self.model_dir(name),
                                log_path=os.path.join(self.run_dir(name), "run.log"),
                                timeout=self.timeout, extra_flags=extra_flags, python=python,
-                               engine=engine)
+                               engine=engine, name=name)
     logging.info("Trained %s in %.0f s: step %d, %s %.4g.", name, time.monotonic() - started,
                  summary["global_step"], *headline(summary))
     return summary

@@ -9,9 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from absl import app
+from absl import logging
 
 from data.mnist import ready
 from launch import console
@@ -31,6 +33,7 @@ PYTHON = sys.executable  # This install's interpreter; another install's can be 
 # Each trainer run a tool starts may take this long: a run that hangs is stopped and
 # named, never waited on forever; a healthy run of any tool's default takes minutes.
 TIMEOUT_SECONDS = 1800.0
+PROGRESS_SECONDS = 15  # While a run trains, a tool says where it is this often.
 
 
 class RunError(RuntimeError):
@@ -58,8 +61,10 @@ def clean_env() -> Dict[str, str]:
 
 def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, log_path: str,
                 timeout: float = TIMEOUT_SECONDS, extra_flags: Sequence[str] = (),
-                python: str = PYTHON, engine: str = "local") -> Dict[str, Any]:
-  """Trains `backend` as a user would, to the end, on `engine`; returns its summary.
+                python: str = PYTHON, engine: str = "local", name: Optional[str] = None
+                ) -> Dict[str, Any]:
+  """Trains `backend` as a user would, to the end, on `engine`; returns its summary. While
+  it runs, says where it is every PROGRESS_SECONDS, as run `name` (default: the backend).
 
   Raises:
     RunError: the run exited non-zero or wrote no summary; names its log.
@@ -69,16 +74,46 @@ def run_trainer(backend: str, config: Config, *, workers: int, model_dir: str, l
   with open(log_path, "w") as log:
     log.write(" ".join(cmd) + "\n")
     log.flush()
-    result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=clean_env(),
-                            stdin=subprocess.DEVNULL, check=False)
-  if result.returncode != 0:
+    with subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=clean_env(),
+                          stdin=subprocess.DEVNULL) as process:
+      returncode = _wait_saying_where(process, model_dir, name or backend)
+  if returncode != 0:
     raise RunError(f"{backend} run{' on Ray' if engine == 'ray' else ''} failed with exit "
-                   f"code {result.returncode}; see {log_path}"
+                   f"code {returncode}; see {log_path}"
                    f"{' and ' + task_log_dir(model_dir) if workers > 1 else ''}")
   try:
     return read_summary(model_dir)
   except (OSError, ValueError) as e:
     raise RunError(f"{backend} run wrote no valid summary ({e}); see {log_path}") from e
+
+
+def _wait_saying_where(process: subprocess.Popen, model_dir: str, name: str) -> int:
+  """The run's exit code, once it ends; every PROGRESS_SECONDS meanwhile, a line saying
+  where it is, from its progress records: a tool is never silent for long."""
+  started = time.monotonic()
+  while True:
+    try:
+      return process.wait(timeout=PROGRESS_SECONDS)
+    except subprocess.TimeoutExpired:
+      logging.info("%s: %s (%.0f s).", name, where(model_dir), time.monotonic() - started)
+
+
+def where(model_dir: str) -> str:
+  """Where a running trainer is, as its progress records say."""
+  try:
+    records = read_progress(model_dir)
+  except (OSError, ValueError):
+    records = []
+  starts = [r for r in records if r.get("event") == "start"]
+  if not starts:
+    return "starting its tasks"
+  steps = [r for r in records[records.index(starts[-1]):] if r.get("event") == "step"]
+  if not steps:
+    return f"started, from step {starts[-1].get('from_step')}"
+  to_step = starts[-1].get("to_step")
+  if steps[-1]["step"] >= (to_step or 0):
+    return f"trained to step {steps[-1]['step']}: evaluating and exporting"
+  return f"step {steps[-1]['step']} of {to_step}"
 
 
 def task_log_dir(model_dir: str) -> str:

@@ -37,6 +37,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Opti
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import classification_pb2
 from tensorflow_serving.apis import predict_pb2
@@ -432,6 +433,8 @@ def compare(first_dir: str, second_dir: str, image_batches: Callable[[], Iterabl
     values: hold the answers to each other (the same model's two exports); False: only
       their outputs, dtypes and shapes (the contract, for exports of different weights).
   """
+  logging.info("Serving: loading %s and %s, then asking both every signature of the test "
+               "split's images.", first_dir, second_dir)
   loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
   batches = _with_examples(image_batches(), feature, spec)  # Built once, asked of both.
   first, second = (_answers(export, batches) for export in loaded)
@@ -520,6 +523,8 @@ def compare_exports(first_dir: str, second_dir: str,
   """Two exports of a team's program's signatures (the module docstring): the first's
   signatures, defined alike in the second, and every output on every batch (`values`
   False: its dtype and shape only)."""
+  logging.info("Serving: loading %s and %s, then asking both every signature of the test "
+               "split's examples.", first_dir, second_dir)
   loaded = [tf.saved_model.load(d) for d in (first_dir, second_dir)]
   (first, unfed), (second, _) = (export_answers(export, feature_batches()) for export in loaded)
   first_signatures = signatures(first_dir)
