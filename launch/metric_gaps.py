@@ -40,6 +40,7 @@ _OUT = flags.DEFINE_string("out", None, "Where to write metric_gaps.{md,json}.")
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  console.quiet_records(flags.FLAGS.verbosity)  # TFDS's INFO: at -v 1.
   config = Config(data_dir=_DATA_DIR.value)
   runs.check_or_exit(config, 1, _MNIST_IDX_DIR.value, backends=())
   measured = metric_gaps.measure(metric_gaps.predictions(config, _STEPS.value))

@@ -105,6 +105,7 @@ def _spec() -> Optional[Dict[str, Any]]:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
+  console.quiet_records(flags.FLAGS.verbosity)  # TFDS's and the loader's INFO: at -v 1.
   first, second = _check_export(_FIRST), _check_export(_SECOND)
   if not _FEATURE.value.isidentifier() or _ATOL.value < 0:
     raise app.UsageError("--feature_name must be a name of letters, digits and _, and --atol "

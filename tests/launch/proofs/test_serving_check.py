@@ -77,6 +77,8 @@ def test_cli_passes_exports_of_one_model_and_fails_another(tiny_data_dir, tmp_pa
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   report = json.loads((tmp_path / "report" / "serving_check_report.json").read_text())
   assert report["passed"] and len(report["checks"]) == 27
+  # Its own lines only: TFDS's and the SavedModel loader's INFO lines are for -v 1.
+  assert "Serving: loading" in result.stderr and "dataset_info.py" not in result.stderr
   bad_requests = [c["name"] for c in report["checks"] if c["name"].startswith("bad request, ")]
   assert "Overall: PASS (27/27 checks)" in result.stdout
 
