@@ -77,8 +77,7 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
     ModelDirError: naming the problem and the fix; nothing in model_dir was changed.
   """
   model_dir = options.model_dir
-  path = os.path.abspath(model_dir)
-  check_model_dir_path(model_dir, writer)
+  path = os.path.abspath(model_dir)  # Its path checked with the flags: _check_run.
   lock = None
   if writer:
     try:
@@ -112,7 +111,7 @@ def _prepare_model_dir(backend: str, config: Config, options: RunOptions, writer
   return lock
 
 
-def check_model_dir_path(model_dir: str, writer: bool) -> None:
+def _check_model_dir_path(model_dir: str, writer: bool) -> None:
   """What the path alone says against --model_dir, checked before TensorFlow loads: a
   file in its place or its parents', a parent a non-writer cannot make, a directory
   this user cannot write in. Nothing is created.
@@ -244,7 +243,7 @@ def _check_run(backend: str, config: Config, options: RunOptions
   if task:
     cluster.check_port_free(task)
   if options.model_dir is not None:
-    check_model_dir_path(options.model_dir, writer=task is None or task.is_chief)
+    _check_model_dir_path(options.model_dir, writer=task is None or task.is_chief)
   _check_files(config, options)
   return task, num_workers, num_ps
 
@@ -448,6 +447,8 @@ def _run(backend: str, config: Config, options: RunOptions,
                  "--train_steps above %d to train on).", options.model_dir,
                  finished["global_step"], finished["global_step"])
     print(json.dumps(finished), flush=True)
+    if lock:
+      lock.release()
     return 0
   model_dir = options.model_dir or tempfile.mkdtemp(prefix=f"mnist_{backend}_")
   # The tasks write under this process's lock (a new temporary model_dir needs none).
