@@ -11,6 +11,8 @@
   --optimizer, its hyperparameters  the optimizer it trains with, where a tool offers one
   --estimator_program, --assignment_map  a team's own program, held to its port (--model),
                       the program's names mapped to the port's, where a tool takes one
+  --out=DIR           where the reports and the runs go (`Output`: without it, a temporary
+                      directory whose runs are removed when every check passes)
 
 Binaries call the `define_*` functions at import time and read the holders in
 `main`; the functions here never read FLAGS. Old spellings (`--steps`) still
