@@ -18,6 +18,8 @@ pytestmark = pytest.mark.estimator  # Both backends, side by side.
 
 # 1e-6 weight limits hold on real MNIST (tests/launch/proofs/test_parity.py): this runs on it.
 SPLIT, STEPS, RESUME = 20, 60, 10
+SCHEDULE_FLAGS = ["--learning_rate_schedule=exponential", "--decay_rate=0.5", "--staircase",
+                  f"--decay_steps={SPLIT}", f"--warmup_steps={SPLIT}"]
 
 
 def _zero_slots(model, config):
@@ -35,11 +37,12 @@ def _reset_step(model, config):
 def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
   # One worker, for CI's time: each run is one process. The 2-worker figures in
   # docs/parity.md were measured with the same command at --workers=1,2. Adam: two slots
-  # a weight and its powers of beta, which the converter checks against the step.
+  # a weight and its powers of beta, which the converter checks against the step. A
+  # schedule whose staircase steps down, and whose warm-up ends, at the split: the carried
+  # step must drive the converted schedule.
   out = tmp_path / "handoff"
   result = run_module("launch.handoff", ["--workers=1", "--optimizer=adam", f"--split_at={SPLIT}",
-                                         f"--train_steps={SPLIT + RESUME}",
-                                         f"--decay_steps={STEPS}",
+                                         f"--train_steps={SPLIT + RESUME}", *SCHEDULE_FLAGS,
                                          f"--data_dir={real_data_dir}", f"--out={out}",
                                          "--nomeasure_uninterrupted"],  # Two runs fewer.
                       timeout=1500)
@@ -76,7 +79,8 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
   # trains again from it: the resume checks against the Estimator's own must fail.
   run_dir = out / "1w"
   config = Config(data_dir=real_data_dir, init_weights=str(out / "init_weights.npz"),
-                  deterministic=True, decay_steps=STEPS, optimizer="adam")
+                  deterministic=True, optimizer="adam", learning_rate_schedule="exponential",
+                  decay_rate=0.5, staircase=True, decay_steps=SPLIT, warmup_steps=SPLIT)
   tolerances = handoff.Tolerances()
   for name, change in (("reset_step", _reset_step), ("zero_slots", _zero_slots)):
     leg = tmp_path / name
@@ -98,7 +102,7 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
                                  {own: "estimator", name: "keras"}, tolerances, config)
   weights = next(c for c in checks if "max |weight diff|" in c.name)
   assert not weights.passed and weights.measured > 1e-4, handoff.format_table(
-      handoff.Report([1], SPLIT, SPLIT + RESUME, STEPS, checks, {}, {}))
+      handoff.Report([1], SPLIT, SPLIT + RESUME, SPLIT, checks, {}, {}))
   # Same steps, same rates: only the optimizer's state differs.
   assert len(losses[name]) == RESUME
   assert not next(c for c in checks if "per-step loss" in c.name).passed
@@ -127,10 +131,9 @@ def test_cli_passes_every_check_and_tampering_fails(real_data_dir, tmp_path):
     # tf.compat.v1's DNNLinearCombinedClassifier: a v1 optimizer per part (Adagrad's 6
     # slots, Ftrl's 4), one step for the twin's two counts.
     pytest.param(["--model=wide_deep_v1"], 19, marks=pytest.mark.extended),
-    # A schedule whose staircase steps down, and whose warm-up ends, at the split: the
-    # carried step must drive the converted schedule (momentum's slots, 13 variables).
-    (["--learning_rate_schedule=exponential", "--decay_rate=0.5", "--staircase",
-      f"--decay_steps={SPLIT}", f"--warmup_steps={SPLIT}"], 13),
+    # The staircase and warm-up ending at the split, with momentum's slots (13 variables);
+    # with Adam's in CI: test_cli_passes_every_check_and_tampering_fails.
+    pytest.param(SCHEDULE_FLAGS, 13, marks=pytest.mark.extended),
 ], ids=["canned-dnn", "canned-wide_deep-tabular", "momentum", "rmsprop", "canned-wide_deep_v1",
         "staircase-warmup"])
 def test_cli_carries_each_kind_of_state_both_ways(flags, variables, real_data_dir, tmp_path):
