@@ -35,16 +35,6 @@ def test_prepare_writes_tfds_mnist_with_official_features_and_splits(tiny_data_d
   assert got == want
 
 
-def test_a_preparation_leaves_nothing_in_the_temporary_directory(tiny_idx_dir, tmp_path,
-                                                                 monkeypatch):
-  temp = tmp_path / "tmp"
-  temp.mkdir()
-  monkeypatch.setattr(tempfile, "tempdir", str(temp))
-  build.prepare(str(tiny_idx_dir), str(tmp_path / "data"))
-  assert os.listdir(temp) == []  # TFDS's builder makes one there, outside staging.
-  assert tempfile.gettempdir() == str(temp)
-
-
 def _leftovers(data_dir):
   """What a preparation left in data_dir: the dataset, if it succeeded, and no lock file."""
   return sorted(os.listdir(data_dir))
@@ -137,8 +127,12 @@ def _prepare_process(idx_dir, data_dir):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def test_a_prepare_waits_for_the_one_in_progress_and_finds_it_done(tiny_idx_dir, tmp_path):
+def test_a_prepare_waits_for_the_one_in_progress_and_finds_it_done(tiny_idx_dir, tmp_path,
+                                                                   tmp_path_factory,
+                                                                   monkeypatch):
   data_dir = str(tmp_path)
+  temp = tmp_path_factory.mktemp("temp")  # This process's temporary directory.
+  monkeypatch.setattr(tempfile, "tempdir", str(temp))
   with build.prepare_lock(data_dir):
     waiting = _prepare_process(tiny_idx_dir, data_dir)
     seen = ""
@@ -154,6 +148,8 @@ def test_a_prepare_waits_for_the_one_in_progress_and_finds_it_done(tiny_idx_dir,
   assert os.stat(os.path.join(store.dataset_path(data_dir),
                               "dataset_info.json")).st_mtime_ns == built  # Not rebuilt.
   assert _leftovers(tmp_path) == ["mnist"]  # Both let go of the lock and deleted its file.
+  # Nothing in the temporary directory: TFDS's builder makes one there, now in staging.
+  assert os.listdir(temp) == [] and tempfile.gettempdir() == str(temp)
 
 
 def test_two_prepares_at_once_build_one_dataset(tiny_idx_dir, tmp_path):
