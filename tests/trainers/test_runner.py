@@ -549,6 +549,7 @@ def test_a_checkpoint_of_another_model_is_left_alone(backend, tiny_data_dir, tmp
             tiny_data_dir, tmp_path / "model")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="network namespaces: Linux")
 def test_no_task_of_a_local_cluster_can_be_reached_from_outside(tiny_data_dir, tmp_path):
   """A --workers=2 run's TensorFlow servers listen in a namespace with only loopback: from

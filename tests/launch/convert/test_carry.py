@@ -651,6 +651,7 @@ def _convert_cli(source_flag: str, source, target_flag: str, target) -> None:
   assert f"Output directory: {target}" in result.stdout
 
 
+@pytest.mark.slow  # Four runs of a cluster with a ps task: out of the quick tier.
 def test_a_parameter_server_run_goes_on_in_the_other_backend_on_either_strategy(
     tiny_data_dir, tmp_path):
   # The variables on a ps task are the same variables by name: what is carried does not
