@@ -118,7 +118,8 @@ def main(argv: Sequence[str]) -> None:
                               seed=_SEED.value, timeout=timeout, faults=faults,
                               engine=engine, ps=ps)
     print(harness.for_terminal(chaos.format_table(results)))
-    print(f"Runs: {where}")
+    if output.given:  # Else `finish` says whether they are kept, and where.
+      print(f"Runs: {where}")
     passed = passed and chaos.overall_passed(results)
   output.finish(passed)
   sys.exit(0 if passed else 1)
