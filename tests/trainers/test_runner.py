@@ -470,6 +470,7 @@ def test_a_busy_port_is_rejected(backend, tiny_data_dir, tmp_path):
               tiny_data_dir, tmp_path / "model")
 
 
+@pytest.mark.slow
 def test_a_model_dirs_missing_parents_are_made_as_mkdir_p_makes_them(tiny_data_dir, tmp_path):
   model_dir = tmp_path / "runs" / "keras"
   result = run_module("trainers.keras_main", [f"--model_dir={model_dir}",

@@ -321,6 +321,7 @@ def test_a_batchnorm_model_round_trips_its_moving_statistics_without_slots(tiny_
   assert (kinds.count("weight"), kinds.count("slot"), kinds.count("step")) == (17, 11, 1)
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_run_recorded_with_another_optimizer_than_it_holds(estimator_dir,
                                                                          tmp_path):
   source = tmp_path / "adam"
