@@ -357,8 +357,9 @@ def train_as_workers(config: Config, num_workers: int, **options: Any
   1.67e-6 on an AVX-512 EPYC at sgd's rate of 0.3 (issue 66); with 1, 0 apart.
   """
   threads = distribute.intra_op_threads(num_workers)
-  logging.info("Training the reference loop: %d step(s) as %d worker(s).", config.train_steps,
-               num_workers)
+  logging.info("Training the reference loop%s: %d step(s) as %d worker(s).",
+               " compiled for any batch size (its rounding floor)"
+               if options.get("any_batch_size") else "", config.train_steps, num_workers)
   if (tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()) == threads:
     return _train_with_clipped(config, num_workers, options)
   return _child(threads).submit(_train_with_clipped, config, num_workers, options).result()
