@@ -246,7 +246,8 @@ def train_and_evaluate(
              evaluation.wait_for_result(model_dir, step))
   evaluation.log_result(step, metrics)
   report = trained.report
-  kept = _finished_run(model_dir, step) if report.trained_steps == 0 else None
+  # A re-run that trains nothing re-evaluates, and keeps the export and training figures.
+  kept = layout.finished_summary(model_dir, step) if report.trained_steps == 0 else None
   policy = export_lib.Policy.of(config)
   if kept:
     export_dir = kept["export_dir"]
@@ -271,14 +272,3 @@ def train_and_evaluate(
       early_stop=(early_stopping.read_record(model_dir) if config.early_stopping_metric
                   else None),
   )
-
-
-def _finished_run(model_dir: str, step: int) -> Optional[Dict[str, Any]]:
-  """The summary of the run that finished at `step` in model_dir, if its export is still
-  there: a re-run that trains nothing re-evaluates, and keeps that export and its training
-  figures instead of adding an identical export."""
-  summary = layout.read_summary(model_dir)
-  if (summary and summary.get("global_step") == step and summary.get("export_dir")
-      and tf.io.gfile.isdir(summary["export_dir"])):
-    return summary
-  return None

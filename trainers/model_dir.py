@@ -123,6 +123,16 @@ def read_summary(model_dir: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def finished_summary(model_dir: str, step: int) -> Optional[Dict[str, Any]]:
+  """The summary of the run that finished at `step` in model_dir, if its export (if it has
+  one) is still there; else None."""
+  summary = read_summary(model_dir)
+  if not summary or summary.get("global_step") != step:
+    return None
+  export = summary.get("export_dir")
+  return summary if not export or tf.io.gfile.isdir(export) else None
+
+
 def _absolute(path: str) -> str:
   """A local path as an absolute one, so the summary names it wherever it is read; a URL
   (gs://...) as it is."""

@@ -486,14 +486,10 @@ def _finished_summary(model_dir: Optional[str], config: Config) -> Optional[Dict
     return None
   from trainers import checkpoints  # noqa: PLC0415 -- imports TensorFlow.
   from trainers import model_dir as layout  # noqa: PLC0415 -- imports TensorFlow.
-  summary, newest = layout.read_summary(model_dir), checkpoints.newest(model_dir)
-  step = summary.get("global_step") if summary else None
-  if step is None or step < config.train_steps or newest is None:
-    return None
-  export = summary.get("export_dir")
-  if checkpoints.checkpoint_step(newest)[1] != step or (export and not os.path.isdir(export)):
-    return None
-  return summary
+  newest = checkpoints.newest(model_dir)
+  step = checkpoints.checkpoint_step(newest)[1] if newest else None
+  return (layout.finished_summary(model_dir, step)
+          if step is not None and step >= config.train_steps else None)
 
 
 def _serve(task: cluster.Task) -> int:

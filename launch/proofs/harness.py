@@ -212,6 +212,12 @@ def compare_weights(weights: Mapping[str, model_lib.Weights], atol: float,
   return checks
 
 
+def relative_diff(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
+  """|x - y| / |y| step by step (y near 0 counted as 1e-12)."""
+  x, y = np.asarray(x), np.asarray(y)
+  return np.abs(x - y) / np.maximum(np.abs(y), 1e-12)
+
+
 def compare_losses(losses: Mapping[str, Sequence[float]], rtol: float, name: str,
                    start: int = 0) -> List[Check]:
   """The max per-step relative loss difference of every pair of runs, from `start`."""
@@ -222,7 +228,7 @@ def compare_losses(losses: Mapping[str, Sequence[float]], rtol: float, name: str
       checks.append(Check(f"{name} {a} vs {b}", False, float(len(x)), float(len(y)),
                           "different or zero step counts"))
       continue
-    rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-12)
+    rel = relative_diff(x, y)
     worst = int(np.argmax(rel))
     checks.append(Check(f"{name} {a} vs {b}", bool(rel[worst] <= rtol), float(rel[worst]), rtol,
                         f"step {start + worst + 1}"))

@@ -725,9 +725,8 @@ def _plot(report: Report, fig) -> None:
     check = ("per-step loss rel diff" if phase == "short"
              else "loss curve rel diff, long run")
     for width, (a, b) in zip((5, 3, 1.5, 1), itertools.combinations(runs, 2)):
-      x, y = np.asarray(runs[a]), np.asarray(runs[b])
-      if len(x) == len(y):  # Wider lines first: a pair under another still shows.
-        rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-12)
+      if len(runs[a]) == len(runs[b]):  # Wider lines first: a pair under another still shows.
+        rel = harness.relative_diff(runs[a], runs[b])
         bottom.plot(range(1, len(rel) + 1), np.maximum(rel, 1e-12), linewidth=width,
                     label=f"{a} vs {b}")
     if phase == "long":
