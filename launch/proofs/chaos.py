@@ -553,24 +553,35 @@ def _preempt(ctx: _Context) -> None:
   _check_restarts(ctx, None)
   if not runs.read_tasks(runs.task_log_dir(ctx.model_dir)).get("preemptions"):
     ctx.result.problems.append("the launcher counted no preemption")
-  saved = [r["step"] for r in runs.read_progress(ctx.model_dir) if r["event"] == "preempted"]
-  starts = _progress(ctx.model_dir)[1]
-  # Where the resume began; a run whose training had ended (stopped at its last step, or
-  # signalled during its evaluation) trains nothing again, and records no start.
-  resumed = starts[1] if len(starts) > 1 else ctx.config.train_steps
-  stopped = saved[0] if saved else ctx.config.train_steps
+  stopped, resumed = _stop_and_resume(ctx.model_dir)
   if any(_kind(v) == "ps" for v in victims):
     # A ps stopped takes its variables with it: the run goes on from the last checkpoint
     # (if its training had not ended meanwhile: then nothing is redone).
-    ctx.result.steps_redone = (ctx.result.fault_step or 0) - resumed if len(starts) > 1 else 0
+    ctx.result.steps_redone = ((ctx.result.fault_step or 0) - resumed
+                               if len(_progress(ctx.model_dir)[1]) > 1 else 0)
   else:
     # Where the preemption stopped against where the resume began: 0 steps redone.
-    ctx.result.steps_redone = stopped - resumed
-    if ctx.result.steps_redone != 0 or stopped < (ctx.result.fault_step or 0):
-      ctx.result.problems.append(f"stopped at step {saved[0] if saved else 'none recorded'} "
-                                 f"(the signal came at {ctx.result.fault_step}), resumed from "
-                                 f"{resumed}")
+    ctx.result.steps_redone = None if stopped is None else stopped - resumed
+    if stopped is None or stopped != resumed or stopped < (ctx.result.fault_step or 0):
+      shown = "none recorded" if stopped is None else stopped
+      ctx.result.problems.append(f"stopped at step {shown} (the signal came at "
+                                 f"{ctx.result.fault_step}), resumed from {resumed}")
   _check_recovered(ctx, ctx.result.exit_code)
+
+
+def _stop_and_resume(model_dir: str) -> Tuple[Optional[int], int]:
+  """The step a preempted run stopped at, saved (None: no save recorded), and the step its
+  resume began from.
+
+  A run whose training had ended (signalled at its last step, or during its evaluation)
+  records no save and trains nothing again: it stopped and resumed at its last step, which
+  on a ps is up to _ps_slack past train_steps.
+  """
+  saved = [r["step"] for r in runs.read_progress(model_dir) if r["event"] == "preempted"]
+  last, starts = _progress(model_dir)
+  if len(starts) > 1:
+    return (saved[0] if saved else None), starts[1]
+  return (saved[0] if saved else last), last
 
 
 def _stop_chief(ctx: _Context) -> None:

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from launch.proofs import chaos
+from trainers import model_dir as layout
 from trainers.config import Config
 from tests.conftest import needs_ray
 from tests.conftest import run_module
@@ -122,6 +123,22 @@ def test_trial_failures_are_reported_not_hidden(tiny_data_dir, tmp_path):
   (result,) = chaos.run_chaos("keras", config, 2, 1, str(tmp_path), timeout=3)
   assert not result.passed and result.problems
   assert "FAIL" in chaos.format_table([result]) and not chaos.overall_passed([result])
+
+
+@pytest.mark.parametrize("events, expected", [
+    # Saved at 23, resumed there.
+    ([("start", 0), ("step", 22), ("preempted", 23), ("start", 23), ("step", 40)], (23, 23)),
+    # Signalled during the evaluation after training ended at 41 (a ps run's slack): no
+    # save, no resume; it stopped and resumed at its last step.
+    ([("start", 0), ("step", 40), ("step", 41)], (41, 41)),
+    # Resumed without a save recorded: the tool cannot say where it stopped.
+    ([("start", 0), ("step", 22), ("start", 20), ("step", 40)], (None, 20)),
+])
+def test_a_preemption_is_read_from_the_progress_records(events, expected, tmp_path):
+  for event, step in events:
+    layout.record_progress(str(tmp_path), event,
+                           **({"from_step": step} if event == "start" else {"step": step}))
+  assert chaos._stop_and_resume(str(tmp_path)) == expected
 
 
 def test_a_skipped_trial_says_why_and_never_passes_alone():
