@@ -1,5 +1,7 @@
 """launch.bench.report: targets, tables, and the explanation of each missed target."""
 
+import os
+
 from launch.bench import measure as bench_measure
 from launch.bench import report as bench_report
 
@@ -23,6 +25,8 @@ def _results():
                                launch_to_first_step=6.0),
           bench_measure.Result("estimator", 1, ms_per_step=12.0, launch_to_first_step=4.0,
                                time_to_accuracy=20.0),
+          bench_measure.Result("keras-noevaluator", 2, ms_per_step=17.0,
+                               examples_per_second=5647),
           bench_measure.Result("keras", 2, ms_per_step=18.0, examples_per_second=5333,
                                launch_to_first_step=12.5, wall_seconds=40.0,
                                peak_rss_mb={"launcher": 1, "chief-0": 1, "worker-0": 1,
@@ -37,18 +41,31 @@ def test_missed_targets_are_explained_from_the_step_costs():
   results = _results()
   bench_measure.set_ratios(results, COSTS)
   targets = {t.name: t for t in bench_report.targets(results, COSTS)}
-  assert targets["keras x1 examples/s / ceiling"].measured == round(9.5 / 11.0, 3)
-  assert targets["keras x2 ms/step - bare K-step step"].measured == 2.5
+  # Like with like: each backend against the bare K-step loop on the same pipeline.
+  assert targets["keras x1 examples/s / bare K-step loop on the pipeline"].measured == round(
+      9.8 / 11.0, 3)
+  assert targets["estimator x1 examples/s / bare K-step loop on the pipeline"].limit == 0.90
+  # The pipeline against a batch in memory, at each worker count: 0.3 ms, limit 0.1.
+  pipeline = targets["input pipeline x1 ms/step: K-step loop on it - on a batch in memory"]
+  assert pipeline.measured == 0.3 and pipeline.met is False
+  # At 2 workers Keras without its evaluator; the Estimator has only the one way.
+  assert targets["keras-noevaluator x2 ms/step - bare K-step step"].measured == 1.5
+  assert targets["estimator x2 ms/step - bare K-step step"].measured == 2.0
+  assert "keras x2 ms/step - bare K-step step" not in targets
   assert targets["keras x1 launch to first step (s)"].limit == 5.0
   assert targets["keras x2 launch to first step (s)"].limit == 8.0
-  assert "ceiling x1 examples/s / ceiling" not in targets  # The backends' targets only.
+  assert not any(name.startswith("ceiling") for name in targets)  # No run of its own.
   lines = bench_report.explain(results, COSTS)
-  # Two ratios, launch x1; Keras x2: K-step, scaling, launch; Estimator x2: K-step.
-  assert len(lines) == 7, lines
+  # Pipeline x1, x2; two ratios, launch x1; Keras x2: K-step (no evaluator), scaling, launch;
+  # Estimator x2: K-step.
+  assert len(lines) == 9, lines
+  assert ("input pipeline x2 ms/step: K-step loop on it - on a batch in memory: the K-step loop "
+          "takes 15.50 ms/step on the input pipeline and 15.20 on one batch held in memory "
+          "(+0.30); one step per call, 16.00 and 15.80. Fetching a batch alone takes 0.50 ms"
+          in lines[1]), lines
   ratio = next(line for line in lines if line.startswith("keras x1 examples/s"))
-  assert "against the ceiling's 9.50 (step_k_memory)" in ratio
-  assert "the input pipeline costs +0.30 ms/step, a call per step +0.70" in ratio
-  assert "keras adds +1.20 to the K-step loop" in ratio
+  assert "11.00 ms/step against the bare loop's 9.80 (K=10 steps per call on the same" in ratio
+  assert "keras adds +1.20 to the K-step loop (+0.50 to one step per call)" in ratio
   # Of which Keras's train function's, fit's own, the trainer's callbacks' (the probe's two
   # fits), and the run's rest.
   assert ratio.endswith(
@@ -59,12 +76,17 @@ def test_missed_targets_are_explained_from_the_step_costs():
   estimator = next(line for line in lines if line.startswith("estimator x1 examples/s"))
   assert "plain Session, one run per step and no hooks, takes 11.00" in estimator
   assert "hooks add +1.00" in estimator and "Session" not in ratio
-  k_step = next(line for line in lines if line.startswith("keras x2 ms/step - bare K-step"))
-  assert "+2.50 over a bare K-step" in k_step and "all-reduce alone takes 5.00 ms" in k_step
-  assert "The evaluator task took 8 CPU-s during the run's 40 s" in k_step
+  k_step = next(line for line in lines if line.startswith("keras-noevaluator x2 ms/step"))
+  assert "+1.50 over a bare K-step" in k_step and "all-reduce alone takes 5.00 ms" in k_step
   assert "takes 15.90 (+0.40 to the K-step loop); fit of it takes 16.50" in k_step
-  assert "progress: +0.50); the run adds +1.00" in k_step
+  assert "progress: +0.50); the run adds +0.00" in k_step and "evaluator task" not in k_step
   assert "train function" not in estimator and "graph.pbtxt" not in k_step
+  # The evaluator's cost on its own line.
+  assert bench_report.evaluator_costs(results) == [
+      "keras x2: 18.00 ms/step with its evaluator task against 17.00 with --noevaluator "
+      "(+1.00). The evaluator task took 8 CPU-s during the run's 40 s "
+      f"({8 / (40 * (os.cpu_count() or 1)):.0%} of the {os.cpu_count() or 1} cores the "
+      "workers also use)."]
   # The Estimator in a cluster: its all-reduces per step, and its Session.run per step.
   estimator_2 = next(line for line in lines if line.startswith("estimator x2 ms/step"))
   assert "training graph (graph.pbtxt) has 2 all-reduces, each run every step" in estimator_2

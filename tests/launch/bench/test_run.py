@@ -16,7 +16,7 @@ STEPS = 12
 def test_cli_writes_every_row(tiny_data_dir, tmp_path):
   # Keras at 2 workers only, for CI's time: the bench runs every entry and worker
   # count the same way; the Estimator binary's runs are tested on their own, the
-  # 1-worker probe in test_bare.py, the 1-worker targets in test_bench_report.py. Adam,
+  # 1-worker probe in test_bare.py, the targets in test_report.py. Adam,
   # not the default, to see the optimizer flags reach every run. On a parameter server too.
   result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=2", "--ps=1",
                                        "--backends=keras", "--optimizer=adam", "--beta2=0.99",
@@ -61,8 +61,9 @@ def test_cli_writes_every_row(tiny_data_dir, tmp_path):
       [costs[loop]["ms"] for loop in parts if loop.startswith("step")]
       + [rows["ceiling", 2]["ms_per_step"]])
   assert isinstance(report["missed"], list) and isinstance(report["ceiling_bugs"], list)
-  assert {t["name"] for t in report["targets"]} >= {"keras x2 ms/step - bare K-step step",
-                                                    "keras x2 launch to first step (s)"}
+  assert {t["name"] for t in report["targets"]} == {
+      "input pipeline x2 ms/step: K-step loop on it - on a batch in memory",
+      "keras x2 launch to first step (s)"}  # Keras's step: with --noevaluator (test_report.py).
   table = (tmp_path / "bench.md").read_text()
   assert table.startswith(f"# Benchmark: cnn with adam, {STEPS} steps")
   assert "| keras | 2 |" in table and "| ceiling | 2 |" in table
