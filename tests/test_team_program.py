@@ -85,12 +85,24 @@ def _warm_start_from_the_programs_model_dir(model_dir: str, data_dir: str, tmp_p
 
 
 @pytest.mark.slow
-def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
-  result = run_module("launch.parity", ["--workers=1", *PORT_FLAGS, "--long_steps=20",
-                                        f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
-                      env=_env(real_data_dir))
+def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, tmp_path):
+  # launch.migrate runs parity and the handoff as a team would run each; their reports are
+  # checked here as the tools wrote them.
+  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS,
+                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
+                      env=_env(real_data_dir), timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-  report = json.loads((tmp_path / "parity_report.json").read_text())
+  said = result.stdout.splitlines()
+  assert [line.split(":")[0] for line in said[:4]] == ["[1/2] parity"] * 2 + ["[2/2] handoff"] * 2
+  assert said[1].startswith("[1/2] parity: PASS (") and said[-2:] == [
+      "Verdict: switch", f"Report: {tmp_path}/migration_report.md, migration_report.json"]
+  migrated = json.loads((tmp_path / "migration_report.json").read_text())
+  assert (migrated["verdict"], migrated["why"]) == ("switch", [])
+  assert [(s["step"], s["passed"], s["exit_code"]) for s in migrated["steps"]] == [
+      ("parity", True, 0), ("handoff", True, 0)]
+  assert (tmp_path / "migration_report.md").read_text().startswith(
+      "# Migration check: **switch**")
+  report = json.loads((tmp_path / "parity" / "parity_report.json").read_text())
   checks = {c["name"]: c for c in report["checks"]}
   assert checks["max |weight diff| keras vs estimator"]["measured"] <= 1e-6
   assert checks["names: every program variable mapped, every port weight given one"][
@@ -114,7 +126,8 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
       "precision_at_3)")
   # Their hook ran as the Estimator runs it; its StepHook counts the same steps and reads
   # the same losses in both backends.
-  logs = {name: [json.loads(line) for line in (tmp_path / "short" / backend / "model" / file)
+  short = tmp_path / "parity" / "short"
+  logs = {name: [json.loads(line) for line in (short / backend / "model" / file)
                  .read_text().splitlines()]
           for name, backend, file in (("their hook", "estimator", "team_hook.jsonl"),
                                       ("estimator", "estimator", "loss_log.jsonl"),
@@ -124,14 +137,22 @@ def test_parity_passes_for_the_example_at_one_worker(real_data_dir, tmp_path):
     assert [r["loss"] for r in log] == pytest.approx([r["loss"] for r in logs["their hook"]],
                                                      rel=1e-5), name
   # Their export against the port's, as a team would run the serving check on its own.
-  exports = [json.loads((tmp_path / "short" / b / "model" / "summary.json").read_text())[
-      "export_dir"] for b in ("estimator", "keras")]
+  exports = [json.loads((tmp_path / "parity" / "short" / b / "model" / "summary.json")
+                        .read_text())["export_dir"] for b in ("estimator", "keras")]
   served = run_module("launch.serving_check", [f"--first={exports[0]}", f"--second={exports[1]}",
                                                "--estimator_program=team_program:PROGRAM",
                                                f"--data_dir={real_data_dir}"],
                       env=_env(real_data_dir))
   assert served.returncode == 0, served.stdout + served.stderr[-3000:]
   assert "PASS  signatures fed the test split, first export: " in served.stdout
+  # The handoff: the program's model_dir to the port's and back.
+  report = json.loads((tmp_path / "handoff" / "handoff_report.json").read_text())
+  checks = {c["name"]: c for c in report["checks"]}
+  assert checks["1w: every Estimator variable mapped or ignored"]["measured"] == 21
+  assert checks["1w estimator-then-estimator vs estimator-then-keras: max |weight diff| "
+                "estimator-then-estimator vs estimator-then-keras"]["measured"] <= 1e-6
+  assert any(name.startswith("1w: max |diff|, answers serving_default/probabilities, "
+                             "Estimator vs converted Keras") for name in checks)
 
 
 COLUMNS_FLAGS = ["--estimator_program=columns_program:PROGRAM", "--model=columns_port:SPEC",
@@ -180,22 +201,6 @@ def test_a_model_fn_over_feature_columns_passes_parity_and_two_workers_train_the
   assert json.loads(keras.stdout.strip().splitlines()[-1])["global_step"] == 4
 
 
-@pytest.mark.slow
-def test_handoff_carries_the_programs_model_dir_to_the_port_and_back(real_data_dir, tmp_path):
-  result = run_module("launch.handoff", ["--workers=1", *PORT_FLAGS, "--split_at=10",
-                                         "--train_steps=20", "--nomeasure_uninterrupted",
-                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
-                      env=_env(real_data_dir))
-  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-  report = json.loads((tmp_path / "handoff_report.json").read_text())
-  checks = {c["name"]: c for c in report["checks"]}
-  assert checks["1w: every Estimator variable mapped or ignored"]["measured"] == 21
-  assert checks["1w estimator-then-estimator vs estimator-then-keras: max |weight diff| "
-                "estimator-then-estimator vs estimator-then-keras"]["measured"] <= 1e-6
-  assert any(name.startswith("1w: max |diff|, answers serving_default/probabilities, "
-                             "Estimator vs converted Keras") for name in checks)
-
-
 def test_a_model_dir_their_own_launcher_wrote_converts_and_the_port_resumes_it(
     real_data_dir, tmp_path):
   env = _env(real_data_dir)
@@ -228,7 +233,7 @@ def test_a_model_dir_their_own_launcher_wrote_converts_and_the_port_resumes_it(
 
 
 @pytest.mark.slow
-def test_a_port_with_another_activation_fails_the_weight_checks(real_data_dir, tmp_path):
+def test_a_port_with_another_activation_is_told_not_to_switch_yet(real_data_dir, tmp_path):
   (tmp_path / "tanh_port.py").write_text(
       "import tf_keras\nimport team_port\nfrom trainers.model import ModelSpec\n\n"
       "def build(seed, init, dropout=0.3):\n"
@@ -238,12 +243,17 @@ def test_a_port_with_another_activation_fails_the_weight_checks(real_data_dir, t
       "SPEC = ModelSpec('tanh_port', build, {'dropout': 0.3}, "
       "deterministic_options={'dropout': 0.0}, signatures=team_port.signatures)\n")
   flags = [f if not f.startswith("--model=") else "--model=tanh_port:SPEC" for f in PORT_FLAGS]
-  result = run_module("launch.parity", ["--workers=1", *flags, "--train_steps=3",
-                                        "--long_steps=0", f"--data_dir={real_data_dir}",
-                                        f"--out={tmp_path / 'out'}"],
-                      env=_env(real_data_dir, tmp_path))
+  out = tmp_path / "out"
+  result = run_module("launch.migrate", ["--workers=1", *flags, "--train_steps=3",
+                                         f"--data_dir={real_data_dir}", f"--out={out}"],
+                      env=_env(real_data_dir, tmp_path), timeout=1200)
   assert result.returncode == 1, result.stdout + result.stderr[-3000:]
-  report = json.loads((tmp_path / "out" / "parity_report.json").read_text())
+  migrated = json.loads((out / "migration_report.json").read_text())
+  assert migrated["verdict"] == "do not switch yet"
+  assert migrated["why"][0].startswith("parity: ") and "max |weight diff|" in migrated["why"][0]
+  assert migrated["why"][1:] == ["handoff: not run (a step before it failed)"]
+  assert not (out / "handoff").exists()
+  report = json.loads((out / "parity" / "parity_report.json").read_text())
   failed = {c["name"] for c in report["checks"] if not c["passed"]}
   assert {"max |weight diff| keras vs estimator", "max |weight diff| reference vs estimator",
           "per-step loss rel diff keras vs estimator"} <= failed, failed

@@ -1,0 +1,124 @@
+r"""One command, one report: whether a team's Keras port can replace its Estimator program.
+
+  python -m launch.migrate --estimator_program=team_program:PROGRAM --model=team_port:SPEC \
+      --assignment_map=team_map.json --optimizer=adam --learning_rate=1e-4 \
+      --learning_rate_schedule=constant [--workers=1,2] [--export_dir=THEIR_EXPORT] \
+      [--keras_python=NEWEST_TF_PYTHON] [--keep_going] --out=DIR
+
+Runs, in order, each proof that applies, as the tool a team could run alone:
+- parity (`launch.parity`) at each --workers count: the port against the program from the
+  same weights, step by step (losses, learning rates, weights, evaluations, every declared
+  metric), and their two exports fed the test split;
+- the handoff (`launch.handoff`): the program's model_dir converted to the port's and back,
+  each resumed run against an unbroken one;
+- with --export_dir, the serving check (`launch.serving_check`) of the export their clients
+  call today against the port's (parity's short run at the fewest workers);
+- with --keras_python, version parity (`launch.version_parity`): the port on the newest
+  TensorFlow against 2.15.1.
+Each step prints a line when it starts and one with its result and time; a failing step
+stops the run (every later step is reported as not run) unless --keep_going. Writes
+DIR/migration_report.md and .json (verdict first: "switch" or "do not switch yet", and
+why; then each step's checks as its tool reported them, and its command), each tool's own
+report and runs in DIR/<step>/. Exits 0 on "switch", 1 on "do not switch yet", 2 on bad
+flags (naming the fix, writing nothing).
+
+The recipe flags (--optimizer and its hyperparameters, the schedule, --program_params,
+--assignment_map, --seed) go to every training step as given; a tool that refuses them
+fails its step, saying why.
+"""
+
+import dataclasses
+import os
+import sys
+from typing import List, Sequence
+
+from absl import app
+from absl import flags
+
+from launch import console
+
+console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.proofs import migration  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
+from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
+
+_WORKERS = tool_flags.define_workers([1, 2], "Worker counts to prove parity and the handoff at.")
+_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 10, "Steps of parity's short run and of "
+                                    "each half of the handoff.", lower_bound=1)
+_OUT = flags.DEFINE_string("out", None, "Where to write migration_report.{md,json} and each "
+                           "step's reports and runs (new or empty).", required=True)
+_DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
+                                            + trainer_flags.PROGRAM_FIELDS)
+_ASSIGNMENT_MAP = tool_flags.define_assignment_map()
+_SEED = flags.DEFINE_integer("seed", None, "Seeds every step's initial weights and shuffles "
+                             "(default: each tool's).")
+_EXPORT_DIR = flags.DEFINE_string("export_dir", None, "The export your clients call today: "
+                                  "held to the port's in a serving check.")
+_KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "Python of the newest-TensorFlow "
+                                    "install (README, 'Install'): adds version parity.")
+_KEEP_GOING = flags.DEFINE_bool("keep_going", False, "Run every step even after one fails.")
+_TIMEOUT = tool_flags.define_timeout()
+
+
+def _recipe() -> List[str]:
+  """The training flags given on the command line, as given: every training step's."""
+  names = [*_CONFIG, "assignment_map", "seed"]
+  return [flags.FLAGS[name].serialize() for name in names if flags.FLAGS[name].present]
+
+
+def _check_flags() -> None:
+  if not _CONFIG["estimator_program"].value:
+    raise app.UsageError("--estimator_program is the program to migrate from: give "
+                         "package.module:NAME (docs/MIGRATION.md, 'Prove your port').",
+                         exitcode=2)
+  if not flags.FLAGS["model"].present:
+    raise app.UsageError("--model is the Keras port to migrate to: give "
+                         "package.module:SPEC (docs/MIGRATION.md, 'Port your model').",
+                         exitcode=2)
+  for name, path in (("export_dir", _EXPORT_DIR.value), ("keras_python", _KERAS_PYTHON.value)):
+    if path and not os.path.exists(path):
+      raise app.UsageError(f"--{name}={path} does not exist: give an existing path, or "
+                           "leave the flag out.", exitcode=2)
+  if os.path.exists(_OUT.value) and os.listdir(_OUT.value):
+    raise app.UsageError(f"--out={_OUT.value} is not empty: give a new directory, so no "
+                         "earlier report is overwritten.", exitcode=2)
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  _check_flags()
+  inputs = migration.Inputs(
+      recipe=_recipe(), workers=tool_flags.worker_counts(_WORKERS),
+      data_dir=_DATA_DIR.value, estimator_program=_CONFIG["estimator_program"].value,
+      export_dir=_EXPORT_DIR.value, keras_python=_KERAS_PYTHON.value,
+      train_steps=_TRAIN_STEPS.value)
+  out = _OUT.value
+  os.makedirs(out, exist_ok=True)
+  steps = migration.plan(inputs)
+  outcomes: List[migration.Outcome] = []
+  stopped = False
+  for index, step in enumerate(steps, 1):
+    export = migration.port_export(outcomes) if step.port_export else None
+    if stopped or (step.port_export and export is None):
+      outcomes.append(migration.Outcome(step.name, step.proves, []))
+      continue
+    if export:
+      step = dataclasses.replace(step, args=[*step.args, f"--second={export}"])
+    print(f"[{index}/{len(steps)}] {step.name}: {step.proves}", flush=True)
+    outcome = migration.run_step(step, out, tool_flags.timeout(_TIMEOUT))
+    outcomes.append(outcome)
+    failed = outcome.failed_checks
+    detail = (f"; failed: {'; '.join(failed[:3])}" if failed else "" if outcome.passed
+              else f"; exit {outcome.exit_code}, see {outcome.out_dir}/log.txt")
+    print(f"[{index}/{len(steps)}] {step.name}: {'PASS' if outcome.passed else 'FAIL'} "
+          f"({len(outcome.checks)} checks, {outcome.seconds:.0f} s{detail})", flush=True)
+    stopped = not outcome.passed and not _KEEP_GOING.value
+  judged = migration.write_report(outcomes, out, inputs)
+  print(f"Verdict: {judged['verdict']}" + "".join(f"\n- {why}" for why in judged["why"]))
+  print(f"Report: {out}/{migration.REPORT}.md, {migration.REPORT}.json")
+  sys.exit(0 if judged["verdict"] == migration.SWITCH else 1)
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=console.parse_flags)

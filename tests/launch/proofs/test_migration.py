@@ -1,0 +1,109 @@
+"""launch.proofs.migration: the steps planned, each tool run and its reports read, the verdict
+and the report. The whole command on the example program: tests/test_team_program.py."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from launch.proofs import migration
+from tests.conftest import run_module
+
+pytestmark = pytest.mark.quick
+
+RECIPE = ["--estimator_program=team_program:PROGRAM", "--model=team_port:SPEC"]
+
+
+def test_the_plan_runs_what_applies_in_order():
+  inputs = migration.Inputs(RECIPE, [1, 2], data_dir="/d", estimator_program="team_program:PROGRAM")
+  assert [s.name for s in migration.plan(inputs)] == ["parity", "handoff"]
+  parity, handoff = migration.plan(inputs)
+  assert parity.args == ["--workers=1,2", *RECIPE, "--train_steps=10", "--data_dir=/d"]
+  assert "--split_at=10" in handoff.args and "--train_steps=20" in handoff.args
+  both = migration.Inputs(RECIPE, [1], export_dir="/theirs", keras_python="/py",
+                          estimator_program="team_program:PROGRAM")
+  steps = migration.plan(both)
+  assert [s.name for s in steps] == ["parity", "serving", "handoff", "version parity"]
+  assert steps[1].port_export and steps[1].args == [
+      "--first=/theirs", "--estimator_program=team_program:PROGRAM"]
+  assert "--keras_python=/py" in steps[3].args
+
+
+# A tool as the migration runs it: writes a report with one check per --check flag (name=ok),
+# and exits 1 if one failed.
+FAKE_TOOL = '''
+import json, os, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+checks = [{"name": n, "passed": ok == "ok", "limit": 1.0, "measured": 0.5, "where": "a|b"}
+          for n, ok in (a[8:].split(":") for a in sys.argv[1:] if a.startswith("--check="))]
+os.makedirs(os.path.join(args["out"], "workers-1"))
+with open(os.path.join(args["out"], "workers-1", "fake_report.json"), "w") as f:
+  json.dump({"passed": all(c["passed"] for c in checks), "checks": checks}, f)
+print("line one\\nthe last line")
+sys.exit(0 if all(c["passed"] for c in checks) else 1)
+'''
+
+
+def _run(tmp_path, name, *checks):
+  (tmp_path / "fake_tool.py").write_text(FAKE_TOOL)
+  step = migration.Step(name, "proves it", "fake_tool", [f"--check={c}" for c in checks])
+  return migration.run_step(step, str(tmp_path / "out"), timeout=60,
+                            env={"PYTHONPATH": str(tmp_path)})
+
+
+def test_each_step_is_its_tools_exit_code_and_checks(tmp_path):
+  (tmp_path / "out").mkdir()
+  passed = _run(tmp_path, "parity", "weights:ok", "losses:ok")
+  assert passed.passed and passed.exit_code == 0 and passed.said == ""
+  assert [c["name"] for c in passed.checks] == ["weights", "losses"]
+  assert passed.checks[0]["report"] == "workers-1" and passed.command[:3] == [
+      sys.executable, "-m", "fake_tool"]
+  assert (tmp_path / "out" / "parity" / "log.txt").read_text().endswith("the last line\n")
+  failed = _run(tmp_path, "handoff", "weights:ok", "resumed weights:bad")
+  assert not failed.passed and failed.failed_checks == ["resumed weights"]
+  assert failed.said.endswith("the last line")  # The end of its log, in the report.
+  skipped = migration.Outcome("serving", "proves it", [])
+  judged = migration.write_report([passed, failed, skipped], str(tmp_path / "out"),
+                                  migration.Inputs(RECIPE, [1]))
+  assert judged == {"verdict": migration.NOT_YET, "why": [
+      "handoff: 1 check(s) failed: resumed weights",
+      "serving: not run (a step before it failed)"]}
+  record = json.loads((tmp_path / "out" / "migration_report.json").read_text())
+  assert record["verdict"] == migration.NOT_YET
+  assert [(s["step"], s["passed"]) for s in record["steps"]] == [
+      ("parity", True), ("handoff", False), ("serving", False)]
+  markdown = (tmp_path / "out" / "migration_report.md").read_text()
+  assert markdown.startswith("# Migration check: **do not switch yet**\n\nWhy not yet:")
+  # A cell's pipes escaped, so the table keeps its columns.
+  assert "| workers-1 | resumed weights | 1 | 0.5 | a\\|b | NO |" in markdown
+  assert "| serving | not run | 0 | 0 |" in markdown
+  assert migration.verdict([passed])["verdict"] == migration.SWITCH
+  assert migration.verdict([])["verdict"] == migration.NOT_YET  # Nothing proved.
+
+
+def test_the_ports_export_is_found_in_paritys_short_run(tmp_path):
+  model_dir = tmp_path / "parity" / "workers-1" / "short" / "keras" / "model"
+  model_dir.mkdir(parents=True)
+  (model_dir / "summary.json").write_text(json.dumps({"export_dir": "/x/export/1"}))
+  parity = migration.Outcome("parity", "", [], exit_code=0, out_dir=str(tmp_path / "parity"))
+  assert migration.port_export([parity]) == "/x/export/1"
+  assert migration.port_export([migration.Outcome("parity", "", [])]) is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model=team_port:SPEC"], "--estimator_program is the program to migrate from"),
+    (["--estimator_program=team_program:PROGRAM"], "--model is the Keras port to migrate to"),
+    (["--estimator_program=p:P", "--model=m:S", "--export_dir=/no/such/export"],
+     "--export_dir=/no/such/export does not exist"),
+    (["--estimator_program=p:P", "--model=m:S"], "is not empty: give a new directory"),
+])
+def test_cli_refuses_bad_flags_naming_the_fix_and_writes_nothing(args, message, tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  kept = out / "earlier_report.md"
+  kept.write_text("kept")
+  result = run_module("launch.migrate", [*args, f"--out={out}"])
+  assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  assert os.listdir(out) == ["earlier_report.md"] and kept.read_text() == "kept"
