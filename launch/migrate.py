@@ -15,12 +15,14 @@ Runs, in order, each proof that applies, as the tool a team could run alone:
   call today against the port's (parity's short run at the fewest workers);
 - with --keras_python, version parity (`launch.version_parity`): the port on the newest
   TensorFlow against 2.15.1.
-Each step prints a line when it starts and one with its result and time; a failing step
-stops the run (every later step is reported as not run) unless --keep_going. Writes
-DIR/migration_report.md and .json (verdict first: "switch" or "do not switch yet", and
-why; then each step's checks as its tool reported them, and its command), each tool's own
-report and runs in DIR/<step>/. Exits 0 on "switch", 1 on "do not switch yet", 2 on bad
-flags (naming the fix, writing nothing).
+Each step prints a line when it starts, its tool's log lines as they come (what it trains,
+where each run is), and a line with its result and time; a failing step stops the run
+(every later step is reported as not run) unless --keep_going. Writes
+DIR/migration_report.html (one page, no network needed, printable), .md and .json: the
+verdict first, "switch" or "do not switch yet" and why; what was checked (flags, versions,
+the variable map); then each step's checks as its tool reported them, its metrics, its
+plots and its command. Each tool's own report and runs are in DIR/<step>/. Exits 0 on
+"switch", 1 on "do not switch yet", 2 on bad flags (naming the fix, writing nothing).
 
 The recipe flags (--optimizer and its hyperparameters, the schedule, --program_params,
 --assignment_map, --seed) go to every training step as given; a tool that refuses them
@@ -116,7 +118,8 @@ def main(argv: Sequence[str]) -> None:
     stopped = not outcome.passed and not _KEEP_GOING.value
   judged = migration.write_report(outcomes, out, inputs)
   print(f"Verdict: {judged['verdict']}" + "".join(f"\n- {why}" for why in judged["why"]))
-  print(f"Report: {out}/{migration.REPORT}.md, {migration.REPORT}.json")
+  print(f"Report: {out}/{migration.REPORT}.html, {migration.REPORT}.md, "
+        f"{migration.REPORT}.json")
   sys.exit(0 if judged["verdict"] == migration.SWITCH else 1)
 
 

@@ -93,9 +93,16 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
                       env=_env(real_data_dir), timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   said = result.stdout.splitlines()
-  assert [line.split(":")[0] for line in said[:4]] == ["[1/2] parity"] * 2 + ["[2/2] handoff"] * 2
-  assert said[1].startswith("[1/2] parity: PASS (") and said[-2:] == [
-      "Verdict: switch", f"Report: {tmp_path}/migration_report.md, migration_report.json"]
+  assert [line.split(":")[0] for line in said if line.startswith("[")] == (
+      ["[1/2] parity"] * 2 + ["[2/2] handoff"] * 2)
+  assert "    parity: Training short/keras: keras, 1 worker(s), to step 10." in said
+  assert [line for line in said if line.startswith("[")][1].startswith("[1/2] parity: PASS (")
+  assert said[-2:] == ["Verdict: switch", f"Report: {tmp_path}/migration_report.html, "
+                       "migration_report.md, migration_report.json"]
+  page = (tmp_path / "migration_report.html").read_text()
+  assert "<h1>Migration check: <span class=switch>switch</span></h1>" in page
+  # Parity's and the handoff's plots, inline.
+  assert page.count("<img alt='loss_curves.png' src='data:image/png;base64,") == 2
   migrated = json.loads((tmp_path / "migration_report.json").read_text())
   assert (migrated["verdict"], migrated["why"]) == ("switch", [])
   assert [(s["step"], s["passed"], s["exit_code"]) for s in migrated["steps"]] == [

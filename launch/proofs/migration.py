@@ -12,14 +12,21 @@ under the migration's; the report reads the JSON report each writes, so it says 
 tool said, check by check. It trains nothing itself.
 """
 
+import base64
 import dataclasses
 import glob
+import html
+import importlib.metadata
 import json
 import os
+import platform
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from launch.proofs import harness
 from trainers import model_dir as layout
@@ -119,9 +126,10 @@ def port_export(outcomes: Sequence["Outcome"]) -> Optional[str]:
   return None
 
 
-def run_step(step: Step, out_dir: str, timeout: float,
-             env: Optional[Dict[str, str]] = None) -> Outcome:
-  """Runs the step's tool with --out=out_dir/<step> (its output in log.txt there) and reads
+def run_step(step: Step, out_dir: str, timeout: float, env: Optional[Dict[str, str]] = None,
+             say: Callable[[str], None] = print) -> Outcome:
+  """Runs the step's tool with --out=out_dir/<step>, its output in log.txt there and its
+  log messages (what it trains, where each run is) passed to `say` as they come, and reads
   every `*_report.json` it wrote."""
   where = os.path.join(out_dir, step.name.replace(" ", "_"))
   os.makedirs(where)
@@ -130,13 +138,8 @@ def run_step(step: Step, out_dir: str, timeout: float,
   started = time.monotonic()
   log_path = os.path.join(where, "log.txt")
   with open(log_path, "w") as log:
-    try:
-      outcome.exit_code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **(env or {})},
-                                         timeout=timeout).returncode
-    except subprocess.TimeoutExpired:
-      outcome.exit_code = -1
-      log.write(f"\nlaunch.migrate: stopped after {timeout:.0f} s (--timeout).\n")
+    outcome.exit_code = _run_tool(command, log, {**os.environ, **(env or {})}, timeout,
+                                  lambda message: say(f"    {step.name}: {message}"))
   outcome.seconds = time.monotonic() - started
   for path in sorted(glob.glob(os.path.join(where, "**", "*_report.json"), recursive=True)):
     with open(path) as f:
@@ -148,6 +151,55 @@ def run_step(step: Step, out_dir: str, timeout: float,
     with open(log_path, errors="replace") as f:
       outcome.said = "".join(f.readlines()[-15:]).strip()
   return outcome
+
+
+# An absl log line of a tool: I1129 13:32:09.101493 140503740128128 harness.py:127] Training ...
+_LOG_LINE = re.compile(r"^[IE]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] (.*)$")
+STOP_SECONDS = 30  # A tool stopped (timeout, Ctrl-C) has this long to stop its runs.
+
+
+def _run_tool(command: List[str], log: TextIO, env: Dict[str, str], timeout: float,
+              say: Callable[[str], None]) -> int:
+  """The tool's exit code (-1: stopped at `timeout`); its lines into `log`, its log
+  messages to `say`. In a process group of its own, so that a stop reaches its runs too."""
+  process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env, text=True, errors="replace",
+                             start_new_session=True)
+
+  def relay() -> None:
+    for line in process.stdout:
+      log.write(line)
+      log.flush()
+      match = _LOG_LINE.match(line.rstrip("\n"))
+      if match:
+        say(match.group(1))
+
+  reader = threading.Thread(target=relay, daemon=True)
+  reader.start()
+  try:
+    code = process.wait(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    _stop(process)
+    code = -1
+  except KeyboardInterrupt:
+    _stop(process)
+    raise
+  reader.join()
+  if code == -1:
+    log.write(f"\nlaunch.migrate: stopped after {timeout:.0f} s (--timeout).\n")
+  return code
+
+
+def _stop(process: subprocess.Popen) -> None:
+  """SIGTERM to the tool's process group (it stops its runs), SIGKILL if it lingers."""
+  try:
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=STOP_SECONDS)
+  except subprocess.TimeoutExpired:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+  except ProcessLookupError:
+    pass
 
 
 def verdict(outcomes: Sequence[Outcome]) -> Dict[str, Any]:
@@ -164,10 +216,9 @@ def verdict(outcomes: Sequence[Outcome]) -> Dict[str, Any]:
   return {"verdict": NOT_YET if reasons or not outcomes else SWITCH, "why": reasons}
 
 
-def _cell(value: Any) -> str:
-  """A Markdown table cell: a float to 3 figures, None as "-"."""
-  return harness.md_cell(f"{value:.3g}" if isinstance(value, float) else "-" if value is None
-                         else str(value))
+def _text(value: Any) -> str:
+  """A table cell's text: a float to 3 figures, None as "-"."""
+  return f"{value:.3g}" if isinstance(value, float) else "-" if value is None else str(value)
 
 
 def format_markdown(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, Any]) -> str:
@@ -197,17 +248,120 @@ def format_markdown(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[st
       for c in o.checks:
         cells = [c["report"] or o.step, c["name"], c.get("limit"), c.get("measured"),
                  c.get("where"), "yes" if c["passed"] else "NO"]
-        lines.append("| " + " | ".join(map(_cell, cells)) + " |")
+        lines.append("| " + " | ".join(harness.md_cell(_text(c)) for c in cells) + " |")
   lines += ["", "## Reproduce", "", "Each step's command is above; its full report and runs are "
             "in its folder beside this file."]
   return "\n".join(lines) + "\n"
 
 
+def versions() -> Dict[str, str]:
+  """What this install runs (the program's side, and the port's but with --keras_python)."""
+  found = {"python": platform.python_version()}
+  for package in ("tensorflow", "tf-keras", "tensorflow-estimator"):
+    try:
+      found[package] = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+      found[package] = "not installed"
+  return found
+
+
+def map_used(inputs: Inputs) -> Optional[Dict[str, Optional[str]]]:
+  """The --assignment_map the steps were given (program name -> port weight), if any."""
+  for flag in inputs.recipe:
+    if flag.startswith("--assignment_map="):
+      with open(flag.split("=", 1)[1]) as f:
+        return json.load(f)
+  return None
+
+
+_STYLE = """body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#111}
+h1 .switch{color:#05640f}h1 .not-yet{color:#a40000}
+table{border-collapse:collapse;margin:.6em 0;font-size:13px}td,th{border:1px solid #bbb;
+padding:2px 6px;text-align:left;vertical-align:top}tr.fail td{background:#fde4e4}
+code,pre{font:12px ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}
+img{max-width:100%;border:1px solid #ddd}
+@media print{body{margin:0;max-width:none}section{break-inside:avoid-page}a{color:#111}}"""
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[Any]],
+                failed: Sequence[bool] = ()) -> str:
+  cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+  body = "".join(
+      ("<tr class=fail>" if i < len(failed) and failed[i] else "<tr>")
+      + "".join(f"<td>{html.escape(_text(v))}</td>" for v in row)
+      + "</tr>" for i, row in enumerate(rows))
+  return f"<table><tr>{cells}</tr>{body}</table>"
+
+
+def _plots(o: Outcome) -> str:
+  """Each plot the step's tool drew, inline: the page needs no other file and no network."""
+  parts = []
+  for path in sorted(glob.glob(os.path.join(o.out_dir, "**", "*.png"), recursive=True)):
+    with open(path, "rb") as f:
+      data = base64.b64encode(f.read()).decode()
+    name = html.escape(os.path.relpath(path, o.out_dir))
+    parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{data}'>"
+                 f"<figcaption>{name}</figcaption></figure>")
+  return "".join(parts)
+
+
+def format_html(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, Any],
+                found: Mapping[str, str]) -> str:
+  """The report as one self-contained page: the verdict first, printable."""
+  switch = judged["verdict"] == SWITCH
+  parts = [f"<h1>Migration check: <span class={'switch' if switch else 'not-yet'}>"
+           f"{html.escape(judged['verdict'])}</span></h1>"]
+  parts.append("<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in judged["why"]) + "</ul>"
+               if judged["why"] else "<p>Every step passed: the port trains, resumes and "
+               "serves as the program does, on the evidence below.</p>")
+  parts.append(_html_table(["step", "result", "checks", "failed", "time (s)"], [
+      [o.step, "not run" if o.exit_code is None else "PASS" if o.passed else "FAIL",
+       len(o.checks), len(o.failed_checks), round(o.seconds)] for o in outcomes],
+      [not o.passed for o in outcomes]))
+  parts.append("<h2>What was checked</h2>" + _html_table(["", ""], [
+      ["program", inputs.estimator_program], ["flags", " ".join(inputs.recipe)],
+      ["workers", ",".join(map(str, inputs.workers))],
+      ["their export", inputs.export_dir], ["newest-TF Python", inputs.keras_python],
+      *[[name, version] for name, version in found.items()]]))
+  mapping = map_used(inputs)
+  if mapping:
+    parts.append("<h2>The variable map used</h2>" + _html_table(
+        ["program variable", "port weight"],
+        [[k, "(not carried)" if v is None else v] for k, v in mapping.items()]))
+  for o in outcomes:
+    section = [f"<h2>{html.escape(o.step)}</h2><p>{html.escape(o.proves)}</p>"]
+    if o.exit_code is None:
+      section.append("<p>Not run: a step before it failed (--keep_going runs every step).</p>")
+    else:
+      section.append(f"<p>{o.seconds:.0f} s, exit {o.exit_code}: "
+                     f"<code>{html.escape(' '.join(o.command))}</code></p>")
+      if o.said:
+        section.append(f"<pre>{html.escape(o.said)}</pre>")
+      metrics = [c for c in o.checks if c["name"].startswith("eval ")]
+      rows = [[c["report"] or o.step, c["name"], c.get("limit"), c.get("measured"),
+               c.get("where"), "yes" if c["passed"] else "NO"] for c in o.checks]
+      section.append(_html_table(["report", "check", "limit", "measured", "where", "pass"],
+                                 rows, [not c["passed"] for c in o.checks]))
+      if metrics:
+        section.append("<h3>Metrics</h3>" + _html_table(
+            ["metric check", "limit", "measured", "pass"],
+            [[c["name"], c.get("limit"), c.get("measured"), "yes" if c["passed"] else "NO"]
+             for c in metrics], [not c["passed"] for c in metrics]))
+      section.append(_plots(o))
+    parts.append("<section>" + "".join(section) + "</section>")
+  return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Migration check: "
+          f"{html.escape(judged['verdict'])}</title><style>{_STYLE}</style></head><body>"
+          + "\n".join(parts) + "</body></html>\n")
+
+
 def write_report(outcomes: Sequence[Outcome], out_dir: str, inputs: Inputs) -> Dict[str, Any]:
-  """migration_report.md and .json in out_dir, each written whole; returns the verdict."""
-  judged = verdict(outcomes)
-  record = {**judged, "inputs": dataclasses.asdict(inputs),
+  """migration_report.md, .html and .json in out_dir, each written whole; returns the
+  verdict."""
+  judged, found = verdict(outcomes), versions()
+  record = {**judged, "inputs": dataclasses.asdict(inputs), "versions": found,
             "steps": [{**dataclasses.asdict(o), "passed": o.passed} for o in outcomes]}
-  harness.write_files(out_dir, {f"{REPORT}.json": json.dumps(record, indent=2),
-                                f"{REPORT}.md": format_markdown(outcomes, inputs, judged)})
+  harness.write_files(out_dir, {
+      f"{REPORT}.json": json.dumps(record, indent=2),
+      f"{REPORT}.md": format_markdown(outcomes, inputs, judged),
+      f"{REPORT}.html": format_html(outcomes, inputs, judged, found)})
   return judged

@@ -1,6 +1,7 @@
 """launch.proofs.migration: the steps planned, each tool run and its reports read, the verdict
 and the report. The whole command on the example program: tests/test_team_program.py."""
 
+import html.parser
 import json
 import os
 import sys
@@ -40,22 +41,53 @@ checks = [{"name": n, "passed": ok == "ok", "limit": 1.0, "measured": 0.5, "wher
 os.makedirs(os.path.join(args["out"], "workers-1"))
 with open(os.path.join(args["out"], "workers-1", "fake_report.json"), "w") as f:
   json.dump({"passed": all(c["passed"] for c in checks), "checks": checks}, f)
+with open(os.path.join(args["out"], "workers-1", "loss_curves.png"), "wb") as f:
+  f.write(b"\\x89PNG not really")
+print("I1129 13:32:09.101493 140503740128128 harness.py:127] Training short/keras.")
 print("line one\\nthe last line")
 sys.exit(0 if all(c["passed"] for c in checks) else 1)
 '''
 
 
-def _run(tmp_path, name, *checks):
+def _run(tmp_path, name, *checks, said=None):
   (tmp_path / "fake_tool.py").write_text(FAKE_TOOL)
   step = migration.Step(name, "proves it", "fake_tool", [f"--check={c}" for c in checks])
   return migration.run_step(step, str(tmp_path / "out"), timeout=60,
-                            env={"PYTHONPATH": str(tmp_path)})
+                            env={"PYTHONPATH": str(tmp_path)},
+                            say=(said if said is not None else []).append)
+
+
+class _Page(html.parser.HTMLParser):
+  """What a browser would need besides the page (none may be remote), and whether every
+  element that must close does."""
+
+  VOID = {"meta", "img", "br", "hr", "link", "input"}
+
+  def __init__(self):
+    super().__init__()
+    self.open, self.sources, self.text, self.headings = [], [], [], []
+
+  def handle_starttag(self, tag, attrs):
+    self.sources += [v for k, v in attrs if k in ("src", "href")]
+    self.headings += [""] if tag == "h1" else []
+    if tag not in self.VOID:
+      self.open.append(tag)
+
+  def handle_endtag(self, tag):
+    assert self.open and self.open.pop() == tag, (tag, self.open)
+
+  def handle_data(self, data):
+    self.text.append(data)
+    if "h1" in self.open:
+      self.headings[-1] += data
 
 
 def test_each_step_is_its_tools_exit_code_and_checks(tmp_path):
   (tmp_path / "out").mkdir()
-  passed = _run(tmp_path, "parity", "weights:ok", "losses:ok")
+  said = []
+  passed = _run(tmp_path, "parity", "weights:ok", "losses:ok", said=said)
   assert passed.passed and passed.exit_code == 0 and passed.said == ""
+  assert said == ["    parity: Training short/keras."]  # Its log lines, as they come.
   assert [c["name"] for c in passed.checks] == ["weights", "losses"]
   assert passed.checks[0]["report"] == "workers-1" and passed.command[:3] == [
       sys.executable, "-m", "fake_tool"]
@@ -78,6 +110,15 @@ def test_each_step_is_its_tools_exit_code_and_checks(tmp_path):
   # A cell's pipes escaped, so the table keeps its columns.
   assert "| workers-1 | resumed weights | 1 | 0.5 | a\\|b | NO |" in markdown
   assert "| serving | not run | 0 | 0 |" in markdown
+  # The page: the verdict first, every element closed, nothing fetched but inline images.
+  # (No headless browser installs here: the registries have playwright, not its browsers.)
+  page = _Page()
+  page.feed((tmp_path / "out" / "migration_report.html").read_text())
+  page.close()
+  assert page.open == [] and page.headings == ["Migration check: do not switch yet"]
+  assert page.sources and all(src.startswith("data:image/png;base64,") for src in page.sources)
+  text = "".join(page.text)
+  assert "resumed weightsa|b" not in text and "a|b" in text  # Cells, not escaped.
   assert migration.verdict([passed])["verdict"] == migration.SWITCH
   assert migration.verdict([])["verdict"] == migration.NOT_YET  # Nothing proved.
 
