@@ -22,7 +22,9 @@ DIR/migration_report.html (one page, no network needed, printable), .md and .jso
 verdict first, "switch" or "do not switch yet" and why; what was checked (flags, versions,
 the variable map); then each step's checks as its tool reported them, its metrics, its
 plots and its command. Each tool's own report and runs are in DIR/<step>/. Exits 0 on
-"switch", 1 on "do not switch yet", 2 on bad flags (naming the fix, writing nothing).
+"switch", 1 on "do not switch yet", 2 on bad flags (naming the fix, writing nothing); SIGINT
+or SIGTERM stops the running step's tool and its runs, writes the report of what finished,
+and exits 128 + the signal's number.
 
 The recipe flags (--optimizer and its hyperparameters, the schedule, --program_params,
 --assignment_map, --seed) go to every training step as given; a tool that refuses them
@@ -31,6 +33,7 @@ fails its step, saying why.
 
 import dataclasses
 import os
+import signal
 import sys
 from typing import List, Sequence
 
@@ -95,7 +98,28 @@ def main(argv: Sequence[str]) -> None:
       data_dir=_DATA_DIR.value, estimator_program=_CONFIG["estimator_program"].value,
       export_dir=_EXPORT_DIR.value, keras_python=_KERAS_PYTHON.value,
       train_steps=_TRAIN_STEPS.value)
-  out = _OUT.value
+  for signum in (signal.SIGINT, signal.SIGTERM):  # Each tool runs in a session of its own.
+    signal.signal(signum, _raise_stopped)
+  try:
+    outcomes = _run_steps(inputs, _OUT.value)
+    judged = migration.write_report(outcomes, _OUT.value, inputs)
+  except migration.Stopped as e:  # Between steps, or while the report was written.
+    sys.exit(f"launch.migrate: stopped by {e}; the finished steps' reports are in "
+             f"{_OUT.value}.")
+  print(f"Verdict: {judged['verdict']}" + "".join(f"\n- {why}" for why in judged["why"]))
+  print(f"Report: {_OUT.value}/{migration.REPORT}.html, {migration.REPORT}.md, "
+        f"{migration.REPORT}.json")
+  stopped = next((o.exit_code for o in outcomes if o.stopped_by), None)
+  sys.exit(stopped or (0 if judged["verdict"] == migration.SWITCH else 1))
+
+
+def _raise_stopped(signum: int, frame) -> None:
+  del frame
+  raise migration.Stopped(signum)
+
+
+def _run_steps(inputs: migration.Inputs, out: str) -> List[migration.Outcome]:
+  """Each step in turn, saying so; after a failure (or a stop) the rest are not run."""
   os.makedirs(out, exist_ok=True)
   steps = migration.plan(inputs)
   outcomes: List[migration.Outcome] = []
@@ -111,16 +135,13 @@ def main(argv: Sequence[str]) -> None:
     outcome = migration.run_step(step, out, tool_flags.timeout(_TIMEOUT))
     outcomes.append(outcome)
     failed = outcome.failed_checks
-    detail = (f"; failed: {'; '.join(failed[:3])}" if failed else "" if outcome.passed
+    detail = (f"; stopped by {outcome.stopped_by}" if outcome.stopped_by
+              else f"; failed: {'; '.join(failed[:3])}" if failed else "" if outcome.passed
               else f"; exit {outcome.exit_code}, see {outcome.out_dir}/log.txt")
     print(f"[{index}/{len(steps)}] {step.name}: {'PASS' if outcome.passed else 'FAIL'} "
           f"({len(outcome.checks)} checks, {outcome.seconds:.0f} s{detail})", flush=True)
-    stopped = not outcome.passed and not _KEEP_GOING.value
-  judged = migration.write_report(outcomes, out, inputs)
-  print(f"Verdict: {judged['verdict']}" + "".join(f"\n- {why}" for why in judged["why"]))
-  print(f"Report: {out}/{migration.REPORT}.html, {migration.REPORT}.md, "
-        f"{migration.REPORT}.json")
-  sys.exit(0 if judged["verdict"] == migration.SWITCH else 1)
+    stopped = bool(outcome.stopped_by) or (not outcome.passed and not _KEEP_GOING.value)
+  return outcomes
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ docs/MIGRATION.md, "Prove your port", cites these tests.
 import json
 import os
 import pathlib
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -160,6 +162,28 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
                 "estimator-then-estimator vs estimator-then-keras"]["measured"] <= 1e-6
   assert any(name.startswith("1w: max |diff|, answers serving_default/probabilities, "
                              "Estimator vs converted Keras") for name in checks)
+
+
+def test_sigterm_stops_the_running_step_and_its_runs_and_the_report_says_so(real_data_dir,
+                                                                             tmp_path):
+  env = {**os.environ, **_env(real_data_dir)}
+  env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
+  out = tmp_path / "out"
+  process = subprocess.Popen([sys.executable, "-m", "launch.migrate", "--workers=1", *PORT_FLAGS,
+                              f"--data_dir={real_data_dir}", f"--out={out}"], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  for line in process.stdout:  # Once parity's first run trains.
+    if "parity: Training short/keras" in line:
+      break
+  process.send_signal(signal.SIGTERM)
+  said = process.communicate(timeout=120)[0]
+  assert process.returncode == 143, said
+  assert "[1/2] parity: FAIL (0 checks" in said and "stopped by SIGTERM" in said
+  migrated = json.loads((out / "migration_report.json").read_text())
+  assert migrated["why"] == ["parity: stopped by SIGTERM before it finished",
+                             "handoff: not run (a step before it failed)"]
+  left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+  assert str(out) not in left  # Parity and its runs stopped with the migration.
 
 
 COLUMNS_FLAGS = ["--estimator_program=columns_program:PROGRAM", "--model=columns_port:SPEC",

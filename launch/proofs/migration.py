@@ -36,6 +36,15 @@ SWITCH = "switch"
 NOT_YET = "do not switch yet"
 
 
+class Stopped(Exception):
+  """SIGINT or SIGTERM to the migration (launch.migrate raises it from its handlers): the
+  running step's tool is stopped, and the step reports it."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum = signum
+
+
 @dataclasses.dataclass(frozen=True)
 class Inputs:
   """What the team gives: its program and port, the flags every training tool takes (the
@@ -73,6 +82,7 @@ class Outcome:
   checks: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
   said: str = ""  # Its last lines of output, when it failed.
   out_dir: str = ""
+  stopped_by: Optional[str] = None  # The signal that stopped the migration during it.
 
   @property
   def passed(self) -> bool:
@@ -138,8 +148,11 @@ def run_step(step: Step, out_dir: str, timeout: float, env: Optional[Dict[str, s
   started = time.monotonic()
   log_path = os.path.join(where, "log.txt")
   with open(log_path, "w") as log:
-    outcome.exit_code = _run_tool(command, log, {**os.environ, **(env or {})}, timeout,
-                                  lambda message: say(f"    {step.name}: {message}"))
+    try:
+      outcome.exit_code = _run_tool(command, log, {**os.environ, **(env or {})}, timeout,
+                                    lambda message: say(f"    {step.name}: {message}"))
+    except Stopped as e:
+      outcome.exit_code, outcome.stopped_by = 128 + e.signum, str(e)
   outcome.seconds = time.monotonic() - started
   for path in sorted(glob.glob(os.path.join(where, "**", "*_report.json"), recursive=True)):
     with open(path) as f:
@@ -181,7 +194,7 @@ def _run_tool(command: List[str], log: TextIO, env: Dict[str, str], timeout: flo
   except subprocess.TimeoutExpired:
     _stop(process)
     code = -1
-  except KeyboardInterrupt:
+  except BaseException:  # Stopped, KeyboardInterrupt: its runs end with it.
     _stop(process)
     raise
   reader.join()
@@ -191,15 +204,26 @@ def _run_tool(command: List[str], log: TextIO, env: Dict[str, str], timeout: flo
 
 
 def _stop(process: subprocess.Popen) -> None:
-  """SIGTERM to the tool's process group (it stops its runs), SIGKILL if it lingers."""
+  """SIGTERM to the tool's process group (the tool and the runs it started stop, saving what
+  they save on a preemption), SIGKILL to whatever of it lingers past STOP_SECONDS."""
   try:
     os.killpg(process.pid, signal.SIGTERM)
-    process.wait(timeout=STOP_SECONDS)
-  except subprocess.TimeoutExpired:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
   except ProcessLookupError:
-    pass
+    return
+  deadline = time.monotonic() + STOP_SECONDS
+  while time.monotonic() < deadline:
+    process.poll()  # Reaps the tool; its runs are its own children to reap.
+    try:
+      os.killpg(process.pid, 0)
+    except ProcessLookupError:
+      break
+    time.sleep(0.2)
+  else:
+    try:
+      os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+  process.wait()
 
 
 def verdict(outcomes: Sequence[Outcome]) -> Dict[str, Any]:
@@ -208,6 +232,8 @@ def verdict(outcomes: Sequence[Outcome]) -> Dict[str, Any]:
   for o in outcomes:
     if o.exit_code is None:
       reasons.append(f"{o.step}: not run (a step before it failed)")
+    elif o.stopped_by:
+      reasons.append(f"{o.step}: stopped by {o.stopped_by} before it finished")
     elif not o.passed:
       failed = o.failed_checks
       reasons.append(f"{o.step}: " + (f"{len(failed)} check(s) failed: " + "; ".join(failed[:3])
