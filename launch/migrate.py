@@ -3,7 +3,7 @@ r"""One command, one report: whether a team's Keras port can replace its Estimat
   python -m launch.migrate --estimator_program=team_program:PROGRAM --model=team_port:SPEC \
       --assignment_map=team_map.json --optimizer=adam --learning_rate=1e-4 \
       --learning_rate_schedule=constant [--workers=1,2] [--export_dir=THEIR_EXPORT] \
-      [--keras_python=NEWEST_TF_PYTHON] [--keep_going] --out=DIR
+      [--keep_going] --out=DIR
 
 Runs, in order, each proof that applies, as the tool a team could run alone:
 - parity (`launch.parity`) at each --workers count: the port against the program from the
@@ -11,10 +11,13 @@ Runs, in order, each proof that applies, as the tool a team could run alone:
   metric), and their two exports fed the test split;
 - the handoff (`launch.handoff`): the program's model_dir converted to the port's and back,
   each resumed run against an unbroken one;
-- with --export_dir, the serving check (`launch.serving_check`) of the export their clients
-  call today against the port's (parity's short run at the fewest workers);
-- with --keras_python, version parity (`launch.version_parity`): the port on the newest
-  TensorFlow against 2.15.1.
+- with --export_dir, the serving contract (`launch.serving_check --contract_only`) of the
+  export their clients call today against the port's (parity's short run at the fewest
+  workers): signatures, methods, inputs and outputs; their answers differ, the weights
+  being others (parity compares answers, from the same weights).
+Not yet: version parity (`launch.version_parity` trains the built-in models only, not a
+team's program), the converter's --inspect of their own model_dir, and the handoff from
+their newest checkpoint (the handoff trains its own).
 Each step prints a line when it starts, its tool's log lines as they come (what it trains,
 where each run is), and a line with its result and time; a failing step stops the run
 (every later step is reported as not run) unless --keep_going. Writes
@@ -60,8 +63,6 @@ _SEED = flags.DEFINE_integer("seed", None, "Seeds every step's initial weights a
                              "(default: each tool's).")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "The export your clients call today: "
                                   "held to the port's in a serving check.")
-_KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "Python of the newest-TensorFlow "
-                                    "install (README, 'Install'): adds version parity.")
 _KEEP_GOING = flags.DEFINE_bool("keep_going", False, "Run every step even after one fails.")
 _TIMEOUT = tool_flags.define_timeout()
 
@@ -81,10 +82,9 @@ def _check_flags() -> None:
     raise app.UsageError("--model is the Keras port to migrate to: give "
                          "package.module:SPEC (docs/MIGRATION.md, 'Port your model').",
                          exitcode=2)
-  for name, path in (("export_dir", _EXPORT_DIR.value), ("keras_python", _KERAS_PYTHON.value)):
-    if path and not os.path.exists(path):
-      raise app.UsageError(f"--{name}={path} does not exist: give an existing path, or "
-                           "leave the flag out.", exitcode=2)
+  if _EXPORT_DIR.value and not os.path.exists(_EXPORT_DIR.value):
+    raise app.UsageError(f"--export_dir={_EXPORT_DIR.value} does not exist: give the export "
+                         "your clients call, or leave the flag out.", exitcode=2)
   if os.path.exists(_OUT.value) and os.listdir(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} is not empty: give a new directory, so no "
                          "earlier report is overwritten.", exitcode=2)
@@ -96,7 +96,7 @@ def main(argv: Sequence[str]) -> None:
   inputs = migration.Inputs(
       recipe=_recipe(), workers=tool_flags.worker_counts(_WORKERS),
       data_dir=_DATA_DIR.value, estimator_program=_CONFIG["estimator_program"].value,
-      export_dir=_EXPORT_DIR.value, keras_python=_KERAS_PYTHON.value,
+      export_dir=_EXPORT_DIR.value,
       train_steps=_TRAIN_STEPS.value)
   for signum in (signal.SIGINT, signal.SIGTERM):  # Each tool runs in a session of its own.
     signal.signal(signum, _raise_stopped)

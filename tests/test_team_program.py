@@ -88,30 +88,38 @@ def _warm_start_from_the_programs_model_dir(model_dir: str, data_dir: str, tmp_p
 
 @pytest.mark.slow
 def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, tmp_path):
-  # launch.migrate runs parity and the handoff as a team would run each; their reports are
-  # checked here as the tools wrote them.
-  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS,
-                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"],
+  # launch.migrate runs parity, the serving check of their export and the handoff as a team
+  # would run each; their reports are checked here as the tools wrote them. Their export:
+  # their program trained a little, as their own launcher would.
+  theirs, out = tmp_path / "theirs", tmp_path / "migration"
+  trained = run_module("trainers.estimator_main", [
+      "--estimator_program=team_program:PROGRAM", "--train_steps=2",
+      "--checkpoint_every_steps=2", f"--model_dir={theirs}", f"--data_dir={real_data_dir}"],
+      env=_env(real_data_dir))
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  export = json.loads(trained.stdout.strip().splitlines()[-1])["export_dir"]
+  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS, f"--export_dir={export}",
+                                         f"--data_dir={real_data_dir}", f"--out={out}"],
                       env=_env(real_data_dir), timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   said = result.stdout.splitlines()
   assert [line.split(":")[0] for line in said if line.startswith("[")] == (
-      ["[1/2] parity"] * 2 + ["[2/2] handoff"] * 2)
+      ["[1/3] parity"] * 2 + ["[2/3] serving"] * 2 + ["[3/3] handoff"] * 2)
   assert "    parity: Training short/keras: keras, 1 worker(s), to step 10." in said
-  assert [line for line in said if line.startswith("[")][1].startswith("[1/2] parity: PASS (")
-  assert said[-2:] == ["Verdict: switch", f"Report: {tmp_path}/migration_report.html, "
+  assert [line for line in said if line.startswith("[")][1].startswith("[1/3] parity: PASS (")
+  assert said[-2:] == ["Verdict: switch", f"Report: {out}/migration_report.html, "
                        "migration_report.md, migration_report.json"]
-  page = (tmp_path / "migration_report.html").read_text()
+  page = (out / "migration_report.html").read_text()
   assert "<h1>Migration check: <span class=switch>switch</span></h1>" in page
-  # Parity's and the handoff's plots, inline.
+  # Parity's and the handoff's plots, inline (the serving check draws none).
   assert page.count("<img alt='loss_curves.png' src='data:image/png;base64,") == 2
-  migrated = json.loads((tmp_path / "migration_report.json").read_text())
+  migrated = json.loads((out / "migration_report.json").read_text())
   assert (migrated["verdict"], migrated["why"]) == ("switch", [])
   assert [(s["step"], s["passed"], s["exit_code"]) for s in migrated["steps"]] == [
-      ("parity", True, 0), ("handoff", True, 0)]
-  assert (tmp_path / "migration_report.md").read_text().startswith(
+      ("parity", True, 0), ("serving", True, 0), ("handoff", True, 0)]
+  assert (out / "migration_report.md").read_text().startswith(
       "# Migration check: **switch**")
-  report = json.loads((tmp_path / "parity" / "parity_report.json").read_text())
+  report = json.loads((out / "parity" / "parity_report.json").read_text())
   checks = {c["name"]: c for c in report["checks"]}
   assert checks["max |weight diff| keras vs estimator"]["measured"] <= 1e-6
   assert checks["names: every program variable mapped, every port weight given one"][
@@ -135,7 +143,7 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
       "precision_at_3)")
   # Their hook ran as the Estimator runs it; its StepHook counts the same steps and reads
   # the same losses in both backends.
-  short = tmp_path / "parity" / "short"
+  short = out / "parity" / "short"
   logs = {name: [json.loads(line) for line in (short / backend / "model" / file)
                  .read_text().splitlines()]
           for name, backend, file in (("their hook", "estimator", "team_hook.jsonl"),
@@ -145,17 +153,13 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
     assert [r["step"] for r in log] == list(range(1, 11)), name
     assert [r["loss"] for r in log] == pytest.approx([r["loss"] for r in logs["their hook"]],
                                                      rel=1e-5), name
-  # Their export against the port's, as a team would run the serving check on its own.
-  exports = [json.loads((tmp_path / "parity" / "short" / b / "model" / "summary.json")
-                        .read_text())["export_dir"] for b in ("estimator", "keras")]
-  served = run_module("launch.serving_check", [f"--first={exports[0]}", f"--second={exports[1]}",
-                                               "--estimator_program=team_program:PROGRAM",
-                                               f"--data_dir={real_data_dir}"],
-                      env=_env(real_data_dir))
-  assert served.returncode == 0, served.stdout + served.stderr[-3000:]
-  assert "PASS  signatures fed the test split, first export: " in served.stdout
+  # Their export against the port's, through their receiver and the port's signatures.
+  served = json.loads((out / "serving" / "serving_check_report.json").read_text())
+  checks = {c["name"]: c for c in served["checks"]}
+  assert checks["signatures fed the test split, first export"]["where"] == (
+      "serving_default: 10000 examples"), checks
   # The handoff: the program's model_dir to the port's and back.
-  report = json.loads((tmp_path / "handoff" / "handoff_report.json").read_text())
+  report = json.loads((out / "handoff" / "handoff_report.json").read_text())
   checks = {c["name"]: c for c in report["checks"]}
   assert checks["1w: every Estimator variable mapped or ignored"]["measured"] == 21
   assert checks["1w estimator-then-estimator vs estimator-then-keras: max |weight diff| "

@@ -7,7 +7,7 @@ Keras port, and one report of what they found, with a verdict (launch.migrate).
   write_report(outcomes, out_dir, inputs)       # migration_report.{md,json}
 
 Each step is a tool a team could run alone (`launch.parity`, `launch.handoff`,
-`launch.serving_check`, `launch.version_parity`), run as a subprocess with its own --out
+`launch.serving_check`), run as a subprocess with its own --out
 under the migration's; the report reads the JSON report each writes, so it says what the
 tool said, check by check. It trains nothing itself.
 """
@@ -55,7 +55,6 @@ class Inputs:
   data_dir: Optional[str] = None
   estimator_program: Optional[str] = None
   export_dir: Optional[str] = None  # Their export, which clients call today.
-  keras_python: Optional[str] = None  # The newest-TF install's Python.
   train_steps: int = 10  # Of each run of parity's and the handoff's split.
 
 
@@ -112,16 +111,12 @@ def plan(inputs: Inputs) -> List[Step]:
   if inputs.export_dir:  # After parity, whose short run exports the port.
     program = ([f"--estimator_program={inputs.estimator_program}"]
                if inputs.estimator_program else [])
-    steps.insert(1, Step("serving", "The port's export answers the requests the program's "
-                         "export answers today, through the same signatures, alike.",
-                         "launch.serving_check", [f"--first={inputs.export_dir}", *program,
-                                                  *data], port_export=True))
-  if inputs.keras_python:
-    steps.append(Step(
-        "version parity", "The port on the newest TensorFlow trains as on 2.15.1, and each "
-        "serves the other's export.", "launch.version_parity",
-        [workers, f"--keras_python={inputs.keras_python}", *inputs.recipe,
-         f"--train_steps={inputs.train_steps}", *data]))
+    steps.insert(1, Step("serving", "The port's export serves the contract the export your "
+                         "clients call today serves: the same signatures, methods, inputs and "
+                         "outputs, dtypes and shapes (the two hold other weights: parity "
+                         "compares answers, from the same ones).", "launch.serving_check",
+                         [f"--first={inputs.export_dir}", *program, *data, "--contract_only"],
+                         port_export=True))
   return steps
 
 
@@ -281,7 +276,7 @@ def format_markdown(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[st
 
 
 def versions() -> Dict[str, str]:
-  """What this install runs (the program's side, and the port's but with --keras_python)."""
+  """What this install runs: the program and the port alike."""
   found = {"python": platform.python_version()}
   for package in ("tensorflow", "tf-keras", "tensorflow-estimator"):
     try:
@@ -347,7 +342,7 @@ def format_html(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, A
   parts.append("<h2>What was checked</h2>" + _html_table(["", ""], [
       ["program", inputs.estimator_program], ["flags", " ".join(inputs.recipe)],
       ["workers", ",".join(map(str, inputs.workers))],
-      ["their export", inputs.export_dir], ["newest-TF Python", inputs.keras_python],
+      ["their export", inputs.export_dir],
       *[[name, version] for name, version in found.items()]]))
   mapping = map_used(inputs)
   if mapping:

@@ -22,13 +22,12 @@ def test_the_plan_runs_what_applies_in_order():
   parity, handoff = migration.plan(inputs)
   assert parity.args == ["--workers=1,2", *RECIPE, "--train_steps=10", "--data_dir=/d"]
   assert "--split_at=10" in handoff.args and "--train_steps=20" in handoff.args
-  both = migration.Inputs(RECIPE, [1], export_dir="/theirs", keras_python="/py",
-                          estimator_program="team_program:PROGRAM")
-  steps = migration.plan(both)
-  assert [s.name for s in steps] == ["parity", "serving", "handoff", "version parity"]
+  theirs = migration.Inputs(RECIPE, [1], export_dir="/theirs",
+                            estimator_program="team_program:PROGRAM")
+  steps = migration.plan(theirs)
+  assert [s.name for s in steps] == ["parity", "serving", "handoff"]
   assert steps[1].port_export and steps[1].args == [
-      "--first=/theirs", "--estimator_program=team_program:PROGRAM"]
-  assert "--keras_python=/py" in steps[3].args
+      "--first=/theirs", "--estimator_program=team_program:PROGRAM", "--contract_only"]
 
 
 # A tool as the migration runs it: writes a report with one check per --check flag (name=ok),
