@@ -2,10 +2,14 @@ r"""One command, one report: whether a team's Keras port can replace its Estimat
 
   python -m launch.migrate --estimator_program=team_program:PROGRAM --model=team_port:SPEC \
       --assignment_map=team_map.json --optimizer=adam --learning_rate=1e-4 \
-      --learning_rate_schedule=constant [--workers=1,2] [--export_dir=THEIR_EXPORT] \
-      [--keep_going] --out=DIR
+      --learning_rate_schedule=constant [--workers=1,2] [--model_dir=THEIR_MODEL_DIR] \
+      [--export_dir=THEIR_EXPORT] [--keep_going] --out=DIR
 
 Runs, in order, each proof that applies, as the tool a team could run alone:
+- with --model_dir, the inspection (`launch.convert --inspect`) of a model_dir their program
+  wrote: every variable has a place in the port; with no --assignment_map, every name
+  matched by name, or the step fails naming DIR/inspect/proposed_map.json to review and
+  give; with one, it places every variable the proposal does;
 - parity (`launch.parity`) at each --workers count: the port against the program from the
   same weights, step by step (losses, learning rates, weights, evaluations, every declared
   metric), and their two exports fed the test split;
@@ -16,8 +20,7 @@ Runs, in order, each proof that applies, as the tool a team could run alone:
   workers): signatures, methods, inputs and outputs; their answers differ, the weights
   being others (parity compares answers, from the same weights).
 Not yet: version parity (`launch.version_parity` trains the built-in models only, not a
-team's program), the converter's --inspect of their own model_dir, and the handoff from
-their newest checkpoint (the handoff trains its own).
+team's program), and the handoff from their newest checkpoint (the handoff trains its own).
 Each step prints a line when it starts, its tool's log lines as they come (what it trains,
 where each run is), and a line with its result and time; a failing step stops the run
 (every later step is reported as not run) unless --keep_going. Writes
@@ -61,6 +64,8 @@ _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
 _ASSIGNMENT_MAP = tool_flags.define_assignment_map()
 _SEED = flags.DEFINE_integer("seed", None, "Seeds every step's initial weights and shuffles "
                              "(default: each tool's).")
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A model_dir your program wrote: its "
+                                 "variables are inspected and mapped onto the port.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "The export your clients call today: "
                                   "held to the port's in a serving check.")
 _KEEP_GOING = flags.DEFINE_bool("keep_going", False, "Run every step even after one fails.")
@@ -82,9 +87,11 @@ def _check_flags() -> None:
     raise app.UsageError("--model is the Keras port to migrate to: give "
                          "package.module:SPEC (docs/MIGRATION.md, 'Port your model').",
                          exitcode=2)
-  if _EXPORT_DIR.value and not os.path.exists(_EXPORT_DIR.value):
-    raise app.UsageError(f"--export_dir={_EXPORT_DIR.value} does not exist: give the export "
-                         "your clients call, or leave the flag out.", exitcode=2)
+  for holder, what in ((_EXPORT_DIR, "the export your clients call"),
+                       (_MODEL_DIR, "a model_dir your program wrote")):
+    if holder.value and not os.path.isdir(holder.value):
+      raise app.UsageError(f"--{holder.name}={holder.value} is not a directory: give {what}, "
+                           "or leave the flag out.", exitcode=2)
   if os.path.exists(_OUT.value) and os.listdir(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} is not empty: give a new directory, so no "
                          "earlier report is overwritten.", exitcode=2)
@@ -96,7 +103,7 @@ def main(argv: Sequence[str]) -> None:
   inputs = migration.Inputs(
       recipe=_recipe(), workers=tool_flags.worker_counts(_WORKERS),
       data_dir=_DATA_DIR.value, estimator_program=_CONFIG["estimator_program"].value,
-      export_dir=_EXPORT_DIR.value,
+      export_dir=_EXPORT_DIR.value, model_dir=_MODEL_DIR.value,
       train_steps=_TRAIN_STEPS.value)
   for signum in (signal.SIGINT, signal.SIGTERM):  # Each tool runs in a session of its own.
     signal.signal(signum, _raise_stopped)

@@ -98,25 +98,30 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
       env=_env(real_data_dir))
   assert trained.returncode == 0, trained.stderr[-3000:]
   export = json.loads(trained.stdout.strip().splitlines()[-1])["export_dir"]
-  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS, f"--export_dir={export}",
+  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS, f"--model_dir={theirs}",
+                                         f"--export_dir={export}",
                                          f"--data_dir={real_data_dir}", f"--out={out}"],
                       env=_env(real_data_dir), timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   said = result.stdout.splitlines()
   assert [line.split(":")[0] for line in said if line.startswith("[")] == (
-      ["[1/3] parity"] * 2 + ["[2/3] serving"] * 2 + ["[3/3] handoff"] * 2)
+      ["[1/4] inspect"] * 2 + ["[2/4] parity"] * 2 + ["[3/4] serving"] * 2
+      + ["[4/4] handoff"] * 2)
   assert "    parity: Training short/keras: keras, 1 worker(s), to step 10." in said
-  assert [line for line in said if line.startswith("[")][1].startswith("[1/3] parity: PASS (")
+  assert [line for line in said if line.startswith("[")][3].startswith("[2/4] parity: PASS (")
   assert said[-2:] == ["Verdict: switch", f"Report: {out}/migration_report.html, "
                        "migration_report.md, migration_report.json"]
   page = (out / "migration_report.html").read_text()
   assert "<h1>Migration check: <span class=switch>switch</span></h1>" in page
+  # The map given, each name the inspection of their model_dir guessed by shape marked.
+  assert ("<tr class=fail><td>sequential/conv2d/kernel</td><td>conv/kernel</td><td>by shape: "
+          "a guess to review</td></tr>") in page
   # Parity's and the handoff's plots, inline (the serving check draws none).
   assert page.count("<img alt='loss_curves.png' src='data:image/png;base64,") == 2
   migrated = json.loads((out / "migration_report.json").read_text())
   assert (migrated["verdict"], migrated["why"]) == ("switch", [])
   assert [(s["step"], s["passed"], s["exit_code"]) for s in migrated["steps"]] == [
-      ("parity", True, 0), ("serving", True, 0), ("handoff", True, 0)]
+      ("inspect", True, 0), ("parity", True, 0), ("serving", True, 0), ("handoff", True, 0)]
   assert (out / "migration_report.md").read_text().startswith(
       "# Migration check: **switch**")
   report = json.loads((out / "parity" / "parity_report.json").read_text())

@@ -32,6 +32,10 @@ from launch.proofs import harness
 from trainers import model_dir as layout
 
 REPORT = "migration_report"
+INSPECTION, PROPOSED_MAP = "inspection.json", "proposed_map.json"  # In the inspect step's.
+# The flags of launch.convert --inspect, of those every step is given.
+_INSPECT_FLAGS = tuple(f"--{name}=" for name in ("model", "model_options", "estimator_program",
+                                                  "program_params"))
 SWITCH = "switch"
 NOT_YET = "do not switch yet"
 
@@ -55,6 +59,7 @@ class Inputs:
   data_dir: Optional[str] = None
   estimator_program: Optional[str] = None
   export_dir: Optional[str] = None  # Their export, which clients call today.
+  model_dir: Optional[str] = None  # A model_dir their program wrote.
   train_steps: int = 10  # Of each run of parity's and the handoff's split.
 
 
@@ -67,6 +72,8 @@ class Step:
   module: str
   args: Sequence[str]
   port_export: bool = False  # Also give it --second=<the port's export> (port_export()).
+  inspects: bool = False  # launch.convert --inspect: its JSON on stdout, no --out.
+  given_map: Optional[str] = None  # With `inspects`: the --assignment_map given, if any.
 
 
 @dataclasses.dataclass
@@ -96,7 +103,13 @@ def plan(inputs: Inputs) -> List[Step]:
   """The steps that apply to `inputs`, in their order."""
   data = [f"--data_dir={inputs.data_dir}"] if inputs.data_dir else []
   workers = "--workers=" + ",".join(map(str, inputs.workers))
-  steps = [
+  steps = [] if not inputs.model_dir else [Step(
+      "inspect", "Every variable of the model_dir your program wrote has a place in the port: "
+      "the converter's proposed map, by name and then by shape, against the map given.",
+      "launch.convert", [f"--inspect={inputs.model_dir}", "--inspect_format=json",
+                         *[f for f in inputs.recipe if f.startswith(_INSPECT_FLAGS)]],
+      inspects=True, given_map=_flag(inputs, "assignment_map"))]
+  steps += [
       Step("parity", "The port trains as the program does: from the same weights, step by "
            "step, the same losses, learning rates, weights, evaluations and every declared "
            "metric, and the two exports answer alike, at each worker count.",
@@ -111,12 +124,13 @@ def plan(inputs: Inputs) -> List[Step]:
   if inputs.export_dir:  # After parity, whose short run exports the port.
     program = ([f"--estimator_program={inputs.estimator_program}"]
                if inputs.estimator_program else [])
-    steps.insert(1, Step("serving", "The port's export serves the contract the export your "
-                         "clients call today serves: the same signatures, methods, inputs and "
-                         "outputs, dtypes and shapes (the two hold other weights: parity "
-                         "compares answers, from the same ones).", "launch.serving_check",
-                         [f"--first={inputs.export_dir}", *program, *data, "--contract_only"],
-                         port_export=True))
+    serving = Step("serving", "The port's export serves the contract the export your clients "
+                   "call today serves: the same signatures, methods, inputs and outputs, "
+                   "dtypes and shapes (the two hold other weights: parity compares answers, "
+                   "from the same ones).", "launch.serving_check",
+                   [f"--first={inputs.export_dir}", *program, *data, "--contract_only"],
+                   port_export=True)
+    steps.insert(len(steps) - 1, serving)  # Before the handoff.
   return steps
 
 
@@ -138,16 +152,22 @@ def run_step(step: Step, out_dir: str, timeout: float, env: Optional[Dict[str, s
   every `*_report.json` it wrote."""
   where = os.path.join(out_dir, step.name.replace(" ", "_"))
   os.makedirs(where)
-  command = [sys.executable, "-m", step.module, *step.args, f"--out={where}"]
+  command = [sys.executable, "-m", step.module, *step.args,
+             *([] if step.inspects else [f"--out={where}"])]
   outcome = Outcome(step.name, step.proves, command, out_dir=where)
   started = time.monotonic()
   log_path = os.path.join(where, "log.txt")
-  with open(log_path, "w") as log:
+  with open(log_path, "w") as log, open(os.path.join(where, INSPECTION), "w") as inspection:
     try:
       outcome.exit_code = _run_tool(command, log, {**os.environ, **(env or {})}, timeout,
-                                    lambda message: say(f"    {step.name}: {message}"))
+                                    lambda message: say(f"    {step.name}: {message}"),
+                                    inspection if step.inspects else None)
     except Stopped as e:
       outcome.exit_code, outcome.stopped_by = 128 + e.signum, str(e)
+  if step.inspects and outcome.exit_code == 0:
+    write_inspection_report(where, step.given_map)
+  else:
+    os.remove(os.path.join(where, INSPECTION))
   outcome.seconds = time.monotonic() - started
   for path in sorted(glob.glob(os.path.join(where, "**", "*_report.json"), recursive=True)):
     with open(path) as f:
@@ -167,15 +187,17 @@ STOP_SECONDS = 30  # A tool stopped (timeout, Ctrl-C) has this long to stop its 
 
 
 def _run_tool(command: List[str], log: TextIO, env: Dict[str, str], timeout: float,
-              say: Callable[[str], None]) -> int:
-  """The tool's exit code (-1: stopped at `timeout`); its lines into `log`, its log
-  messages to `say`. In a process group of its own, so that a stop reaches its runs too."""
-  process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+              say: Callable[[str], None], stdout: Optional[TextIO] = None) -> int:
+  """The tool's exit code (-1: stopped at `timeout`); its lines into `log` (its standard
+  output into `stdout` instead, if given), its log messages to `say`. In a process group of
+  its own, so that a stop reaches its runs too."""
+  process = subprocess.Popen(command, stdout=stdout or subprocess.PIPE,
+                             stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=env, text=True, errors="replace",
                              start_new_session=True)
 
   def relay() -> None:
-    for line in process.stdout:
+    for line in process.stderr if stdout else process.stdout:
       log.write(line)
       log.flush()
       match = _LOG_LINE.match(line.rstrip("\n"))
@@ -286,13 +308,55 @@ def versions() -> Dict[str, str]:
   return found
 
 
+def _flag(inputs: Inputs, name: str) -> Optional[str]:
+  """The value of --name among the flags every step is given, if it is."""
+  return next((f.split("=", 1)[1] for f in inputs.recipe if f.startswith(f"--{name}=")), None)
+
+
 def map_used(inputs: Inputs) -> Optional[Dict[str, Optional[str]]]:
   """The --assignment_map the steps were given (program name -> port weight), if any."""
-  for flag in inputs.recipe:
-    if flag.startswith("--assignment_map="):
-      with open(flag.split("=", 1)[1]) as f:
-        return json.load(f)
-  return None
+  path = _flag(inputs, "assignment_map")
+  if path is None:
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_inspection_report(where: str, given_map: Optional[str]) -> None:
+  """From launch.convert --inspect's JSON in `where`: the proposed map, and the inspect
+  step's checks (inspect_report.json): every variable has a place in the port; without a
+  map given, no name was guessed (else: review the proposal, give it); with one, it places
+  every variable the proposal does (and where it differs from the proposal)."""
+  with open(os.path.join(where, INSPECTION)) as f:
+    found = json.load(f)
+  proposed = found.get("assignment_map") or {}
+  guessed = sorted(k for k, how in (found.get("matched_by") or {}).items() if "guess" in how)
+  unfilled = found.get("unfilled") or []
+  checks = [{"name": "every port weight has a variable of the model_dir", "passed": not unfilled,
+             "measured": len(unfilled), "limit": 0,
+             "where": ", ".join(unfilled) or f"{len(proposed)} mapped"}]
+  if given_map is None:
+    checks.append({
+        "name": "every name matched by name (no map given)", "passed": not guessed,
+        "measured": len(guessed), "limit": 0,
+        "where": (f"guessed by shape: {', '.join(guessed)}: review "
+                  f"{os.path.join(where, PROPOSED_MAP)} and give it as --assignment_map"
+                  if guessed else "every name")})
+  else:
+    with open(given_map) as f:
+      given = json.load(f)
+    missing = sorted(set(proposed) - set(given))
+    differs = sorted(k for k in proposed if k in given and given[k] != proposed[k])
+    checks.append({
+        "name": "the map given places every variable the proposal does", "passed": not missing,
+        "measured": len(missing), "limit": 0,
+        "where": (f"not in {given_map}: {', '.join(missing)}" if missing else
+                  f"it differs from the proposal at {', '.join(differs)}" if differs else
+                  "it is the proposal")})
+  harness.write_files(where, {
+      PROPOSED_MAP: json.dumps(proposed, indent=2),
+      "inspect_report.json": json.dumps({"passed": all(c["passed"] for c in checks),
+                                         "checks": checks, "guessed": guessed}, indent=2)})
 
 
 _STYLE = """body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#111}
@@ -326,6 +390,28 @@ def _plots(o: Outcome) -> str:
   return "".join(parts)
 
 
+def _map_section(outcomes: Sequence[Outcome], inputs: Inputs) -> str:
+  """The variable map the steps used (else the one the inspection proposed), each name the
+  inspection matched by shape, not by name, marked as its guess."""
+  inspected = next((o for o in outcomes if o.step == "inspect" and o.exit_code == 0), None)
+  found: Dict[str, Any] = {}
+  if inspected:
+    with open(os.path.join(inspected.out_dir, "inspect_report.json")) as f:
+      found = json.load(f)
+  mapping, title = map_used(inputs), "The variable map used"
+  if mapping is None and inspected:
+    with open(os.path.join(inspected.out_dir, PROPOSED_MAP)) as f:
+      mapping, title = json.load(f), "The map the inspection proposed (no --assignment_map)"
+  if not mapping:
+    return ""
+  guessed = set(found.get("guessed", []))
+  return f"<h2>{title}</h2>" + _html_table(
+      ["program variable", "port weight", "the inspection matched it"],
+      [[k, "(not carried)" if v is None else v,
+        "by shape: a guess to review" if k in guessed else "by name" if inspected else "-"]
+       for k, v in mapping.items()], [k in guessed for k in mapping])
+
+
 def format_html(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, Any],
                 found: Mapping[str, str]) -> str:
   """The report as one self-contained page: the verdict first, printable."""
@@ -344,11 +430,7 @@ def format_html(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, A
       ["workers", ",".join(map(str, inputs.workers))],
       ["their export", inputs.export_dir],
       *[[name, version] for name, version in found.items()]]))
-  mapping = map_used(inputs)
-  if mapping:
-    parts.append("<h2>The variable map used</h2>" + _html_table(
-        ["program variable", "port weight"],
-        [[k, "(not carried)" if v is None else v] for k, v in mapping.items()]))
+  parts.append(_map_section(outcomes, inputs))
   for o in outcomes:
     section = [f"<h2>{html.escape(o.step)}</h2><p>{html.escape(o.proves)}</p>"]
     if o.exit_code is None:

@@ -30,6 +30,40 @@ def test_the_plan_runs_what_applies_in_order():
       "--first=/theirs", "--estimator_program=team_program:PROGRAM", "--contract_only"]
 
 
+def test_a_model_dir_is_inspected_first_with_the_ports_flags(tmp_path):
+  given = tmp_path / "map.json"
+  given.write_text("{}")
+  inputs = migration.Inputs([*RECIPE, "--optimizer=adam", f"--assignment_map={given}"], [1],
+                            model_dir="/theirs", estimator_program="team_program:PROGRAM")
+  inspect, *rest = migration.plan(inputs)
+  assert [s.name for s in rest] == ["parity", "handoff"]
+  assert inspect.inspects and inspect.given_map == str(given) and inspect.args == [
+      "--inspect=/theirs", "--inspect_format=json", *RECIPE]
+
+
+FOUND = {"assignment_map": {"dense/kernel": "hidden/kernel", "dense/bias": "hidden/bias"},
+         "matched_by": {"dense/kernel": "shape (guess)", "dense/bias": "name"}, "unfilled": []}
+
+
+@pytest.mark.parametrize("given, passed, where", [
+    (None, False, "guessed by shape: dense/kernel: review {}/proposed_map.json and give it as "
+     "--assignment_map"),
+    ({"dense/kernel": "hidden/kernel", "dense/bias": "hidden/bias"}, True, "it is the proposal"),
+    ({"dense/kernel": "other/kernel", "dense/bias": "hidden/bias"}, True,
+     "it differs from the proposal at dense/kernel"),
+    ({"dense/kernel": "hidden/kernel"}, False, "not in {}/map.json: dense/bias"),
+])
+def test_an_inspection_passes_only_with_every_name_placed(given, passed, where, tmp_path):
+  (tmp_path / migration.INSPECTION).write_text(json.dumps(FOUND))
+  if given is not None:
+    (tmp_path / "map.json").write_text(json.dumps(given))
+  migration.write_inspection_report(str(tmp_path), given and str(tmp_path / "map.json"))
+  report = json.loads((tmp_path / "inspect_report.json").read_text())
+  assert report["passed"] == passed and report["guessed"] == ["dense/kernel"]
+  assert report["checks"][0]["passed"] and report["checks"][1]["where"] == where.format(tmp_path)
+  assert json.loads((tmp_path / migration.PROPOSED_MAP).read_text()) == FOUND["assignment_map"]
+
+
 # A tool as the migration runs it: writes a report with one check per --check flag (name=ok),
 # and exits 1 if one failed.
 FAKE_TOOL = '''
@@ -135,7 +169,7 @@ def test_the_ports_export_is_found_in_paritys_short_run(tmp_path):
     (["--model=team_port:SPEC"], "--estimator_program is the program to migrate from"),
     (["--estimator_program=team_program:PROGRAM"], "--model is the Keras port to migrate to"),
     (["--estimator_program=p:P", "--model=m:S", "--export_dir=/no/such/export"],
-     "--export_dir=/no/such/export does not exist"),
+     "--export_dir=/no/such/export is not a directory: give the export your clients call"),
     (["--estimator_program=p:P", "--model=m:S"], "is not empty: give a new directory"),
 ])
 def test_cli_refuses_bad_flags_naming_the_fix_and_writes_nothing(args, message, tmp_path):
