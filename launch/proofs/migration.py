@@ -4,15 +4,16 @@ Keras port, and one report of what they found, with a verdict (launch.migrate).
   steps = plan(Inputs(...))
   for step in steps:
     outcome = run_step(step, out_dir, timeout)   # The tool's own command, its JSON report.
-  write_report(outcomes, out_dir, inputs)       # migration_report.{md,json}
+  write_report(outcomes, out_dir, inputs)       # migration_report.{html,md,json}
 
-Each step is a tool a team could run alone (`launch.parity`, `launch.handoff`,
-`launch.serving_check`), run as a subprocess with its own --out
-under the migration's; the report reads the JSON report each writes, so it says what the
-tool said, check by check. It trains nothing itself.
+Each step is a tool a team could run alone (`launch.convert --inspect`, `launch.parity`,
+`launch.serving_check`, `launch.handoff`), run as a subprocess with its own --out under the
+migration's; the report reads the JSON report each writes, so it says what the tool said,
+check by check. It trains nothing itself.
 """
 
 import base64
+import contextlib
 import dataclasses
 import glob
 import html
@@ -116,8 +117,8 @@ def plan(inputs: Inputs) -> List[Step]:
            "launch.parity", [workers, *inputs.recipe, f"--train_steps={inputs.train_steps}",
                              *data]),
       Step("handoff", "A run stopped in one backend goes on in the other: the program's "
-           "model_dir converts to the port's and back, and each resumed run ends where an "
-           "unbroken run does.", "launch.handoff",
+           "model_dir converts to the port's and back, and the other backend's resume of "
+           "each checkpoint ends where the backend's own resume does.", "launch.handoff",
            [workers, *inputs.recipe, f"--split_at={inputs.train_steps}",
             f"--train_steps={2 * inputs.train_steps}", "--nomeasure_uninterrupted", *data]),
   ]
@@ -134,7 +135,7 @@ def plan(inputs: Inputs) -> List[Step]:
   return steps
 
 
-def port_export(outcomes: Sequence["Outcome"]) -> Optional[str]:
+def port_export(outcomes: Sequence[Outcome]) -> Optional[str]:
   """The port's export of the parity step's short run at the fewest workers, if it made one."""
   for o in outcomes:
     if o.step == "parity" and o.out_dir:
@@ -157,17 +158,15 @@ def run_step(step: Step, out_dir: str, timeout: float, env: Optional[Dict[str, s
   outcome = Outcome(step.name, step.proves, command, out_dir=where)
   started = time.monotonic()
   log_path = os.path.join(where, "log.txt")
-  with open(log_path, "w") as log, open(os.path.join(where, INSPECTION), "w") as inspection:
+  with open(log_path, "w") as log, (open(os.path.join(where, INSPECTION), "w")
+                                    if step.inspects else contextlib.nullcontext()) as stdout:
     try:
       outcome.exit_code = _run_tool(command, log, {**os.environ, **(env or {})}, timeout,
-                                    lambda message: say(f"    {step.name}: {message}"),
-                                    inspection if step.inspects else None)
+                                    lambda message: say(f"    {step.name}: {message}"), stdout)
     except Stopped as e:
       outcome.exit_code, outcome.stopped_by = 128 + e.signum, str(e)
   if step.inspects and outcome.exit_code == 0:
     write_inspection_report(where, step.given_map)
-  else:
-    os.remove(os.path.join(where, INSPECTION))
   outcome.seconds = time.monotonic() - started
   for path in sorted(glob.glob(os.path.join(where, "**", "*_report.json"), recursive=True)):
     with open(path) as f:
