@@ -145,7 +145,7 @@ def _run_steps(inputs: migration.Inputs, out: str) -> List[migration.Outcome]:
     detail = (f"; stopped by {outcome.stopped_by}" if outcome.stopped_by
               else f"; failed: {'; '.join(failed[:3])}" if failed else "" if outcome.passed
               else f"; exit {outcome.exit_code}, see {outcome.out_dir}/log.txt")
-    print(f"[{index}/{len(steps)}] {step.name}: {'PASS' if outcome.passed else 'FAIL'} "
+    print(f"[{index}/{len(steps)}] {step.name}: {outcome.result} "
           f"({len(outcome.checks)} checks, {outcome.seconds:.0f} s{detail})", flush=True)
     stopped = bool(outcome.stopped_by) or (not outcome.passed and not _KEEP_GOING.value)
   return outcomes

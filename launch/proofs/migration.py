@@ -39,6 +39,9 @@ _INSPECT_FLAGS = tuple(f"--{name}=" for name in ("model", "model_options", "esti
                                                   "program_params"))
 SWITCH = "switch"
 NOT_YET = "do not switch yet"
+ALL_PASSED = ("Every step passed: the port trains, resumes and serves as the program does, on "
+              "the evidence below.")
+CHECK_COLUMNS = ["report", "check", "limit", "measured", "where", "pass"]
 
 
 class Stopped(Exception):
@@ -98,6 +101,15 @@ class Outcome:
   @property
   def failed_checks(self) -> List[str]:
     return [c["name"] for c in self.checks if not c["passed"]]
+
+  @property
+  def result(self) -> str:
+    return "not run" if self.exit_code is None else "PASS" if self.passed else "FAIL"
+
+  def check_rows(self) -> List[List[Any]]:
+    """Each check as a table row: report, check, limit, measured, where, pass."""
+    return [[c["report"] or self.step, c["name"], c.get("limit"), c.get("measured"),
+             c.get("where"), "yes" if c["passed"] else "NO"] for c in self.checks]
 
 
 def plan(inputs: Inputs) -> List[Step]:
@@ -269,12 +281,10 @@ def format_markdown(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[st
   if judged["why"]:
     lines += ["Why not yet:", ""] + [f"- {reason}" for reason in judged["why"]] + [""]
   else:
-    lines += ["Every step passed: the port trains, resumes and serves as the program does, "
-              "on the evidence below.", ""]
+    lines += [ALL_PASSED, ""]
   lines += ["| step | result | checks | time (s) |", "| --- | --- | ---: | ---: |"]
   for o in outcomes:
-    result = ("not run" if o.exit_code is None else "PASS" if o.passed else "FAIL")
-    lines.append(f"| {o.step} | {result} | {len(o.checks)} | {o.seconds:.0f} |")
+    lines.append(f"| {o.step} | {o.result} | {len(o.checks)} | {o.seconds:.0f} |")
   for o in outcomes:
     lines += ["", f"## {o.step}", "", o.proves, ""]
     if o.exit_code is None:
@@ -285,12 +295,9 @@ def format_markdown(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[st
     if o.said:
       lines += ["It said (the end of its log):", "", "```", o.said, "```", ""]
     if o.checks:
-      lines += ["| report | check | limit | measured | where | pass |",
-                "| --- | --- | ---: | ---: | --- | --- |"]
-      for c in o.checks:
-        cells = [c["report"] or o.step, c["name"], c.get("limit"), c.get("measured"),
-                 c.get("where"), "yes" if c["passed"] else "NO"]
-        lines.append("| " + " | ".join(harness.md_cell(_text(c)) for c in cells) + " |")
+      lines += ["| " + " | ".join(CHECK_COLUMNS) + " |", "| --- | --- | ---: | ---: | --- | --- |"]
+      lines += ["| " + " | ".join(harness.md_cell(_text(cell)) for cell in row) + " |"
+                for row in o.check_rows()]
   lines += ["", "## Reproduce", "", "Each step's command is above; its full report and runs are "
             "in its folder beside this file."]
   return "\n".join(lines) + "\n"
@@ -418,11 +425,10 @@ def format_html(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, A
   parts = [f"<h1>Migration check: <span class={'switch' if switch else 'not-yet'}>"
            f"{html.escape(judged['verdict'])}</span></h1>"]
   parts.append("<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in judged["why"]) + "</ul>"
-               if judged["why"] else "<p>Every step passed: the port trains, resumes and "
-               "serves as the program does, on the evidence below.</p>")
+               if judged["why"] else f"<p>{ALL_PASSED}</p>")
   parts.append(_html_table(["step", "result", "checks", "failed", "time (s)"], [
-      [o.step, "not run" if o.exit_code is None else "PASS" if o.passed else "FAIL",
-       len(o.checks), len(o.failed_checks), round(o.seconds)] for o in outcomes],
+      [o.step, o.result, len(o.checks), len(o.failed_checks), round(o.seconds)]
+      for o in outcomes],
       [not o.passed for o in outcomes]))
   parts.append("<h2>What was checked</h2>" + _html_table(["", ""], [
       ["program", inputs.estimator_program], ["flags", " ".join(inputs.recipe)],
@@ -440,10 +446,8 @@ def format_html(outcomes: Sequence[Outcome], inputs: Inputs, judged: Dict[str, A
       if o.said:
         section.append(f"<pre>{html.escape(o.said)}</pre>")
       metrics = [c for c in o.checks if c["name"].startswith("eval ")]
-      rows = [[c["report"] or o.step, c["name"], c.get("limit"), c.get("measured"),
-               c.get("where"), "yes" if c["passed"] else "NO"] for c in o.checks]
-      section.append(_html_table(["report", "check", "limit", "measured", "where", "pass"],
-                                 rows, [not c["passed"] for c in o.checks]))
+      section.append(_html_table(CHECK_COLUMNS, o.check_rows(),
+                                 [not c["passed"] for c in o.checks]))
       if metrics:
         section.append("<h3>Metrics</h3>" + _html_table(
             ["metric check", "limit", "measured", "pass"],
