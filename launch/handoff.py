@@ -4,7 +4,7 @@ r"""Proves that carrying a run across backends mid-training changes nothing.
       [--decay_steps=1000] [--out=DIR] [--data_dir=DIR]
   python -m launch.handoff --workers=1,2 --estimator_program=team_program:PROGRAM \
       --model=team_port:SPEC --assignment_map=team_map.json --optimizer=adam \
-      --learning_rate=1e-4 --learning_rate_schedule=constant
+      --learning_rate=1e-4 --learning_rate_schedule=constant [--from_model_dir=THEIR_DIR]
 
 From one initial-weights file, with op determinism, at each worker count each
 backend trains 0 -> split and stops; then each resumes its own checkpoint
@@ -22,6 +22,15 @@ port (--model), the converter carrying between their names by --assignment_map; 
 program is probed against the port first, as launch.parity probes it (exit 2 naming what
 differs, nothing written), and each export is held to the other side's
 (serving_check.compare_exports) where the program exports.
+
+With --from_model_dir=DIR (a model_dir your program wrote, only read) the split is DIR's
+newest checkpoint, at its own step: at each worker count the Estimator resumes a copy of it
+(estimator-then-estimator), Keras resumes it converted (estimator-then-keras) and the
+Estimator resumes it converted to Keras and back (keras-then-estimator), each --train_steps
+(default: its step + 10); first, every variable is mapped or ignored, the round trip gives
+back every carried value to the bit, the converted checkpoint serves as theirs does and
+carries the rate; then each resume is held to the Estimator's own (weights, per-step
+losses). Nothing of ours trains before the split, so there is no uninterrupted run.
 
 --train_steps is the step every resumed run trains to, as in every tool; the
 learning-rate schedule's length is --decay_steps. (Before, --train_steps was the
@@ -65,6 +74,9 @@ _CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
 _ASSIGNMENT_MAP = tool_flags.define_assignment_map()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
+_FROM_MODEL_DIR = flags.DEFINE_string(
+    "from_model_dir", None, "A model_dir your program wrote: hand its newest checkpoint over "
+    "(the split is its step) instead of training to --split_at; read, never written.")
 _MEASURE_UNINTERRUPTED = flags.DEFINE_bool(
     "measure_uninterrupted", True, "Also train each backend without a stop (two more runs per "
     "worker count) and report how far the resumed runs are from them.")
@@ -114,6 +126,26 @@ def _steps() -> Sequence[int]:
   return split_at, train_steps, _DECAY_STEPS.value
 
 
+def _their_steps() -> int:
+  """With --from_model_dir: the step every resumed run trains to (their newest checkpoint's
+  step + 10 by default); a usage error for flags that do not apply."""
+  refused = [f"--{f.name}" for f in (_SPLIT_AT, _RESUME_STEPS, _PS, _MEASURE_UNINTERRUPTED)
+             if f.present]
+  if refused:
+    raise app.UsageError(f"--from_model_dir hands over your newest checkpoint, at its own "
+                         f"step, with no run of ours before it: leave out {', '.join(refused)}.",
+                         exitcode=2)
+  try:
+    step = handoff.their_step(_FROM_MODEL_DIR.value)
+  except ValueError as e:
+    raise app.UsageError(f"--from_model_dir: {e}", exitcode=2) from e
+  train_steps = _TRAIN_STEPS.value if _TRAIN_STEPS.present else step + 10
+  if train_steps <= step:
+    raise app.UsageError(f"--from_model_dir={_FROM_MODEL_DIR.value} is at step {step}: give "
+                         f"a --train_steps above it (or leave it out: {step + 10}).", exitcode=2)
+  return train_steps
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}", exitcode=2)
@@ -121,7 +153,11 @@ def main(argv: Sequence[str]) -> None:
   workers = tool_flags.worker_counts(_WORKERS)
   ps = tool_flags.parameter_servers(_PS, workers)
   tolerances = _tolerances()
-  split_at, train_steps, decay_steps = _steps()
+  if _FROM_MODEL_DIR.value:
+    train_steps = _their_steps()
+    split_at, decay_steps = None, _DECAY_STEPS.value
+  else:
+    split_at, train_steps, decay_steps = _steps()
   timeout = tool_flags.timeout(_TIMEOUT)
   config = Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
                   **trainer_flags.config_settings(_CONFIG))
@@ -131,11 +167,17 @@ def main(argv: Sequence[str]) -> None:
   output = tool_flags.Output(_OUT, "handoff", ("handoff_report.*", "loss_curves.png"))
   out = output.path
   try:
-    report = handoff.run_handoff(
-        config, workers, out, split_at=split_at, train_steps=train_steps,
-        decay_steps=decay_steps, timeout=timeout,
-        measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
-        tolerances=tolerances, program=program, ps=ps)
+    if _FROM_MODEL_DIR.value:
+      report = handoff.run_from_model_dir(
+          dataclasses.replace(config, decay_steps=decay_steps), workers, out,
+          model_dir=_FROM_MODEL_DIR.value, train_steps=train_steps, tolerances=tolerances,
+          timeout=timeout, program=program)
+    else:
+      report = handoff.run_handoff(
+          config, workers, out, split_at=split_at, train_steps=train_steps,
+          decay_steps=decay_steps, timeout=timeout,
+          measure_uninterrupted=_MEASURE_UNINTERRUPTED.value,
+          tolerances=tolerances, program=program, ps=ps)
   except (runs.RunError, ConversionError) as e:  # Names the run's log, or the variable.
     sys.exit(f"error: {e}")
   handoff.write_report(report, out)

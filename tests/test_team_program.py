@@ -98,6 +98,7 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
       env=_env(real_data_dir))
   assert trained.returncode == 0, trained.stderr[-3000:]
   export = json.loads(trained.stdout.strip().splitlines()[-1])["export_dir"]
+  before = _listing(theirs)
   result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS, f"--model_dir={theirs}",
                                          f"--export_dir={export}",
                                          f"--data_dir={real_data_dir}", f"--out={out}"],
@@ -163,14 +164,27 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
   checks = {c["name"]: c for c in served["checks"]}
   assert checks["signatures fed the test split, first export"]["where"] == (
       "serving_default: 10000 examples"), checks
-  # The handoff: the program's model_dir to the port's and back.
+  # The handoff from their newest checkpoint (step 2), to the port's and back; their
+  # model_dir only read.
   report = json.loads((out / "handoff" / "handoff_report.json").read_text())
   checks = {c["name"]: c for c in report["checks"]}
+  assert (report["split_at"], report["train_steps"]) == (2, 12)
   assert checks["1w: every Estimator variable mapped or ignored"]["measured"] == 21
-  assert checks["1w estimator-then-estimator vs estimator-then-keras: max |weight diff| "
-                "estimator-then-estimator vs estimator-then-keras"]["measured"] <= 1e-6
+  assert checks["1w: the checkpoint converted to Keras and back, max |value diff|"][
+      "where"] == "21 variables"
+  for leg in ("estimator-then-keras", "keras-then-estimator"):
+    assert checks[f"1w {leg}: resumed from the split"]["measured"] == 2
+    assert checks[f"1w estimator-then-estimator vs {leg}: max |weight diff| "
+                  f"estimator-then-estimator vs {leg}"]["measured"] <= 1e-6
   assert any(name.startswith("1w: max |diff|, answers serving_default/probabilities, "
-                             "Estimator vs converted Keras") for name in checks)
+                             "program vs converted Keras") for name in checks)
+  assert _listing(theirs) == before
+
+
+def _listing(directory: pathlib.Path) -> dict:
+  """Each file under `directory`, with its size and modification time."""
+  return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+          for p in directory.rglob("*") if p.is_file()}
 
 
 def test_sigterm_stops_the_running_step_and_its_runs_and_the_report_says_so(real_data_dir,

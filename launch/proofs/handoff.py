@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from launch.convert import carry
+from launch.convert import kinds
 from launch.proofs import harness
 from launch.proofs import program_probe
 from launch.proofs import reference
@@ -62,6 +63,7 @@ class Report:
   losses: Dict[str, List[float]]  # "<n>w/<run>": per-step training losses.
   measured: Dict[str, float]  # Reported, not checked: resumed vs uninterrupted runs.
   ps: int = 0  # The parameter servers every run trained on.
+  from_model_dir: str = ""  # The team's model_dir whose newest checkpoint was the split.
 
   @property
   def passed(self) -> bool:
@@ -219,6 +221,124 @@ def run_handoff(config: Config, workers: List[int], out_dir: str, *, split_at: i
                 losses=losses, measured=measured, ps=ps)
 
 
+def their_step(model_dir: str) -> int:
+  """The global step of the newest checkpoint in `model_dir` (an Estimator's).
+
+  Raises:
+    ValueError: it holds no checkpoint, or one without a global_step.
+  """
+  path = tf.train.latest_checkpoint(model_dir)
+  if path is None:
+    raise ValueError(f"{model_dir} holds no checkpoint (no `checkpoint` file naming one): "
+                     "give the model_dir your program trains in.")
+  try:
+    return int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+  except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
+    raise ValueError(f"{path} has no readable global_step ({type(e).__name__}): give the "
+                     "model_dir an Estimator wrote.") from e
+
+
+def _copy_newest(model_dir: str, dst: str) -> None:
+  """The newest checkpoint of `model_dir` (its files alone, and a `checkpoint` file naming
+  it) into a new `dst`, for a run to resume: `model_dir` is read, never written."""
+  path = tf.train.latest_checkpoint(model_dir)
+  os.makedirs(dst)
+  for name in tf.io.gfile.glob(path + ".*"):
+    shutil.copy2(name, dst)
+  tf.compat.v1.train.update_checkpoint_state(dst, os.path.basename(path))
+
+
+# From a team's model_dir: the Estimator's own resume of their checkpoint, against Keras's
+# resume of it converted, and the Estimator's of it converted to Keras and back.
+FROM_THEIRS = ("estimator-then-estimator", "estimator-then-keras", "keras-then-estimator")
+
+
+def run_from_model_dir(config: Config, workers: List[int], out_dir: str, *, model_dir: str,
+                       train_steps: int, tolerances: Tolerances = Tolerances(),
+                       timeout: float = runs.TIMEOUT_SECONDS,
+                       program: Optional[program_probe.Probe] = None) -> Report:
+  """The handoff from the newest checkpoint of a model_dir the team's program wrote (at its
+  step, the split), both ways, at each worker count: their checkpoint resumed by the
+  Estimator as it is (estimator-then-estimator), converted to Keras and resumed by Keras
+  (estimator-then-keras), and converted to Keras and back, resumed by the Estimator
+  (keras-then-estimator), each to `train_steps`. Checks, before a step is taken: every
+  variable is mapped or ignored, the round trip gives back every carried value to the bit,
+  each converted checkpoint serves as their checkpoint does (where the program exports) and
+  carries the learning rate; after: each resume against the Estimator's own (weights,
+  per-step losses). `model_dir` is only read.
+
+  Raises:
+    ValueError: `model_dir` has no checkpoint with a step below `train_steps`.
+    runs.RunError, ConversionError: a run or a conversion failed.
+  """
+  split_at = their_step(model_dir)
+  if not split_at < train_steps:
+    raise ValueError(f"{model_dir} is at step {split_at}: give a --train_steps above it.")
+  # Deterministic, as every proof; no initial weights: every run resumes a checkpoint.
+  config = dataclasses.replace(harness.deterministic(config), deterministic=True)
+  names = program.assignment_map if program else None
+  checks: List[Check] = []
+  losses: Dict[str, List[float]] = {}
+  for n in workers:
+    run = _Legs(config, n, out_dir, timeout)
+    _copy_newest(model_dir, run.model_dir("estimator-then-estimator"))
+    to_keras = carry.estimator_to_keras(model_dir, run.model_dir("estimator-then-keras"),
+                                        assignment_map=names, config=config)
+    carry.keras_to_estimator(run.model_dir("estimator-then-keras"),
+                             run.model_dir("keras-then-estimator"), assignment_map=names,
+                             config=config)
+    checks += _mapped_check(f"{n}w", to_keras)
+    checks.append(_round_trip_check(f"{n}w", to_keras, run.model_dir("keras-then-estimator")))
+    from trainers import estimator_trainer  # noqa: PLC0415 -- tf.estimator: TF 2.15 only.
+    checks += _served(
+        f"{n}w", estimator_trainer.export_checkpoint(run.model_dir(FROM_THEIRS[0]), config,
+                                                     run.run_dir("export")),
+        serving_check.export_keras_checkpoint(run.model_dir("estimator-then-keras"), config,
+                                              run.run_dir("converted-export")),
+        ("program", "converted Keras"), config, tolerances, program)
+    checks += _carried(run, f"{n}w", config, split_at, tolerances)
+    summaries = {leg: run.train_to(leg, _resumer(leg), train_steps) for leg in FROM_THEIRS}
+    for leg, summary in summaries.items():
+      losses[f"{n}w/{leg}"] = run.losses(leg)
+      checks.append(Check(f"{n}w {leg}: resumed from the split", _resumed_from(summary) == split_at,
+                          float(_resumed_from(summary)), float(split_at), "its start record"))
+    for other in FROM_THEIRS[1:]:
+      pair = (FROM_THEIRS[0], other)
+      checks += resume_checks(f"{n}w {' vs '.join(pair)}", {leg: summaries[leg] for leg in pair},
+                              {leg: losses[f"{n}w/{leg}"] for leg in pair},
+                              {leg: _resumer(leg) for leg in pair}, tolerances, config, names)
+  return Report(workers=list(workers), split_at=split_at, train_steps=train_steps,
+                decay_steps=None if config.canned_settings() else config.decay_steps,
+                checks=checks, losses=losses, measured={}, from_model_dir=model_dir)
+
+
+def _mapped_check(size: str, to_keras: kinds.Conversion) -> List[Check]:
+  """Every Estimator variable of the conversion's source mapped or ignored."""
+  variables = len(tf.train.list_variables(to_keras.source))
+  # By source: wide_deep_v1's global_step gives both of its twin's parts their step.
+  mapped = {m.source for m in to_keras.mapped}
+  accounted = len(mapped | {i.name for i in to_keras.ignored})
+  ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
+  return [Check(f"{size}: every Estimator variable mapped or ignored", accounted == variables,
+                float(accounted), float(variables), f"{len(mapped)} mapped, ignored: {ignored}")]
+
+
+def _round_trip_check(size: str, to_keras: kinds.Conversion, back: str) -> Check:
+  """Every carried value of the source checkpoint, converted to Keras and back, to the bit."""
+  first = tf.train.load_checkpoint(to_keras.source)
+  second = tf.train.load_checkpoint(tf.train.latest_checkpoint(back))
+  sources = sorted({m.source for m in to_keras.mapped})
+  missing = [s for s in sources if not second.has_tensor(s)]
+  diff = max((float(np.max(np.abs(first.get_tensor(s).astype(np.float64)
+                                  - second.get_tensor(s).astype(np.float64)), initial=0.0))
+              for s in sources if s not in missing), default=0.0)
+  return Check(f"{size}: the checkpoint converted to Keras and back, max |value diff|",
+               diff == 0 and not missing, diff, 0.0,
+               f"{len(sources) - len(missing)} variables" + (f"; not written back: "
+                                                             f"{', '.join(missing)}"
+                                                             if missing else ""))
+
+
 def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Config,
                      split_at: int, tolerances: Tolerances,
                      program: Optional[program_probe.Probe] = None) -> List[Check]:
@@ -233,14 +353,7 @@ def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Conf
   carry.keras_to_estimator(run.model_dir("keras-first"),
                              run.model_dir("keras-then-estimator"), assignment_map=names,
                              config=config)
-  variables = len(tf.train.list_variables(to_keras.source))
-  # By source: wide_deep_v1's global_step gives both of its twin's parts their step.
-  mapped = {m.source for m in to_keras.mapped}
-  accounted = len(mapped | {i.name for i in to_keras.ignored})
-  ignored = ", ".join(i.name for i in to_keras.ignored) or "none"
-  checks = [Check(f"{size}: every Estimator variable mapped or ignored", accounted == variables,
-                  float(accounted), float(variables),
-                  f"{len(mapped)} mapped, ignored: {ignored}")]
+  checks = _mapped_check(size, to_keras)
   # Served as clients call it: each run's export and its converted checkpoint's, both
   # ways (a migration, and its way back).
   from trainers import estimator_trainer  # noqa: PLC0415 -- tf.estimator: TF 2.15 only.
@@ -252,18 +365,18 @@ def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Conf
           run.run_dir("converted-estimator-export"))}
   for source, pair in (("estimator", ("Estimator", "converted Keras")),
                        ("keras", ("Keras", "converted Estimator"))):
-    if program is None:
-      served = serving_check.compare_models(first[source]["export_dir"], converted[source],
-                                            config, tolerances.logits_atol, pair)
-    elif program.exports:  # The program's own signatures, and the port's of them.
-      served = serving_check.compare_exports(first[source]["export_dir"], converted[source],
-                                             lambda: serving_check.test_features(config),
-                                             tolerances.logits_atol, pair)
-    else:
-      served = []
-    checks += harness.named(served, lambda check: f"{size}: {check}")
+    checks += _served(size, first[source]["export_dir"], converted[source], pair, config,
+                      tolerances, program)
+  return checks + _carried(run, size, config, split_at, tolerances)
+
+
+def _carried(run: _Legs, size: str, config: Config, split_at: int, tolerances: Tolerances
+             ) -> List[Check]:
+  """What each converted checkpoint carries before a step is taken from it: the learning
+  rate of the split (a canned model's constant rate: the step)."""
+  checks = []
   for leg in ("estimator-then-keras", "keras-then-estimator"):
-    if config.canned_settings():  # A constant rate: the step is what carries.
+    if config.canned_settings():
       step = checkpoints.checkpoint_step(tf.train.latest_checkpoint(run.model_dir(leg)))[1]
       checks.append(Check(f"{size} {leg}: step carried", step == split_at, float(step),
                           float(split_at), "the converted checkpoint's step"))
@@ -271,6 +384,23 @@ def _handover_checks(run: _Legs, size: str, first: Dict[str, Dict], config: Conf
       checks.append(rate_check(f"{size} {leg}", _resumer(leg), run.model_dir(leg), config,
                                split_at, tolerances.learning_rate_atol))
   return checks
+
+
+def _served(size: str, first_export: str, second_export: str, names: Tuple[str, str],
+            config: Config, tolerances: Tolerances,
+            program: Optional[program_probe.Probe] = None) -> List[Check]:
+  """Two exports, of a checkpoint and of its conversion, held to each other as clients call
+  them (a program's own signatures, where it exports)."""
+  if program is None:
+    served = serving_check.compare_models(first_export, second_export, config,
+                                          tolerances.logits_atol, names)
+  elif program.exports:  # The program's own signatures, and the port's of them.
+    served = serving_check.compare_exports(first_export, second_export,
+                                           lambda: serving_check.test_features(config),
+                                           tolerances.logits_atol, names)
+  else:
+    served = []
+  return harness.named(served, lambda check: f"{size}: {check}")
 
 
 def _resumer(leg: str) -> str:
@@ -281,7 +411,9 @@ def _resumer(leg: str) -> str:
 def format_table(report: Report) -> str:
   rate = (f"on a {report.decay_steps}-step schedule" if report.decay_steps is not None
           else "at the canned model's constant rates")
-  rows = [harness.format_checks(f"Handoff at step {report.split_at}, resumed to step "
+  theirs = (f" (the newest checkpoint of {report.from_model_dir})" if report.from_model_dir
+            else "")
+  rows = [harness.format_checks(f"Handoff at step {report.split_at}{theirs}, resumed to step "
                                f"{report.train_steps} {rate}, workers {report.workers}"
                                + (f", {report.ps} parameter server(s)" if report.ps else ""),
                                report.checks)]

@@ -112,6 +112,21 @@ class Outcome:
              c.get("where"), "yes" if c["passed"] else "NO"] for c in self.checks]
 
 
+def _handoff(inputs: Inputs, workers: str, data: Sequence[str]) -> Step:
+  """From the newest checkpoint of their model_dir if given, else of a run of the program."""
+  if inputs.model_dir:
+    return Step("handoff", "Your run goes on in either backend: the newest checkpoint of your "
+                "model_dir, converted to the port's, and converted back, each resumed 10 steps "
+                "and held to the program's own resume of it (weights, per-step losses); the "
+                "converted checkpoint serves as yours does.", "launch.handoff",
+                [workers, *inputs.recipe, f"--from_model_dir={inputs.model_dir}", *data])
+  return Step("handoff", "A run stopped in one backend goes on in the other: the program's "
+              "model_dir converts to the port's and back, and the other backend's resume of "
+              "each checkpoint ends where the backend's own resume does.", "launch.handoff",
+              [workers, *inputs.recipe, f"--split_at={inputs.train_steps}",
+               f"--train_steps={2 * inputs.train_steps}", "--nomeasure_uninterrupted", *data])
+
+
 def plan(inputs: Inputs) -> List[Step]:
   """The steps that apply to `inputs`, in their order."""
   data = [f"--data_dir={inputs.data_dir}"] if inputs.data_dir else []
@@ -128,11 +143,7 @@ def plan(inputs: Inputs) -> List[Step]:
            "metric, and the two exports answer alike, at each worker count.",
            "launch.parity", [workers, *inputs.recipe, f"--train_steps={inputs.train_steps}",
                              *data]),
-      Step("handoff", "A run stopped in one backend goes on in the other: the program's "
-           "model_dir converts to the port's and back, and the other backend's resume of "
-           "each checkpoint ends where the backend's own resume does.", "launch.handoff",
-           [workers, *inputs.recipe, f"--split_at={inputs.train_steps}",
-            f"--train_steps={2 * inputs.train_steps}", "--nomeasure_uninterrupted", *data]),
+      _handoff(inputs, workers, data),
   ]
   if inputs.export_dir:  # After parity, whose short run exports the port.
     program = ([f"--estimator_program={inputs.estimator_program}"]

@@ -197,3 +197,19 @@ def test_the_table_says_a_canned_model_resumes_at_constant_rates_not_on_a_schedu
   constant = handoff.format_table(handoff.Report([1], SPLIT, SPLIT + RESUME, None, checks, {},
                                                  {}))
   assert "at the canned model's constant rates" in constant and "schedule" not in constant
+
+
+@pytest.mark.parametrize("args, said", [
+    ([], "holds no checkpoint (no `checkpoint` file naming one): give the model_dir your "
+         "program trains in"),
+    (["--split_at=5", "--nomeasure_uninterrupted"],
+     "with no run of ours before it: leave out --split_at, --measure_uninterrupted"),
+])
+def test_cli_from_a_model_dir_refuses_what_does_not_apply_writing_nothing(args, said, tmp_path):
+  theirs = tmp_path / "theirs"
+  theirs.mkdir()
+  result = run_module("launch.handoff", [f"--from_model_dir={theirs}",
+                                         f"--out={tmp_path / 'out'}", *args])
+  assert result.returncode == 2 and said in result.stderr, result.stderr
+  assert "Traceback" not in result.stderr
+  assert not (tmp_path / "out").exists() and not list(theirs.iterdir())

@@ -37,6 +37,8 @@ def test_a_model_dir_is_inspected_first_with_the_ports_flags(tmp_path):
                             model_dir="/theirs", estimator_program="team_program:PROGRAM")
   inspect, *rest = migration.plan(inputs)
   assert [s.name for s in rest] == ["parity", "handoff"]
+  # The handoff from their newest checkpoint, at its own step.
+  assert rest[1].args == ["--workers=1", *inputs.recipe, "--from_model_dir=/theirs"]
   assert inspect.inspects and inspect.given_map == str(given) and inspect.args == [
       "--inspect=/theirs", "--inspect_format=json", *RECIPE]
 
