@@ -13,14 +13,16 @@ Runs, in order, each proof that applies, as the tool a team could run alone:
 - parity (`launch.parity`) at each --workers count: the port against the program from the
   same weights, step by step (losses, learning rates, weights, evaluations, every declared
   metric), and their two exports fed the test split;
-- the handoff (`launch.handoff`): the program's model_dir converted to the port's and back,
-  each resumed run against an unbroken one;
+- the handoff (`launch.handoff`): with --model_dir, its newest checkpoint (only read)
+  converted to the port's, and to the port's and back, each resumed 10 steps and held to the
+  program's own resume of it; without, a run of the program and one of the port, each
+  converted to the other and resumed, against its own backend's resume;
 - with --export_dir, the serving contract (`launch.serving_check --contract_only`) of the
   export their clients call today against the port's (parity's short run at the fewest
   workers): signatures, methods, inputs and outputs; their answers differ, the weights
   being others (parity compares answers, from the same weights).
 Not yet: version parity (`launch.version_parity` trains the built-in models only, not a
-team's program), and the handoff from their newest checkpoint (the handoff trains its own).
+team's program).
 Each step prints a line when it starts, its tool's log lines as they come (what it trains,
 where each run is), and a line with its result and time; a failing step stops the run
 (every later step is reported as not run) unless --keep_going. Writes

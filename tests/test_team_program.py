@@ -109,6 +109,11 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
       ["[1/4] inspect"] * 2 + ["[2/4] parity"] * 2 + ["[3/4] serving"] * 2
       + ["[4/4] handoff"] * 2)
   assert "    parity: Training short/keras: keras, 1 worker(s), to step 10." in said
+  # Each long step's progress bar, one run longer after each run its tool finished.
+  for step, runs in (("parity", 4), ("handoff", 3)):
+    bars = [line.split("] ")[1].split(" runs")[0] for line in said
+            if line.startswith(f"    {step}: [#")]
+    assert bars == [f"{done}/{runs}" for done in range(1, runs + 1)], (step, said)
   assert [line for line in said if line.startswith("[")][3].startswith("[2/4] parity: PASS (")
   assert said[-2:] == ["Verdict: switch", f"Report: {out}/migration_report.html, "
                        "migration_report.md, migration_report.json"]

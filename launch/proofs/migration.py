@@ -77,6 +77,7 @@ class Step:
   args: Sequence[str]
   port_export: bool = False  # Also give it --second=<the port's export> (port_export()).
   inspects: bool = False  # launch.convert --inspect: its JSON on stdout, no --out.
+  runs: int = 0  # The trainer runs its tool starts (its progress bar's length), if any.
   given_map: Optional[str] = None  # With `inspects`: the --assignment_map given, if any.
 
 
@@ -119,12 +120,14 @@ def _handoff(inputs: Inputs, workers: str, data: Sequence[str]) -> Step:
                 "model_dir, converted to the port's, and converted back, each resumed 10 steps "
                 "and held to the program's own resume of it (weights, per-step losses); the "
                 "converted checkpoint serves as yours does.", "launch.handoff",
-                [workers, *inputs.recipe, f"--from_model_dir={inputs.model_dir}", *data])
+                [workers, *inputs.recipe, f"--from_model_dir={inputs.model_dir}", *data],
+                runs=3 * len(inputs.workers))
   return Step("handoff", "A run stopped in one backend goes on in the other: the program's "
               "model_dir converts to the port's and back, and the other backend's resume of "
               "each checkpoint ends where the backend's own resume does.", "launch.handoff",
               [workers, *inputs.recipe, f"--split_at={inputs.train_steps}",
-               f"--train_steps={2 * inputs.train_steps}", "--nomeasure_uninterrupted", *data])
+               f"--train_steps={2 * inputs.train_steps}", "--nomeasure_uninterrupted", *data],
+              runs=6 * len(inputs.workers))  # Two to the split, four resumes.
 
 
 def plan(inputs: Inputs) -> List[Step]:
@@ -142,7 +145,8 @@ def plan(inputs: Inputs) -> List[Step]:
            "step, the same losses, learning rates, weights, evaluations and every declared "
            "metric, and the two exports answer alike, at each worker count.",
            "launch.parity", [workers, *inputs.recipe, f"--train_steps={inputs.train_steps}",
-                             *data]),
+                             *data],
+           runs=4 * len(inputs.workers)),  # Each backend's short run and its long one.
       _handoff(inputs, workers, data),
   ]
   if inputs.export_dir:  # After parity, whose short run exports the port.
@@ -185,7 +189,7 @@ def run_step(step: Step, out_dir: str, timeout: float, env: Optional[Dict[str, s
                                     if step.inspects else contextlib.nullcontext()) as stdout:
     try:
       outcome.exit_code = _run_tool(command, log, {**os.environ, **(env or {})}, timeout,
-                                    lambda message: say(f"    {step.name}: {message}"), stdout)
+                                    _Progress(step, say, started).say, stdout)
     except Stopped as e:
       outcome.exit_code, outcome.stopped_by = 128 + e.signum, str(e)
   if step.inspects and outcome.exit_code == 0:
@@ -201,6 +205,27 @@ def run_step(step: Step, out_dir: str, timeout: float, env: Optional[Dict[str, s
     with open(log_path, errors="replace") as f:
       outcome.said = "".join(f.readlines()[-15:]).strip()
   return outcome
+
+
+class _Progress:
+  """A step's tool's log messages, each said as `    <step>: <message>`, and after each run
+  it finished (its harness logs "Trained <run> ..."), its progress bar."""
+
+  def __init__(self, step: Step, say: Callable[[str], None], started: float):
+    self.step, self.out, self.started, self.done = step, say, started, 0
+
+  def say(self, message: str) -> None:
+    self.out(f"    {self.step.name}: {message}")
+    if self.step.runs and message.startswith("Trained "):
+      self.done += 1
+      self.out(f"    {self.step.name}: {progress_bar(self.done, self.step.runs)} runs, "
+               f"{time.monotonic() - self.started:.0f} s")
+
+
+def progress_bar(done: int, total: int, width: int = 20) -> str:
+  """`[#####---------------] 1/4`: `done` of `total`, the bar full past it."""
+  filled = min(width, round(width * done / total))
+  return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}"
 
 
 # An absl log line of a tool: I1129 13:32:09.101493 140503740128128 harness.py:127] Training ...

@@ -4,6 +4,7 @@ and the report. The whole command on the example program: tests/test_team_progra
 import html.parser
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -79,14 +80,16 @@ with open(os.path.join(args["out"], "workers-1", "fake_report.json"), "w") as f:
 with open(os.path.join(args["out"], "workers-1", "loss_curves.png"), "wb") as f:
   f.write(b"\\x89PNG not really")
 print("I1129 13:32:09.101493 140503740128128 harness.py:127] Training short/keras.")
+print("I1129 13:32:19.101493 140503740128128 harness.py:134] Trained short/keras in 10 s.")
 print("line one\\nthe last line")
 sys.exit(0 if all(c["passed"] for c in checks) else 1)
 '''
 
 
-def _run(tmp_path, name, *checks, said=None):
+def _run(tmp_path, name, *checks, said=None, runs=0):
   (tmp_path / "fake_tool.py").write_text(FAKE_TOOL)
-  step = migration.Step(name, "proves it", "fake_tool", [f"--check={c}" for c in checks])
+  step = migration.Step(name, "proves it", "fake_tool", [f"--check={c}" for c in checks],
+                        runs=runs)
   return migration.run_step(step, str(tmp_path / "out"), timeout=60,
                             env={"PYTHONPATH": str(tmp_path)},
                             say=(said if said is not None else []).append)
@@ -120,9 +123,13 @@ class _Page(html.parser.HTMLParser):
 def test_each_step_is_its_tools_exit_code_and_checks(tmp_path):
   (tmp_path / "out").mkdir()
   said = []
-  passed = _run(tmp_path, "parity", "weights:ok", "losses:ok", said=said)
+  passed = _run(tmp_path, "parity", "weights:ok", "losses:ok", said=said, runs=4)
   assert passed.passed and passed.exit_code == 0 and passed.said == ""
-  assert said == ["    parity: Training short/keras."]  # Its log lines, as they come.
+  # Its log lines, as they come, and after each run it finished, its progress.
+  assert said[:2] == ["    parity: Training short/keras.",
+                      "    parity: Trained short/keras in 10 s."]
+  assert len(said) == 3 and re.fullmatch(
+      r"    parity: \[#####---------------\] 1/4 runs, \d+ s", said[2]), said
   assert [c["name"] for c in passed.checks] == ["weights", "losses"]
   assert passed.checks[0]["report"] == "workers-1" and passed.command[:3] == [
       sys.executable, "-m", "fake_tool"]
