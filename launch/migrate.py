@@ -3,7 +3,7 @@ r"""One command, one report: whether a team's Keras port can replace its Estimat
   python -m launch.migrate --estimator_program=team_program:PROGRAM --model=team_port:SPEC \
       --assignment_map=team_map.json --optimizer=adam --learning_rate=1e-4 \
       --learning_rate_schedule=constant [--workers=1,2] [--model_dir=THEIR_MODEL_DIR] \
-      [--export_dir=THEIR_EXPORT] [--keep_going] --out=DIR
+      [--export_dir=THEIR_EXPORT] [--keras_python=NEWEST_TF_PYTHON] [--keep_going] --out=DIR
 
 Runs, in order, each proof that applies, as the tool a team could run alone:
 - with --model_dir, the inspection (`launch.convert --inspect`) of a model_dir their program
@@ -21,8 +21,10 @@ Runs, in order, each proof that applies, as the tool a team could run alone:
   export their clients call today against the port's (parity's short run at the fewest
   workers): signatures, methods, inputs and outputs; their answers differ, the weights
   being others (parity compares answers, from the same weights).
-Not yet: version parity (`launch.version_parity` trains the built-in models only, not a
-team's program).
+- with --keras_python, version parity (`launch.version_parity`): the port on the newest TF
+  (that install's python) against the program on 2.15.1, and each version serving both
+  exports; the program's module must import there, where tf.estimator is gone
+  (docs/examples/team_landing.py).
 Each step prints a line when it starts, its tool's log lines as they come (what it trains,
 where each run is), and a line with its result and time; a failing step stops the run
 (every later step is reported as not run) unless --keep_going. Writes
@@ -70,6 +72,9 @@ _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A model_dir your program wr
                                  "variables are inspected and mapped onto the port.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "The export your clients call today: "
                                   "held to the port's in a serving check.")
+_KERAS_PYTHON = flags.DEFINE_string("keras_python", None, "The python of your newest-TF "
+                                    "install (.venv-tf221/bin/python): also prove the port "
+                                    "there (version parity).")
 _KEEP_GOING = flags.DEFINE_bool("keep_going", False, "Run every step even after one fails.")
 _TIMEOUT = tool_flags.define_timeout()
 
@@ -94,6 +99,11 @@ def _check_flags() -> None:
     if holder.value and not os.path.isdir(holder.value):
       raise app.UsageError(f"--{holder.name}={holder.value} is not a directory: give {what}, "
                            "or leave the flag out.", exitcode=2)
+  if _KERAS_PYTHON.value and not (os.path.isfile(_KERAS_PYTHON.value)
+                                  and os.access(_KERAS_PYTHON.value, os.X_OK)):
+    raise app.UsageError(f"--keras_python={_KERAS_PYTHON.value} is not a program: give the "
+                         "python of your newest-TF install (README, \"Install\"), or leave "
+                         "the flag out.", exitcode=2)
   if os.path.exists(_OUT.value) and os.listdir(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} is not empty: give a new directory, so no "
                          "earlier report is overwritten.", exitcode=2)
@@ -106,7 +116,7 @@ def main(argv: Sequence[str]) -> None:
       recipe=_recipe(), workers=tool_flags.worker_counts(_WORKERS),
       data_dir=_DATA_DIR.value, estimator_program=_CONFIG["estimator_program"].value,
       export_dir=_EXPORT_DIR.value, model_dir=_MODEL_DIR.value,
-      train_steps=_TRAIN_STEPS.value)
+      train_steps=_TRAIN_STEPS.value, keras_python=_KERAS_PYTHON.value)
   for signum in (signal.SIGINT, signal.SIGTERM):  # Each tool runs in a session of its own.
     signal.signal(signum, _raise_stopped)
   try:

@@ -2,6 +2,10 @@ r"""Proves that Keras on the newest TensorFlow trains what the Estimator trained
 
   python -m launch.version_parity --keras_python=.venv-tf221/bin/python \
       [--workers=1,2] [--train_steps=10] [--out=DIR]
+  python -m launch.version_parity --keras_python=.venv-tf221/bin/python \
+      --estimator_program=team_program:PROGRAM --model=team_port:SPEC \
+      --assignment_map=team_map.json --optimizer=adam --learning_rate=1e-4 \
+      --learning_rate_schedule=constant
 
 Run it with the TF 2.15.1 install (README: "Install"); --keras_python is the
 interpreter of the newest-TF install. From one initial-weights file, with op
@@ -10,6 +14,13 @@ Estimator on TF 2.15.1 at each worker count, compares final weights and
 per-step losses, and serves each version's SavedModel in the other version.
 Prints the table, writes version_parity_report.{md,json} and loss_curves.png
 to --out, and exits 0 only if every check passes.
+
+With --estimator_program (and --model, its port; --assignment_map, the recipe flags, as
+launch.parity takes them) the Estimator on TF 2.15.1 trains the team's program and Keras,
+on both versions, the port on the program's input_fn, from the same weights; the program is
+probed against the port first (exit 2 naming what differs), and must load in the newest TF,
+where tf.estimator is gone (else exit 1 naming the fix). Each version serves both exports
+the test split's features, through the program's own signatures.
 """
 
 import dataclasses
@@ -35,7 +46,9 @@ _WORKERS = tool_flags.define_workers([1, 2], "Local worker counts to compare at.
 _TRAIN_STEPS = tool_flags.define_train_steps(10, "Training steps of each run.")
 _OUT = tool_flags.define_out("version_parity_report.{md,json}, loss_curves.png")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
+_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS
+                                            + trainer_flags.PROGRAM_FIELDS)
+_ASSIGNMENT_MAP = tool_flags.define_assignment_map()
 _SEED = flags.DEFINE_integer("seed", Config.seed, "Seeds the initial-weights file and shuffles.")
 _TIMEOUT = tool_flags.define_timeout()
 _TOLERANCES = {f.name: flags.DEFINE_float(f.name, f.default, f"Limit: {f.name}.")
@@ -56,6 +69,12 @@ def main(argv: Sequence[str]) -> None:
                   **trainer_flags.config_settings(_CONFIG))
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
+  program = tool_flags.probe_program(config, max(workers), train_steps, _ASSIGNMENT_MAP)
+  if program:
+    try:
+      version_parity.program_imports(_KERAS_PYTHON.value, config.estimator_program)
+    except runs.RunError as e:  # Not a flag's fault: what the program must change.
+      sys.exit(f"error: {e}")
   output = tool_flags.Output(_OUT, "version-parity", ("version_parity_report.*",
                                                       "loss_curves.png"))
   out = output.path
@@ -63,7 +82,7 @@ def main(argv: Sequence[str]) -> None:
     report = version_parity.run_version_parity(
         config, workers, out, keras_python=_KERAS_PYTHON.value, steps=train_steps,
         tolerances=version_parity.Tolerances(**{k: v.value for k, v in _TOLERANCES.items()}),
-        timeout=timeout)
+        timeout=timeout, program=program)
   except runs.RunError as e:  # A run failed: its log is named in the message.
     sys.exit(f"error: {e}")
   version_parity.write_report(report, out)

@@ -291,6 +291,42 @@ def test_a_model_dir_their_own_launcher_wrote_converts_and_the_port_resumes_it(
   assert "it has no variable legacy/" in said and not (tmp_path / "other").exists()
 
 
+NEWEST_TF_PYTHON = os.environ.get("NEWEST_TF_PYTHON")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NEWEST_TF_PYTHON, reason="needs $NEWEST_TF_PYTHON, the python of a "
+                    "`pip install -e \".[tf221]\"` virtualenv (CI sets it)")
+def test_the_port_on_the_newest_tf_trains_as_the_program_on_2_15(real_data_dir, tmp_path):
+  landing = ["--estimator_program=team_landing:PROGRAM", *PORT_FLAGS[1:]]
+  flags = [f"--keras_python={NEWEST_TF_PYTHON}", "--workers=1", "--train_steps=3",
+           f"--data_dir={real_data_dir}"]
+  # The example as it is: its module needs tf.estimator as it is imported.
+  refused = run_module("launch.version_parity", [*flags, *PORT_FLAGS,
+                                                 f"--out={tmp_path / 'refused'}"],
+                       env=_env(real_data_dir))
+  assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+  assert ("--estimator_program=team_program:PROGRAM does not load in TensorFlow 2.21"
+          in refused.stderr and "module 'tensorflow' has no attribute 'estimator'"
+          in refused.stderr and "Landing on TF 2.16+" in refused.stderr), refused.stderr
+  assert not (tmp_path / "refused").exists()
+  # Its parts moved as team_landing.py moves them.
+  out = tmp_path / "out"
+  result = run_module("launch.version_parity", [*flags, *landing, f"--out={out}"],
+                      env=_env(real_data_dir), timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  report = json.loads((out / "version_parity_report.json").read_text())
+  checks = {c["name"]: c for c in report["checks"]}
+  assert report["program"] == "team_landing:PROGRAM" and len(checks) == 15
+  assert checks["max |weight diff| keras@new vs estimator@2.15 at 1 worker(s)"][
+      "measured"] <= 1e-6
+  for version in ("TF 2.15.1", "the newest TF"):
+    assert checks[f"signatures fed the test split, estimator@2.15 export, served by {version}"][
+        "where"] == "10000 examples"
+    assert checks[f"max |diff|, answers serving_default/probabilities, estimator@2.15 vs "
+                  f"keras@new, served by {version}"]["passed"]
+
+
 @pytest.mark.slow
 def test_a_port_with_another_activation_is_told_not_to_switch_yet(real_data_dir, tmp_path):
   (tmp_path / "tanh_port.py").write_text(

@@ -65,6 +65,7 @@ class Inputs:
   export_dir: Optional[str] = None  # Their export, which clients call today.
   model_dir: Optional[str] = None  # A model_dir their program wrote.
   train_steps: int = 10  # Of each run of parity's and the handoff's split.
+  keras_python: Optional[str] = None  # The newest-TF install's python: version parity.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,13 @@ def plan(inputs: Inputs) -> List[Step]:
                    [f"--first={inputs.export_dir}", *program, *data, "--contract_only"],
                    port_export=True)
     steps.insert(len(steps) - 1, serving)  # Before the handoff.
+  if inputs.keras_python:
+    steps.append(Step(
+        "version parity", "The port on the newest TensorFlow trains as the program does on "
+        "2.15.1: from the same weights, the same losses and weights, and each version serves "
+        "both exports alike.", "launch.version_parity",
+        [f"--keras_python={inputs.keras_python}", workers, *inputs.recipe,
+         f"--train_steps={inputs.train_steps}", *data], runs=3 * len(inputs.workers)))
   return steps
 
 

@@ -1,6 +1,7 @@
 """launch.proofs.migration: the steps planned, each tool run and its reports read, the verdict
 and the report. The whole command on the example program: tests/test_team_program.py."""
 
+import dataclasses
 import html.parser
 import json
 import os
@@ -29,6 +30,10 @@ def test_the_plan_runs_what_applies_in_order():
   assert [s.name for s in steps] == ["parity", "serving", "handoff"]
   assert steps[1].port_export and steps[1].args == [
       "--first=/theirs", "--estimator_program=team_program:PROGRAM", "--contract_only"]
+  newest = migration.plan(dataclasses.replace(theirs, keras_python="/new/python"))
+  assert [s.name for s in newest] == ["parity", "serving", "handoff", "version parity"]
+  assert newest[-1].module == "launch.version_parity" and newest[-1].args == [
+      "--keras_python=/new/python", "--workers=1", *RECIPE, "--train_steps=10"]
 
 
 def test_a_model_dir_is_inspected_first_with_the_ports_flags(tmp_path):
@@ -179,6 +184,8 @@ def test_the_ports_export_is_found_in_paritys_short_run(tmp_path):
     (["--estimator_program=team_program:PROGRAM"], "--model is the Keras port to migrate to"),
     (["--estimator_program=p:P", "--model=m:S", "--export_dir=/no/such/export"],
      "--export_dir=/no/such/export is not a directory: give the export your clients call"),
+    (["--estimator_program=p:P", "--model=m:S", "--keras_python=/no/python"],
+     "--keras_python=/no/python is not a program: give the python of your newest-TF install"),
     (["--estimator_program=p:P", "--model=m:S"], "is not empty: give a new directory"),
 ])
 def test_cli_refuses_bad_flags_naming_the_fix_and_writes_nothing(args, message, tmp_path):
