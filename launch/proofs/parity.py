@@ -64,6 +64,7 @@ class Report:
   long_steps: int
   checks: List[Check]
   losses: Dict[str, List[float]]  # "short/keras", "long/estimator", ...
+  rates: Dict[str, List[float]] = dataclasses.field(default_factory=dict)  # Each step's, alike.
   # Reported, not checked: each measured run's test accuracy, or a regression's test loss
   # ("seed 2, keras").
   measured: Dict[str, float] = dataclasses.field(default_factory=dict)
@@ -181,7 +182,7 @@ def run_parity(config: Config, workers: int, out_dir: str, *, steps: int = 10,
   measured = run.measured(measure_seeds, measure_steps or long_steps or epoch,
                           measure_model_options)
   return Report(workers=workers, steps=steps, long_steps=long_steps, checks=checks,
-                losses=run.losses, measured=measured, reference_floor=floor,
+                losses=run.losses, rates=run.rates, measured=measured, reference_floor=floor,
                 model=config.model, optimizer=config.optimizer_label(), engine=engine,
                 program=config.estimator_program or "", notes=notes,
                 task=config_lib.parse_task(config.task)[0], ps=ps)
@@ -300,6 +301,7 @@ class _Phases:
     self.backend_flags, self.tolerances, self.program = backend_flags, tolerances, program
     self.assignment_map = program.assignment_map if program else None
     self.losses: Dict[str, List[float]] = {}
+    self.rates: Dict[str, List[float]] = {}  # Each backend's, as it recorded them.
     # Each backend's own changes to the config: a program's run starts from the initial
     # weights under its own names.
     self.own: Dict[str, Dict[str, Any]] = {b: {} for b in BACKENDS}
@@ -339,6 +341,7 @@ class _Phases:
     for backend in BACKENDS:
       weights[backend] = self.weights(backend, summaries[backend])
       losses[f"short/{backend}"] = self.runs.losses(f"short/{backend}")
+      self.rates[f"short/{backend}"] = self.runs.learning_rates(f"short/{backend}")
     floor = reference_floor(short, workers, ref_weights)
     checks = compare_short_runs(weights, {r: losses[f"short/{r}"] for r in weights}, floor,
                                 tolerances)
@@ -384,6 +387,7 @@ class _Phases:
                       tolerances.accuracy_pp, f"step {long_steps}")]
     for backend in BACKENDS:
       losses[f"long/{backend}"] = self.runs.losses(f"long/{backend}")
+      self.rates[f"long/{backend}"] = self.runs.learning_rates(f"long/{backend}")
     checks += harness.compare_losses({b: losses[f"long/{b}"] for b in BACKENDS},
                                      tolerances.curve_rtol, "loss curve rel diff, long run",
                                      start=CURVE_START_STEP)
@@ -705,13 +709,15 @@ _STYLE = {"reference": dict(color="tab:blue", linewidth=6, alpha=0.3),
 def _plot(report: Report, fig) -> None:
   """A column per phase (the short run, the long one): each run's per-step loss above, drawn
   so agreeing curves each show; below, every pair's relative difference on a log scale under
-  the limit its check holds it to. A statistical check: its progress-window losses."""
+  the limit its check holds it to; then, where they were recorded, each backend's learning
+  rate per step. A statistical check: its progress-window losses."""
   if report.seeds:
     _plot_curves(report, fig)
     return
   phases = [p for p in ("short", "long") if any(r.startswith(p + "/") for r in report.losses)]
-  axes = fig.subplots(2, len(phases), squeeze=False)
-  fig.set_size_inches(6 * len(phases) + 2, 8)
+  rows = 3 if any(report.rates.values()) else 2
+  axes = fig.subplots(rows, len(phases), squeeze=False)
+  fig.set_size_inches(6 * len(phases) + 2, 4 * rows)
   limits = {c.name: c.limit for c in report.checks}
   for column, phase in enumerate(phases):
     top, bottom = axes[0][column], axes[1][column]
@@ -739,6 +745,14 @@ def _plot(report: Report, fig) -> None:
     for ax in (top, bottom):
       ax.xaxis.get_major_locator().set_params(integer=True)
     bottom.legend(fontsize="small")
+    if rows == 3:
+      rates = axes[2][column]
+      for backend in BACKENDS:
+        values = report.rates.get(f"{phase}/{backend}", [])
+        rates.plot(range(1, len(values) + 1), values, label=backend, **_STYLE[backend])
+      rates.set(xlabel="step", ylabel="learning rate", title=f"{phase} run: the rate of each "
+                "step, as each backend recorded it")
+      rates.legend(fontsize="small")
 
 
 def _plot_curves(report: Report, fig) -> None:

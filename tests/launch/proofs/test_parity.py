@@ -1,5 +1,6 @@
 """launch.parity: the three runs agree, and a deliberate break is caught where it is."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -521,3 +522,23 @@ def test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers(
     assert "signature regression" in checks
     default = checks["signature serving_default"]["where"]
     assert default.startswith("regress:" if task == "regression" else "classify:"), default
+
+
+def test_the_plot_draws_each_backends_learning_rate_below_its_losses():
+  import matplotlib  # noqa: PLC0415
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # noqa: PLC0415
+
+  rates = {"short/keras": [0.1, 0.05, 0.025], "short/estimator": [0.1, 0.05, 0.025]}
+  report = parity.Report(workers=1, steps=3, long_steps=0, checks=[],
+                         losses={"short/keras": [2.0, 1.5, 1.2],
+                                 "short/estimator": [2.0, 1.5, 1.2]}, rates=rates)
+  fig = plt.figure()
+  parity._plot(report, fig)
+  assert len(fig.axes) == 3  # Losses, their differences, the rates.
+  drawn = {line.get_label(): list(line.get_ydata()) for line in fig.axes[2].get_lines()}
+  assert drawn == {"keras": rates["short/keras"], "estimator": rates["short/estimator"]}
+  fig.clear()
+  parity._plot(dataclasses.replace(report, rates={}), fig)  # A canned model records none.
+  assert len(fig.axes) == 2
+  plt.close(fig)
