@@ -117,8 +117,7 @@ def _steps() -> Sequence[int]:
   if train_steps is None:
     train_steps = split_at + 10
   # A schedule that ends at --decay_steps must not end before the runs do.
-  ends = config_lib.schedule_ends(_CONFIG["learning_rate_schedule"].value,
-                                  _CONFIG["cycle"].value)
+  ends = _ends()
   if not 0 < split_at < train_steps or ends and train_steps > _DECAY_STEPS.value:
     raise app.UsageError(f"Need 0 < --split_at ({split_at}) < --train_steps ({train_steps})"
                          + (f" <= --decay_steps ({_DECAY_STEPS.value})" if ends else "") + ".",
@@ -143,7 +142,16 @@ def _their_steps() -> int:
   if train_steps <= step:
     raise app.UsageError(f"--from_model_dir={_FROM_MODEL_DIR.value} is at step {step}: give "
                          f"a --train_steps above it (or leave it out: {step + 10}).", exitcode=2)
+  if _ends() and train_steps > _DECAY_STEPS.value:
+    raise app.UsageError(f"--train_steps={train_steps} is past the schedule's end: give a "
+                         f"--decay_steps of {train_steps} or more.", exitcode=2)
   return train_steps
+
+
+def _ends() -> bool:
+  """Whether the schedule ends at --decay_steps (a run must not train past it)."""
+  return bool(config_lib.schedule_ends(_CONFIG["learning_rate_schedule"].value,
+                                       _CONFIG["cycle"].value))
 
 
 def main(argv: Sequence[str]) -> None:

@@ -70,6 +70,10 @@ def main(argv: Sequence[str]) -> None:
   for n in workers:
     runs.check_or_exit(config, n, _MNIST_IDX_DIR.value)
   program = tool_flags.probe_program(config, max(workers), train_steps, _ASSIGNMENT_MAP)
+  if program and not program.exports:
+    raise app.UsageError(f"--estimator_program={config.estimator_program} exports nothing (no "
+                         "serving_input_receiver_fn), and the newest TF's Keras weights are "
+                         "read from its export: give the program its receiver.", exitcode=2)
   if program:
     try:
       version_parity.program_imports(_KERAS_PYTHON.value, config.estimator_program)

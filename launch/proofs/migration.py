@@ -508,6 +508,10 @@ def write_report(outcomes: Sequence[Outcome], out_dir: str, inputs: Inputs) -> D
   """migration_report.md, .html and .json in out_dir, each written whole; returns the
   verdict."""
   judged, found = verdict(outcomes), versions()
+  newest = os.path.join(out_dir, "version_parity", "version_parity_report.json")
+  if os.path.exists(newest):  # The install version parity ran the port in.
+    with open(newest) as f:
+      found["newest stack (version parity)"] = json.load(f)["versions"]["new"]
   record = {**judged, "inputs": dataclasses.asdict(inputs), "versions": found,
             "steps": [{**dataclasses.asdict(o), "passed": o.passed} for o in outcomes]}
   harness.write_files(out_dir, {

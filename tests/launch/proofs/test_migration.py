@@ -197,3 +197,15 @@ def test_cli_refuses_bad_flags_naming_the_fix_and_writes_nothing(args, message, 
   assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
   assert "Traceback" not in result.stderr
   assert os.listdir(out) == ["earlier_report.md"] and kept.read_text() == "kept"
+
+
+def test_the_report_names_the_newest_stack_version_parity_ran_the_port_in(tmp_path):
+  (tmp_path / "version_parity").mkdir()
+  (tmp_path / "version_parity" / "version_parity_report.json").write_text(json.dumps(
+      {"versions": {"new": "TensorFlow 2.21.0, tf-keras 2.21.0", "2.15": "..."}}))
+  migration.write_report([], str(tmp_path), migration.Inputs(RECIPE, [1]))
+  record = json.loads((tmp_path / "migration_report.json").read_text())
+  assert record["versions"]["newest stack (version parity)"] == (
+      "TensorFlow 2.21.0, tf-keras 2.21.0")
+  assert "<td>TensorFlow 2.21.0, tf-keras 2.21.0</td>" in (
+      tmp_path / "migration_report.html").read_text()
