@@ -157,8 +157,8 @@ def test_each_step_is_its_tools_exit_code_and_checks(tmp_path):
   # A cell's pipes escaped, so the table keeps its columns.
   assert "| workers-1 | resumed weights | 1 | 0.5 | a\\|b | NO |" in markdown
   assert "| serving | not run | 0 | 0 |" in markdown
-  # The page: the verdict first, every element closed, nothing fetched but inline images.
-  # (No headless browser installs here: the registries have playwright, not its browsers.)
+  # The page: the verdict first, every element closed, nothing fetched but inline images
+  # (and in a real browser: test_the_page_renders_in_a_headless_browser_...).
   page = _Page()
   page.feed((tmp_path / "out" / "migration_report.html").read_text())
   page.close()
@@ -209,3 +209,55 @@ def test_the_report_names_the_newest_stack_version_parity_ran_the_port_in(tmp_pa
       "TensorFlow 2.21.0, tf-keras 2.21.0")
   assert "<td>TensorFlow 2.21.0, tf-keras 2.21.0</td>" in (
       tmp_path / "migration_report.html").read_text()
+
+
+def _browser():
+  """Headless Chromium through Selenium; skipped, saying how to install it, where it is not
+  installed (CI installs it and sets REQUIRE_BROWSER=1: there it must run)."""
+  import shutil  # noqa: PLC0415
+  why = ("needs Debian's chromium and chromium-driver (apt-get install chromium "
+         "chromium-driver) and selenium (pip install -e \".[test]\")")
+  try:
+    from selenium import webdriver  # noqa: PLC0415
+  except ImportError:
+    webdriver = None
+  if webdriver is None or not shutil.which("chromedriver") or not shutil.which("chromium"):
+    (pytest.fail if os.environ.get("REQUIRE_BROWSER") == "1" else pytest.skip)(why)
+  options = webdriver.ChromeOptions()
+  for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+    options.add_argument(arg)
+  options.binary_location = shutil.which("chromium")
+  return webdriver.Chrome(options=options, service=webdriver.ChromeService(
+      executable_path=shutil.which("chromedriver")))
+
+
+def test_the_page_renders_in_a_headless_browser_with_its_plots_and_prints(tmp_path):
+  import base64  # noqa: PLC0415
+  import matplotlib  # noqa: PLC0415
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # noqa: PLC0415
+
+  browser = _browser()
+  (tmp_path / "out" / "parity").mkdir(parents=True)
+  fig = plt.figure(figsize=(4, 3))
+  fig.subplots().plot([1, 2, 3], [2.0, 1.5, 1.2])
+  fig.savefig(tmp_path / "out" / "parity" / "loss_curves.png")
+  plt.close(fig)
+  parity = migration.Outcome("parity", "proves it", ["python", "-m", "launch.parity"],
+                             exit_code=0, seconds=3.0, out_dir=str(tmp_path / "out" / "parity"),
+                             checks=[{"name": "weights", "passed": True, "report": "",
+                                      "limit": 1e-6, "measured": 0.0, "where": "conv/kernel"}])
+  migration.write_report([parity], str(tmp_path / "out"), migration.Inputs(RECIPE, [1]))
+  try:
+    browser.get((tmp_path / "out" / "migration_report.html").as_uri())
+    assert browser.title == "Migration check: switch"
+    assert browser.find_element("tag name", "h1").text == "Migration check: switch"
+    # Every plot decoded and drawn; nothing fetched from anywhere (the page is one file).
+    images = browser.execute_script(
+        "return Array.from(document.images, i => [i.complete, i.naturalWidth, i.alt])")
+    assert images == [[True, 400, "loss_curves.png"]]
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    pdf = base64.b64decode(browser.print_page())  # As printed, by the browser.
+    assert pdf.startswith(b"%PDF") and b"/Type /Page" in pdf
+  finally:
+    browser.quit()
