@@ -604,7 +604,7 @@ def servable_saver(config: Config, weights: model_lib.Weights) -> Callable[[str]
   """`saver` of a model built when it saves, outside any strategy, holding `weights`,
   compiled as evaluation compiles it (a loaded export can `evaluate`)."""
   def save(directory: str) -> None:
-    model = model_lib.build(config, weights)
+    model = model_lib.build_holding(config, weights)
     model.compile(**_loss_and_metrics(config))
     saver(config, model)(directory)
 

@@ -238,11 +238,17 @@ def test_the_evaluator_skips_a_checkpoint_deleted_under_it(tmp_path, caplog):
 
 
 def test_the_export_loads_in_keras_compiled_and_evaluates_as_the_trainer_does(tmp_path):
-  weights = model_lib.get_weights(model_lib.build(CONFIG))
-  model = model_lib.build(CONFIG, weights)
-  model.compile(**keras_trainer._loss_and_metrics(CONFIG))
-  export_dir = keras_trainer.export_model(CONFIG, model, str(tmp_path / "model"))
+  # Weights of another seed: the export holds what it is given, not its initializers' draw.
+  weights = model_lib.get_weights(model_lib.build(dataclasses.replace(CONFIG, seed=9)))
+  export_dir = str(tmp_path / "export")
+  keras_trainer.servable_saver(CONFIG, weights)(export_dir)
   loaded = tf_keras.models.load_model(export_dir)
+  for name, value in model_lib.get_weights(loaded).items():
+    np.testing.assert_array_equal(value, weights[name], err_msg=name)
+  # Its layers' configs are the spec's, with no weight written out as a Constant's value.
+  assert loaded.get_layer("conv").get_config()["kernel_initializer"]["class_name"] == (
+      "GlorotUniform")
+  assert os.path.getsize(os.path.join(export_dir, "keras_metadata.pb")) < 100_000
   input_fn = memory_input_fn(CONFIG.global_batch_size)
   want = keras_trainer.evaluate_weights(CONFIG, weights, input_fn)
   got = loaded.evaluate(input_fn(mnist.EVAL), verbose=0, return_dict=True)

@@ -66,6 +66,12 @@ def test_a_user_spec_builds_and_takes_initial_weights_by_name(user_specs):
   assert all(np.array_equal(rebuilt[n], given[n]) for n in given)
   with pytest.raises(SpecError, match="the initial weights have no dense/bias"):
     model_lib.build(config, {"dense/kernel": given["dense/kernel"]})
+  # What an export is written from: the same values, the spec's own initializers.
+  held = model_lib.build_holding(config, given)
+  assert all(np.array_equal(value, given[n]) for n, value in model_lib.get_weights(held).items())
+  assert held.get_layer("dense").get_config()["kernel_initializer"]["class_name"] != "Constant"
+  with pytest.raises(SpecError, match="the weights given have no dense/bias"):
+    model_lib.build_holding(config, {"dense/kernel": given["dense/kernel"]})
 
 
 @pytest.mark.parametrize("name, said", [
