@@ -2,8 +2,9 @@ r"""One command, one report: whether a team's Keras port can replace its Estimat
 
   python -m launch.migrate --estimator_program=team_program:PROGRAM --model=team_port:SPEC \
       --assignment_map=team_map.json --optimizer=adam --learning_rate=1e-4 \
-      --learning_rate_schedule=constant [--workers=1,2] [--model_dir=THEIR_MODEL_DIR] \
-      [--export_dir=THEIR_EXPORT] [--keras_python=NEWEST_TF_PYTHON] [--keep_going] --out=DIR
+      --learning_rate_schedule=constant [--workers=1,2] [--long_steps=N] \
+      [--model_dir=THEIR_MODEL_DIR] [--export_dir=THEIR_EXPORT] \
+      [--keras_python=NEWEST_TF_PYTHON] [--keep_going] --out=DIR
 
 Runs, in order, each proof that applies, as the tool a team could run alone:
 - with --model_dir, the inspection (`launch.convert --inspect`) of a model_dir their program
@@ -12,7 +13,8 @@ Runs, in order, each proof that applies, as the tool a team could run alone:
   give; with one, it places every variable the proposal does;
 - parity (`launch.parity`) at each --workers count: the port against the program from the
   same weights, step by step (losses, learning rates, weights, evaluations, every declared
-  metric), and their two exports fed the test split;
+  metric), and their two exports fed the test split; and a long run (--long_steps, one epoch
+  by default) compared by accuracy and loss curve;
 - the handoff (`launch.handoff`): with --model_dir, its newest checkpoint (only read)
   converted to the port's, and to the port's and back, each resumed 10 steps and held to the
   program's own resume of it; without, a run of the program and one of the port, each
@@ -60,6 +62,9 @@ from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_pr
 _WORKERS = tool_flags.define_workers([1, 2], "Worker counts to prove parity and the handoff at.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 10, "Steps of parity's short run and of "
                                     "each half of the handoff.", lower_bound=1)
+_LONG_STEPS = flags.DEFINE_integer("long_steps", None, "Steps of parity's long run, whose "
+                                   "accuracy and loss curves are compared (default: one epoch "
+                                   "of the training split; 0: none).", lower_bound=0)
 _OUT = flags.DEFINE_string("out", None, "Where to write migration_report.{md,json} and each "
                            "step's reports and runs (new or empty).", required=True)
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
@@ -116,7 +121,8 @@ def main(argv: Sequence[str]) -> None:
       recipe=_recipe(), workers=tool_flags.worker_counts(_WORKERS),
       data_dir=_DATA_DIR.value, estimator_program=_CONFIG["estimator_program"].value,
       export_dir=_EXPORT_DIR.value, model_dir=_MODEL_DIR.value,
-      train_steps=_TRAIN_STEPS.value, keras_python=_KERAS_PYTHON.value)
+      train_steps=_TRAIN_STEPS.value, long_steps=_LONG_STEPS.value,
+      keras_python=_KERAS_PYTHON.value)
   for signum in (signal.SIGINT, signal.SIGTERM):  # Each tool runs in a session of its own.
     signal.signal(signum, _raise_stopped)
   try:

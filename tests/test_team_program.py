@@ -99,7 +99,8 @@ def test_one_migrate_command_proves_the_example_and_says_switch(real_data_dir, t
   assert trained.returncode == 0, trained.stderr[-3000:]
   export = json.loads(trained.stdout.strip().splitlines()[-1])["export_dir"]
   before = _listing(theirs)
-  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS, f"--model_dir={theirs}",
+  result = run_module("launch.migrate", ["--workers=1", *PORT_FLAGS, "--long_steps=20",
+                                         f"--model_dir={theirs}",
                                          f"--export_dir={export}",
                                          f"--data_dir={real_data_dir}", f"--out={out}"],
                       env=_env(real_data_dir), timeout=1200)
@@ -339,7 +340,9 @@ def test_a_port_with_another_activation_is_told_not_to_switch_yet(real_data_dir,
       "deterministic_options={'dropout': 0.0}, signatures=team_port.signatures)\n")
   flags = [f if not f.startswith("--model=") else "--model=tanh_port:SPEC" for f in PORT_FLAGS]
   out = tmp_path / "out"
+  # No long run: the short one tells the port apart.
   result = run_module("launch.migrate", ["--workers=1", *flags, "--train_steps=3",
+                                         "--long_steps=0",
                                          f"--data_dir={real_data_dir}", f"--out={out}"],
                       env=_env(real_data_dir, tmp_path), timeout=1200)
   assert result.returncode == 1, result.stdout + result.stderr[-3000:]

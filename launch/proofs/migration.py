@@ -65,6 +65,7 @@ class Inputs:
   export_dir: Optional[str] = None  # Their export, which clients call today.
   model_dir: Optional[str] = None  # A model_dir their program wrote.
   train_steps: int = 10  # Of each run of parity's and the handoff's split.
+  long_steps: Optional[int] = None  # Of parity's long run; None: parity's default, 0: none.
   keras_python: Optional[str] = None  # The newest-TF install's python: version parity.
 
 
@@ -146,8 +147,10 @@ def plan(inputs: Inputs) -> List[Step]:
            "step, the same losses, learning rates, weights, evaluations and every declared "
            "metric, and the two exports answer alike, at each worker count.",
            "launch.parity", [workers, *inputs.recipe, f"--train_steps={inputs.train_steps}",
-                             *data],
-           runs=4 * len(inputs.workers)),  # Each backend's short run and its long one.
+                             *([] if inputs.long_steps is None
+                               else [f"--long_steps={inputs.long_steps}"]), *data],
+           # Each backend's short run and its long one.
+           runs=(2 if inputs.long_steps == 0 else 4) * len(inputs.workers)),
       _handoff(inputs, workers, data),
   ]
   if inputs.export_dir:  # After parity, whose short run exports the port.

@@ -24,6 +24,9 @@ def test_the_plan_runs_what_applies_in_order():
   parity, handoff = migration.plan(inputs)
   assert parity.args == ["--workers=1,2", *RECIPE, "--train_steps=10", "--data_dir=/d"]
   assert "--split_at=10" in handoff.args and "--train_steps=20" in handoff.args
+  assert parity.runs == 8  # Each backend's short and long run, at each worker count.
+  short = migration.plan(dataclasses.replace(inputs, long_steps=0))[0]
+  assert "--long_steps=0" in short.args and short.runs == 4
   theirs = migration.Inputs(RECIPE, [1], export_dir="/theirs",
                             estimator_program="team_program:PROGRAM")
   steps = migration.plan(theirs)
