@@ -123,7 +123,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [
+    # Over the tabular features a case costs 20 to 24 CPU-s (three times a pixel one's):
+    # the whole suite's, not the quick tier's (docs/testing.md).
+    pytest.param(case, marks=pytest.mark.slow) if CASES[case].get("features") == "tabular"
+    else case for case in CASES])
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_both_backends_train_as_the_reference(case, backend_name, tmp_path):
   config = with_initial_weights(dataclasses.replace(CONFIG, **CASES[case]), tmp_path)
