@@ -397,9 +397,8 @@ def test_each_bad_input_exits_2_naming_the_fix_and_writes_nothing(real_data_dir,
   env = _env(real_data_dir, tmp_path)
   model_dir, out = tmp_path / "model", tmp_path / "out"
   data = f"--data_dir={real_data_dir}"
-  said = _error(run_module("trainers.estimator_main", [
-      "--estimator_program=team_programs:PROGRAM", f"--model_dir={model_dir}", data], env=env))
-  assert "estimator program 'team_programs:PROGRAM': no module team_programs" in said
+  # Each message is held in process (test_program.py, test_program_probe.py); here, that a
+  # binary exits 2 with it, once for each kind of fault: one process each is CI's cost.
   said = _error(run_module("trainers.estimator_main", [
       "--estimator_program=broken_program:PROGRAM", f"--model_dir={model_dir}", data], env=env))
   line = BROKEN_PROGRAM.splitlines().index(
@@ -417,11 +416,6 @@ def test_each_bad_input_exits_2_naming_the_fix_and_writes_nothing(real_data_dir,
       *parity, *[f for f in PORT_FLAGS if not f.startswith("--assignment_map")]], env=env))
   assert "6 variable(s) map to no model weight" in said and '"sequential/conv2d/kernel": ' \
       '"conv/kernel"' in said
-  said = _error(run_module("launch.parity", [
-      *parity, *[f if f != "--learning_rate=1e-4" else "--learning_rate=1e-3"
-                 for f in PORT_FLAGS]], env=env))
-  assert ("trains step 1 at the rate 1e-04, the port at 0.001 (--learning_rate_schedule="
-          "constant, --learning_rate=0.001)") in said
   assert not model_dir.exists() and not out.exists()
   # Hooks that raise, once training has started: named, exit 2; what was saved stays.
   said = _error(run_module("trainers.estimator_main", [

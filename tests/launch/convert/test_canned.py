@@ -53,6 +53,8 @@ def test_a_canned_run_goes_across_and_back_bit_for_bit(model, flags, tiny_data_d
   for name, value in original.items():
     assert returned[name].dtype == value.dtype and np.array_equal(returned[name], value), name
 
+  if model != "dnn":  # The refusals below take one path for every canned model.
+    return
   # Hyperparameters kept as variables are compared, never silently replaced.
   rate = run_module("launch.convert", [f"--from_estimator={source}",
                                        f"--to_keras={tmp_path / 'k2'}", f"--model={model}",

@@ -248,27 +248,6 @@ def test_the_progress_loss_must_be_the_window_mean_not_the_running_mean(logged, 
 
 
 @pytest.mark.real_data
-def test_cli_proves_a_schedule_with_warm_up_rate_for_rate(real_data_dir, tmp_path):
-  # piecewise: two boundaries inside the run, after a warm-up of 3 steps. From momentum's
-  # default rate: starting at 0.2, the rates agree to the bit but the Estimator's weights
-  # end 2.1e-6 from Keras's and the reference's (issue 66's rounding, at a larger rate).
-  result = run_module("launch.parity", ["--workers=1", "--train_steps=12", "--long_steps=0",
-                                        "--learning_rate_schedule=piecewise",
-                                        "--boundaries=5,8", "--values=0.1,0.05,0.025",
-                                        "--warmup_steps=3", f"--data_dir={real_data_dir}",
-                                        f"--out={tmp_path}"], timeout=900)
-  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-  report = json.loads((tmp_path / "parity_report.json").read_text())
-  checks = {c["name"]: c for c in report["checks"]}
-  for pair in ("reference vs keras", "reference vs estimator", "keras vs estimator"):
-    check = checks[f"per-step learning rate rel diff, short run {pair}"]
-    assert check["passed"] and check["measured"] == 0.0, check
-  rates = json.loads((tmp_path / "short" / "keras" / "losses.json").read_text())
-  assert rates["learning_rates"] == pytest.approx(
-      [0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025], rel=1e-6)
-
-
-@pytest.mark.real_data
 def test_at_one_worker_on_a_parameter_server_both_backends_end_where_the_reference_does(
     real_data_dir, tmp_path):
   # The Estimator's chief alone, Keras's one worker stepped by its chief: sequential steps,
@@ -490,9 +469,10 @@ REGRESSION_KEYS = ("average_loss", "label/mean", "loss", "prediction/mean")
 ])
 def test_each_heads_metrics_and_signatures_pass_at_one_and_two_workers(
     task, keys, models, workers, real_data_dir, tmp_path):
-  # cnn's long run: both backends compute each gradient as the other does, so no step's
-  # rounding sets them apart (issue 66), over four checkpoints.
-  long_steps = 20 if models == "cnn" else 0
+  # cnn's long run, with the head of the most metrics: both backends compute each gradient
+  # as the other does, so no step's rounding sets them apart (issue 66), over four
+  # checkpoints. The other heads' metrics are held on the short run's checkpoint.
+  long_steps = 20 if (models, task) == ("cnn", "binary:3") else 0
   result = run_module("launch.parity", [
       f"--workers={workers}", f"--model={models}", f"--task={task}", "--train_steps=6",
       f"--long_steps={long_steps}", f"--data_dir={real_data_dir}", f"--out={tmp_path}"],

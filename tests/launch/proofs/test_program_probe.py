@@ -120,7 +120,8 @@ def test_a_faithful_port_passes_every_probe(config):
      "--learning_rate=0.1 --momentum=0.8."),
     ({"momentum": 0.9}, "'s momentum has momentum=0.8, the port --momentum=0.9: give the port "
                         "--momentum=0.8."),
-    ({"learning_rate": 0.2}, "trains step 1 at the rate 0.1, the port at 0.2"),
+    ({"learning_rate": 0.2}, "trains step 1 at the rate 0.1, the port at 0.2 "
+                             "(--learning_rate_schedule=constant, --learning_rate=0.2)"),
     ({"learning_rate_schedule": "cosine", "decay_steps": 4},
      "trains step 2 at the rate 0.1, the port at 0.0853553"),
     ({"estimator_program": "team:RANDOM", "program_params": ""},

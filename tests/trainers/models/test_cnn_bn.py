@@ -95,8 +95,12 @@ def test_without_update_ops_the_moving_statistics_never_move(tmp_path, monkeypat
 def test_parity_passes_at_one_worker_and_measures_dropout_on(measure, real_data_dir, tmp_path):
   # No --model_options: parity takes dropout=0 from the spec's deterministic_options.
   measuring = ["--measure_seeds=1", "--measure_steps=60", "--measure_model_options="]
+  # Checked, it also proves a schedule rate for rate (one run for both claims, CI's time):
+  # piecewise, two boundaries inside the run, after a warm-up of 3 steps.
+  schedule = ["--train_steps=12", "--learning_rate_schedule=piecewise", "--boundaries=5,8",
+              "--values=0.1,0.05,0.025", "--warmup_steps=3"]
   result = run_module("launch.parity", ["--workers=1", "--model=cnn_bn", "--long_steps=0",
-                                        *(measuring if measure else []),
+                                        *(measuring if measure else schedule),
                                         f"--data_dir={real_data_dir}", f"--out={tmp_path}"])
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   report = json.loads((tmp_path / "parity_report.json").read_text())
@@ -104,6 +108,13 @@ def test_parity_passes_at_one_worker_and_measures_dropout_on(measure, real_data_
   assert all(f"{name}[" in mapping["where"] for name in MOVING), mapping
   if not measure:
     assert report["passed"] and report["measured"] == {}, report
+    checks = {c["name"]: c for c in report["checks"]}
+    for pair in ("reference vs keras", "reference vs estimator", "keras vs estimator"):
+      check = checks[f"per-step learning rate rel diff, short run {pair}"]
+      assert check["passed"] and check["measured"] == 0.0, check
+    rates = json.loads((tmp_path / "short" / "keras" / "losses.json").read_text())
+    assert rates["learning_rates"] == pytest.approx(
+        [0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025], rel=1e-6)
     return
   # Dropout on (the spec's 0.25), 60 steps: reported, not checked.
   assert set(report["measured"]) == {"seed 1, keras", "seed 1, estimator"}
