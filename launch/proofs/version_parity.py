@@ -133,13 +133,24 @@ def _read_probe(probe: Dict[str, np.ndarray], kind: str) -> Dict[str, np.ndarray
   return {k[len(kind) + 1:]: v for k, v in probe.items() if k.startswith(f"{kind}:")}
 
 
-def _probe(python: str, export_dir: str, images_path: str, feature: str, out_path: str
+@dataclasses.dataclass(frozen=True)
+class Requests:
+  """What each version's probes send the exports, saved at `path`: the test images, sent
+  as the tf.Example `feature` (probe_export); or, for a team's program (`feature` None), its
+  test features batch by batch, fed to its own signatures (probe_program_export)."""
+  path: str
+  feature: Optional[str] = None
+
+  @property
+  def program(self) -> bool:
+    return self.feature is None
+
+
+def _probe(python: str, export_dir: str, requests: Requests, out_path: str
            ) -> Dict[str, np.ndarray]:
-  """What the install of `python` answers from `export_dir`: probe_export's, or (for
-  `images_path` a pickle of a program's features, `feature` unused) probe_program_export's."""
-  args = ([_PROBE, export_dir, images_path, feature, out_path]
-          if not images_path.endswith(".pkl") else
-          [_PROBE_PROGRAM, export_dir, images_path, out_path])
+  """What the install of `python` answers from `export_dir` to `requests`."""
+  args = ([_PROBE_PROGRAM, export_dir, requests.path, out_path] if requests.program else
+          [_PROBE, export_dir, requests.path, requests.feature, out_path])
   result = subprocess.run([python, "-c", *args],
                           capture_output=True, text=True, check=False, env=runs.clean_env())
   if result.returncode != 0:
@@ -149,17 +160,17 @@ def _probe(python: str, export_dir: str, images_path: str, feature: str, out_pat
     return dict(f)
 
 
-def _save_requests(config: Config, out_dir: str, program: bool) -> str:
-  """What each version's probes send the exports, saved once: the test images
-  (test_images.npy), or a program's test features batch by batch (test_features.pkl)."""
+def _save_requests(config: Config, out_dir: str, program: bool) -> Requests:
+  """The Requests each version's probes send, saved once in `out_dir`: the test images
+  (test_images.npy), or a program's test features (test_features.pkl)."""
   if not program:
     path = os.path.join(out_dir, "test_images.npy")
     save_test_images(config, path)
-    return path
+    return Requests(path, serving.feature_name(config))
   path = os.path.join(out_dir, "test_features.pkl")
   with open(path, "wb") as f:
     pickle.dump(list(serving_check.test_features(config)), f, protocol=4)
-  return path
+  return Requests(path)
 
 
 def save_test_images(config: Config, path: str) -> None:
@@ -167,14 +178,13 @@ def save_test_images(config: Config, path: str) -> None:
   np.save(path, np.concatenate(list(serving_check.test_images(config))))
 
 
-def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], images_path: str,
-                feature: str, out_dir: str, atol: float) -> List[harness.Check]:
+def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict],
+                requests: Requests, out_dir: str, atol: float) -> List[harness.Check]:
   """Each version serves both exports the same requests: the two backends' exports must be
-  defined alike and answer alike in each. `images_path` a pickle of a program's features
-  (`feature` unused): the program's own signatures, each fed them (no bad requests: the
-  program's receiver says what a bad one is)."""
+  defined alike and answer alike in each. A program's requests: its own signatures, each
+  fed them (no bad requests: the program's receiver says what a bad one is)."""
   names = (OLD_ESTIMATOR, NEW_KERAS)
-  program = images_path.endswith(".pkl")
+  program = requests.program
   defined = [serving_check.signatures(summaries[run]["export_dir"]) for run in names]
   checks = serving_check.compare_signatures(
       *defined, names, **({"required": sorted(defined[0])} if program else {}))
@@ -184,7 +194,7 @@ def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], im
     for run in names:
       out = os.path.join(out_dir, f"probe-{run}-served-by-{served_by}.npz")
       try:
-        probes[run] = _probe(python, summaries[run]["export_dir"], images_path, feature, out)
+        probes[run] = _probe(python, summaries[run]["export_dir"], requests, out)
       except runs.RunError as e:
         checks.append(harness.Check(f"{run} export loads in {version}", False, float("nan"), 0,
                                    str(e)))
@@ -202,7 +212,7 @@ def _cross_load(python_new: str, python_old: str, summaries: Dict[str, Dict], im
       else:
         errors = [{k: str(v) for k, v in _read_probe(probes[run], "error").items()}
                   for run in names]
-        count = len(np.load(images_path, mmap_mode="r"))
+        count = len(np.load(requests.path, mmap_mode="r"))
         found = (serving_check.compare_answers(*answers, names, atol, f"{count} test images")
                  + serving_check.compare_errors(*errors, names))
       checks += harness.named(found, lambda check, version=version: f"{check}, served by "
@@ -261,7 +271,7 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
       losses[f"{n}w/{run}"] = trainer_runs.losses(run)
     # Keras weights from its export, read by the version that wrote it.
     probe = _probe(keras_python, summaries[NEW_KERAS]["export_dir"], requests,
-                   serving.feature_name(config), os.path.join(size_dir, "probe-keras-new.npz"))
+                   os.path.join(size_dir, "probe-keras-new.npz"))
     weights = {NEW_KERAS: _read_probe(probe, "weight")}
     for run in (OLD_KERAS, OLD_ESTIMATOR):
       weights[run] = harness.backend_weights(run.split("@")[0], summaries[run], sized, names)
@@ -270,8 +280,8 @@ def run_version_parity(config: Config, workers: Sequence[int], out_dir: str, *, 
                              tolerances.weight_atol, tolerances.loss_rtol),
         lambda check, n=n: f"{check} at {n} worker(s)")
     if n == workers[0] and (not program or program.exports):
-      checks += _cross_load(keras_python, runs.PYTHON, summaries, requests,
-                            serving.feature_name(config), size_dir, tolerances.logits_atol)
+      checks += _cross_load(keras_python, runs.PYTHON, summaries, requests, size_dir,
+                            tolerances.logits_atol)
   return Report(versions=versions, workers=list(workers), steps=steps, checks=checks,
                 losses=losses, program=config.estimator_program or "")
 

@@ -55,8 +55,9 @@ def test_cli_trains_the_same_on_both_versions_and_each_serves_the_others_export(
                    str(out / "1w" / version_parity.OLD_ESTIMATOR / "model"))}
   summaries[version_parity.OLD_ESTIMATOR]["export_dir"] = _untrained_export(tmp_path)
   checks = version_parity._cross_load(
-      NEWEST_TF_PYTHON, runs.PYTHON, summaries, str(out / "test_images.npy"), "image",
-      str(tmp_path), version_parity.LOGITS_ATOL)
+      NEWEST_TF_PYTHON, runs.PYTHON, summaries,
+      version_parity.Requests(str(out / "test_images.npy"), "image"), str(tmp_path),
+      version_parity.LOGITS_ATOL)
   failed = {c.name for c in checks if not c.passed}
   for version in ("TF 2.15.1", "the newest TF"):
     assert (f"max |diff|, answers image:predict/logits, estimator@2.15 vs keras@new, served by "
