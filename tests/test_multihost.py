@@ -185,12 +185,34 @@ def _init_config(tmp_path, data_dir: str) -> Config:
   return dataclasses.replace(CONFIG, data_dir=data_dir, init_weights=init)
 
 
+# The tests holding a 2-worker run elsewhere to a localhost cluster's: one worker trains
+# it once (localhost_run).
+LOCALHOST_GROUP = pytest.mark.xdist_group("test_multihost_localhost")
+
+
+@pytest.fixture(scope="module")
+def localhost_run(tiny_data_dir, tmp_path_factory):
+  """`localhost_run(backend)`: the config (CONFIG from its initial weights) and summary of
+  a 2-worker localhost cluster's run, trained once a module."""
+  made: Dict[str, Tuple[Config, Dict]] = {}
+
+  def run(backend: str) -> Tuple[Config, Dict]:
+    if backend not in made:
+      tmp_path = tmp_path_factory.mktemp(f"localhost-{backend}")
+      config = _init_config(tmp_path, tiny_data_dir)
+      made[backend] = config, runs.run_trainer(
+          backend, config, workers=2, model_dir=str(tmp_path / "local"),
+          log_path=str(tmp_path / "local.log"), timeout=300)
+    return made[backend]
+
+  return run
+
+
+@LOCALHOST_GROUP
 @pytest.mark.parametrize("backend", runs.BACKENDS)
-def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, tiny_data_dir,
+def test_tasks_on_three_hosts_train_what_a_localhost_cluster_trains(backend, localhost_run,
                                                                     tmp_path):
-  config = _init_config(tmp_path, tiny_data_dir)
-  local = runs.run_trainer(backend, config, workers=2, model_dir=str(tmp_path / "local"),
-                           log_path=str(tmp_path / "local.log"), timeout=300)
+  config, local = localhost_run(backend)
   model_dir, log_dir = str(tmp_path / "multihost"), str(tmp_path / "logs")
   with Hosts(3) as hosts:
     codes = _wait(_start_cluster(hosts, backend, config, model_dir, log_dir), 300, log_dir)
@@ -339,18 +361,17 @@ def _ray_nodes(hosts: Hosts, env: Dict[str, str], log_dir: str, deadline: float)
 
 
 @needs_ray
+@LOCALHOST_GROUP
 # The Estimator's case in the extended run: in CI it trains across hosts in the tests
 # above, and on Ray as on localhost in launch.parity --engine=ray's test.
 @pytest.mark.parametrize("backend", [b if b == "keras" else pytest.param(
     b, marks=pytest.mark.extended) for b in runs.BACKENDS])
-def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, tiny_data_dir,
+def test_launch_ray_trains_across_two_ray_nodes_as_a_localhost_cluster(backend, localhost_run,
                                                                        tmp_path):
   """A Ray cluster of two nodes on two hosts, one CPU each, and `launch.ray --address` on
   the head's host: Ray places one worker on each node, their TensorFlow servers talk across
   the hosts' link, and the run trains what a localhost cluster trains."""
-  config = _init_config(tmp_path, tiny_data_dir)
-  local = runs.run_trainer(backend, config, workers=2, model_dir=str(tmp_path / "local"),
-                           log_path=str(tmp_path / "local.log"), timeout=300)
+  config, local = localhost_run(backend)
   model_dir, log_dir = tmp_path / "on-ray", str(tmp_path / "logs")
   with _two_ray_hosts(log_dir) as (hosts, head, env):
     launcher = _launch_ray(hosts, head, env, log_dir, backend, str(model_dir), config)
