@@ -77,7 +77,8 @@ def test_an_own_model_fn_is_carried_with_the_proposed_map_and_resumed(real_data_
   assert summary["test_accuracy"] >= 0.85, summary  # 0.899 to 0.92 in runs here.
 
 
-@pytest.mark.extended  # The canned DNN's conversion is in every run: test_handoff.py.
+# A canned DNN's conversion is in every run: tests/launch/convert/test_canned.py's dnn case.
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.real_data
 def test_a_canned_dnn_classifier_of_its_own_settings_is_carried_and_resumed(real_data_dir,
