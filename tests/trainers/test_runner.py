@@ -293,6 +293,7 @@ def _trained_weights(backend: str, model_dir: str, names):
           for v in tf.saved_model.load(export_dir).trainable_variables}
 
 
+@pytest.mark.slow  # It reads the module's trained runs: the quick tier would train them.
 @RUNS_GROUP
 def test_loss_scaling_gives_the_gradient_of_the_global_batch_mean(run, tiny_data_dir):
   """Each backend's weights equal a plain GradientTape loop over the global batches.
