@@ -52,6 +52,7 @@ from launch import console
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
 from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import parity  # noqa: E402 -- after quiet_tool_process
+from launch.proofs import reference  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
@@ -157,6 +158,9 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--ps at more than one worker is checked statistically: give "
                          "--statistical_seeds of 2 or more, --statistical_steps of 1 or more, "
                          "and no --measure_seeds (every run is measured).", exitcode=2)
+  referenced = [n for n in workers if not (ps and n > 1)]  # The others are statistical.
+  if referenced:  # The reference trains in this process at that count, in a child at others.
+    reference.compute_as_workers(max(referenced))
   matrix = _matrix()
   several = len({m for m, _ in matrix}) > 1
   configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value, **_settings(m, o, several))

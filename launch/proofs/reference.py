@@ -357,12 +357,22 @@ def train_as_workers(config: Config, num_workers: int, **options: Any
   1.67e-6 on an AVX-512 EPYC at sgd's rate of 0.3 (issue 66); with 1, 0 apart.
   """
   threads = distribute.intra_op_threads(num_workers)
-  logging.info("Training the reference loop%s: %d step(s) as %d worker(s).",
+  here = (tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()) == threads
+  logging.info("Training the reference loop%s: %d step(s) as %d worker(s), in %s.",
                " compiled for any batch size (its rounding floor)"
-               if options.get("any_batch_size") else "", config.train_steps, num_workers)
-  if (tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()) == threads:
+               if options.get("any_batch_size") else "", config.train_steps, num_workers,
+               "this process" if here else f"a child process of {threads} intra-op thread(s)")
+  if here:
     return _train_with_clipped(config, num_workers, options)
   return _child(threads).submit(_train_with_clipped, config, num_workers, options).result()
+
+
+def compute_as_workers(num_workers: int) -> None:
+  """Gives this process the intra-op threads of a `num_workers`-worker task, so that
+  `train_as_workers` at that count trains here rather than in a child process (which
+  costs a TensorFlow import and the data's set-up again). Call it before TensorFlow runs
+  anything, as a tool starts: the threads cannot change after."""
+  tf.config.threading.set_intra_op_parallelism_threads(distribute.intra_op_threads(num_workers))
 
 
 def _train_with_clipped(config: Config, num_workers: int, options: Dict[str, Any]

@@ -35,6 +35,9 @@ def test_cli_passes_every_check_at_two_workers(real_data_dir, tmp_path):
                       timeout=1200)
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   assert "Overall: PASS" in result.stdout
+  # With a 2-worker task's intra-op threads from its start, the tool trains the reference
+  # itself: no child process imports TensorFlow and reads the data again.
+  assert "10 step(s) as 2 worker(s), in this process." in result.stderr, result.stderr
   with open(tmp_path / "parity_report.json") as f:
     report = json.load(f)
   assert report["passed"] and (report["workers"], report["engine"]) == (2, "local")
