@@ -42,7 +42,7 @@ clipping the summed gradients instead must end apart from both backends.
 import dataclasses
 import os
 import sys
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -57,7 +57,6 @@ from launch.proofs import runs  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import tool_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import flags as trainer_flags  # noqa: E402 -- after quiet_tool_process
 from trainers import config as config_lib  # noqa: E402 -- after quiet_tool_process
-from trainers import model_registry  # noqa: E402 -- after quiet_tool_process
 from trainers.config import Config  # noqa: E402 -- after quiet_tool_process
 
 _WORKERS = tool_flags.define_workers([2], "Local worker counts, each run by both backends.")
@@ -112,7 +111,7 @@ def _matrix() -> List[Tuple[str, str]]:
   """The (model, optimizer) pairs --model and --optimizer name (a canned model once, with
   the default optimizer, which it does not read); a usage error (exit 2) for an empty
   list, or --model_options with several models."""
-  models = list(model_registry.BUILT_IN) if _MODELS.value == ["all"] else _MODELS.value
+  models = tool_flags.models(_MODELS)
   optimizers = (list(config_lib.OPTIMIZER_DEFAULTS) if _OPTIMIZERS.value == ["all"]
                 else _OPTIMIZERS.value)
   if not models or not optimizers:
@@ -123,22 +122,8 @@ def _matrix() -> List[Tuple[str, str]]:
   if _CONFIG["estimator_program"].value and (len(models) > 1 or len(optimizers) > 1):
     raise app.UsageError("--estimator_program goes with one --model, its port, and one "
                          "--optimizer, the one its model_fn trains with.", exitcode=2)
-  return [(m, o) for m in dict.fromkeys(models)
+  return [(m, o) for m in models
           for o in ([Config.optimizer] if m in config_lib.CANNED else dict.fromkeys(optimizers))]
-
-
-def _settings(model: str, optimizer: str, several: bool) -> Dict[str, Any]:
-  """The flags as one cell's Config fields. Among `several` models, a canned model's
-  settings go to the models that take them, the optimizer's hyperparameters to the
-  others; a setting the one model does not take is a usage error (exit 2)."""
-  takes = config_lib.CANNED.get(model, {})
-
-  def foreign(name: str) -> bool:
-    return bool(takes) if name in config_lib.HYPERPARAMETERS else name not in takes
-
-  dropped = {name: None for name in (*config_lib.HYPERPARAMETERS, *config_lib.CANNED_SETTINGS)
-             if several and foreign(name)}
-  return trainer_flags.config_settings(_CONFIG, model=model, optimizer=optimizer, **dropped)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -163,7 +148,8 @@ def main(argv: Sequence[str]) -> None:
     reference.compute_as_workers(max(referenced))
   matrix = _matrix()
   several = len({m for m, _ in matrix}) > 1
-  configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value, **_settings(m, o, several))
+  configs = [Config(seed=_SEED.value, data_dir=_DATA_DIR.value,
+                    **tool_flags.model_settings(_CONFIG, several, model=m, optimizer=o))
              for m, o in matrix]
   if _MEASURE_SEEDS.value < 0:
     raise app.UsageError("--measure_seeds must be >= 0.", exitcode=2)

@@ -1,6 +1,7 @@
 r"""Benchmarks both backends against the fastest bare loop on this machine.
 
   python -m launch.bench [--workers=1,2] [--train_steps=N] [--repeats=R] [--ps=N] [--out=DIR]
+  python -m launch.bench --model=all --repeats=3
 
 At each worker count it runs the ceiling run (a bare tf.function loop of K
 steps per call, Keras's steps per execution, trained to the end: no strategy
@@ -17,10 +18,13 @@ bare K-step loop), any run faster than the ceiling (a bug in the ceiling), for
 each missed target where the time went, what Keras's evaluator task adds to a
 step (keras against keras-noevaluator), and with --ps=N each backend's step on
 N parameter servers against its step under MultiWorkerMirroredStrategy; writes
-bench.json and bench.md to --out. It is a benchmark: it exits 0 whatever the
-numbers, and 1 only if a run failed.
+bench.json and bench.md to --out. With several models (--model=cnn,dnn, or all: every
+built-in) each is benched in turn into --out/<model>/, and --out's bench.md holds one
+table of every model's runs and targets, and why each missed target missed. It is a
+benchmark: it exits 0 whatever the numbers, and 1 only if a run failed.
 """
 
+import os
 import sys
 from typing import Sequence
 
@@ -46,7 +50,11 @@ _TRAIN_STEPS = tool_flags.define_train_steps(
     "figure is meaningful).")
 _OUT = tool_flags.define_out("bench.{md,json}")
 _DATA_DIR, _MNIST_IDX_DIR = tool_flags.define_data_flags()
-_CONFIG = trainer_flags.define_config_flags(trainer_flags.TRAINING_FIELDS)
+_MODELS = flags.DEFINE_list("model", [Config.model], "Models to bench, comma-separated: "
+                            "built-in names or package.module:NAME; all: every built-in. "
+                            "Each is benched in turn, into --out/<model>/ when several.")
+_CONFIG = trainer_flags.define_config_flags(
+    tuple(f for f in trainer_flags.TRAINING_FIELDS if f != "model"))
 _TIMEOUT = tool_flags.define_timeout()
 _BACKENDS = flags.DEFINE_list("backends", bench_run.DEFAULT_ENTRIES, "Entries to run: keras, "
                               "estimator (each with its evaluator task in a cluster), and "
@@ -83,25 +91,54 @@ def main(argv: Sequence[str]) -> None:
     logging.warning("Leaving the estimator entry out: %s", runner.estimator_unavailable())
   # At least ~10 windows, so the median has something to choose from.
   log_every = _LOG_EVERY.value or max(1, min(Config.log_every_steps, train_steps // 10))
-  config = Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
-                  checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps),
-                  **trainer_flags.config_settings(_CONFIG))
-  if config.example_weights():
+  models = tool_flags.models(_MODELS)
+  if not models:
+    raise app.UsageError("--model needs at least one name.", exitcode=2)
+  several = len(models) > 1
+  if several and _CONFIG["model_options"].value:
+    raise app.UsageError("--model_options goes with one --model: the options are a model's "
+                         "own.", exitcode=2)
+  configs = [Config(train_steps=train_steps, data_dir=_DATA_DIR.value, log_every_steps=log_every,
+                    checkpoint_every_steps=min(_EVAL_EVERY.value, train_steps),
+                    **tool_flags.model_settings(_CONFIG, several, model=model))
+             for model in models]
+  if any(config.example_weights() for config in configs):
     # The bare loop's step and evaluation take (images, labels): unweighted.
     raise app.UsageError("--weight_column: the benchmark times unweighted steps; leave "
                          "--weight_column and --digit_weights out.", exitcode=2)
   if _PS.value:
     entries = [*entries, *(e + bench_run.PS_SUFFIX for e in entries if e in bench_run.BACKENDS)]
   backends = [bench_run.ENTRIES[e][0] for e in entries]
-  for n in workers:
-    runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)
+  for config in configs:
+    for n in workers:
+      runs.check_or_exit(config, n, _MNIST_IDX_DIR.value, backends)
   output = tool_flags.Output(_OUT, "bench", ("bench.md", "bench.json"))
   out = output.path
   started = bench_report.machine()
-  results, step_costs = bench_run.run_bench(config, workers, out, backends=entries,
-                                            timeout=timeout, repeats=_REPEATS.value,
-                                            ps=_PS.value)
-  bench_report.write_report(results, step_costs, config, out, started, entries)
+  benches = []
+  for config in configs:
+    where = os.path.join(out, config.model) if several else out
+    os.makedirs(where, exist_ok=True)
+    results, step_costs = bench_run.run_bench(config, workers, where, backends=entries,
+                                              timeout=timeout, repeats=_REPEATS.value,
+                                              ps=_PS.value)
+    bench_report.write_report(results, step_costs, config, where, started, entries)
+    _print(results, step_costs, entries, config.model if several else "")
+    benches.append((config, results, step_costs))
+  if several:
+    bench_report.write_models_report(benches, out, started)
+    print("\n" + harness.for_terminal(bench_report.format_models(benches)))
+  print(f"Report: {out}/bench.md, {out}/bench.json")
+  failed = any(r.error for _, results, _ in benches for r in results) or any(
+      "error" in c for _, _, step_costs in benches for c in step_costs.values())
+  output.finish(not failed)
+  sys.exit(1 if failed else 0)
+
+
+def _print(results, step_costs, entries: Sequence[str], model: str) -> None:
+  """One model's tables and findings, headed by its name among several."""
+  if model:
+    print(f"\n== {model} ==")
   print(harness.for_terminal(bench_report.format_table(results, step_costs)))
   costs = bench_report.format_step_costs(results, step_costs, entries)
   print("\nWhere a step's time goes (ms):\n" + harness.for_terminal(costs))
@@ -113,10 +150,6 @@ def main(argv: Sequence[str]) -> None:
     print(f"- the evaluator task: {line}")
   for line in bench_report.ps_costs(results):
     print(f"- on parameter servers: {line}")
-  print(f"Report: {out}/bench.md, {out}/bench.json")
-  failed = any(r.error for r in results) or any("error" in c for c in step_costs.values())
-  output.finish(not failed)
-  sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from trainers import inputs
 from trainers import keras_trainer
 from trainers import model as model_lib
 from trainers import model_dir as layout
+from trainers.models import canned as canned_models
 from trainers import optimizers
 from trainers import runner
 from trainers import schedules
@@ -307,7 +308,9 @@ def _session_step_ms(config: Config, input_fn: inputs.InputFn, warmup_calls: int
     # As the Estimator's model_fn: the graph's trainable variables, and the layers'
     # updates (BatchNorm's moving statistics) run with the train op.
     with tf.control_dependencies(model.get_updates_for(images)):
-      if canned:  # As the canned head's train op, which counts its steps itself.
+      if canned and canned.v1_scope is not None:  # A tf.compat.v1.estimator class's.
+        train_op = canned_models.v1_train_op(config, loss, tf.compat.v1.trainable_variables())
+      elif canned:  # As the canned head's train op, which counts its steps itself.
         optimizer = canned.keras_optimizer(config)
         train_op = optimizer.get_updates(loss, tf.compat.v1.trainable_variables())
       else:

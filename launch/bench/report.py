@@ -4,7 +4,7 @@ import dataclasses
 import json
 import os
 import platform
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -369,12 +369,10 @@ def machine() -> Dict[str, Any]:
           "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
-                 config: Config, out_dir: str, started: Dict[str, Any],
-                 backends: Sequence[str] = BACKENDS) -> None:
-  """bench.json and bench.md in out_dir."""
-  # The report's sections in their order, read whole as the page they write.
-  report = {
+def _report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
+            config: Config, started: Dict[str, Any]) -> Dict[str, Any]:
+  """bench.json's content for one model."""
+  return {
       "config": dataclasses.asdict(config),
       "target_accuracy": TARGET_ACCURACY,
       "machine_at_start": started,
@@ -389,6 +387,14 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
       "evaluator_costs": evaluator_costs(results),
       "ps_costs": ps_costs(results),
   }
+
+
+def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]],
+                 config: Config, out_dir: str, started: Dict[str, Any],
+                 backends: Sequence[str] = BACKENDS) -> None:
+  """bench.json and bench.md in out_dir."""
+  # The report's sections in their order, read whole as the page they write.
+  report = _report(results, step_costs, config, started)
   missed = "".join(f"- {line}\n" for line in report["missed"]) or "Every target is met.\n"
   bugs = "".join(f"- {line}\n" for line in report["ceiling_bugs"])
   on_ps = "".join(f"- {line}\n" for line in report["ps_costs"])
@@ -439,6 +445,52 @@ def write_report(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
               "done, strategy created). CPU "
               "seconds are user plus system time, as last polled before each task exited.\n")
   # Both built before either is written: a failure leaves no half report.
+  with open(os.path.join(out_dir, "bench.json"), "w") as f:
+    json.dump(report, f, indent=2)
+  with open(os.path.join(out_dir, "bench.md"), "w") as f:
+    f.write(markdown)
+
+
+Bench = Tuple[Config, List[Result], Dict[int, Dict[str, Any]]]  # One model's run_bench.
+
+
+def format_models(benches: Sequence[Bench]) -> str:
+  """Several models' benches as one Markdown table of runs and one of targets, each row
+  naming its model."""
+  rows = ["| model | run | workers | ms/step | x ceiling | final acc |",
+          "| --- | --- | ---: | ---: | ---: | ---: |"]
+  for config, results, _ in benches:
+    for r in results:
+      spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
+      rows.append(f"| {config.model} | {r.name} | {r.workers} | "
+                  + (f"error: {r.error} | | |" if r.error else
+                     f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_ceiling, '.2f')}{spread}"
+                     f" | {_fmt(r.final_accuracy, '.4f')} |"))
+  rows += ["", "| model | target | measured | limit | met |", "| --- | --- | ---: | ---: | --- |"]
+  for config, results, step_costs in benches:
+    for t in targets(results, step_costs):
+      met = {True: "yes", False: "NO", None: "-"}[t.met]
+      rows.append(f"| {config.model} | {t.name} | {_fmt(t.measured, '.3g')} | "
+                  f"{'>=' if t.higher_is_better else '<='} {t.limit:g} | {met} |")
+  return "\n".join(rows)
+
+
+def write_models_report(benches: Sequence[Bench], out_dir: str, started: Dict[str, Any]) -> None:
+  """bench.json (each model's report, by model) and bench.md (`format_models`, then each
+  missed target's reason, by model) in out_dir; each model's own pages are in
+  `<out_dir>/<model>/`."""
+  report = {"machine_at_start": started, "machine_at_end": machine(),
+            "models": {config.model: _report(results, step_costs, config, started)
+                       for config, results, step_costs in benches}}
+  missed = "".join(f"- {model}: {line}\n" for model, one in report["models"].items()
+                   for line in one["missed"]) or "Every target is met.\n"
+  first = benches[0][0]
+  markdown = (f"# Benchmark: {', '.join(report['models'])}; {first.train_steps} steps, global "
+              f"batch {first.global_batch_size}\n\nMachine: {json.dumps(started)}\n\n"
+              f"{format_models(benches)}\n\n`x ceiling` is a run's examples/s over the "
+              "ceiling's of its model at its worker count. Each model's tables, its step's "
+              "parts and its runs' time are in its own bench.md, in the folder named for it.\n\n"
+              f"## Missed targets\n\n{missed}")
   with open(os.path.join(out_dir, "bench.json"), "w") as f:
     json.dump(report, f, indent=2)
   with open(os.path.join(out_dir, "bench.md"), "w") as f:

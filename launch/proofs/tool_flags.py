@@ -23,7 +23,7 @@ import fnmatch
 import os
 import sys
 import tempfile
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -34,6 +34,7 @@ from launch.ray import engine as ray_engine
 from launch.proofs import program_probe
 from launch.proofs import runs
 from trainers import flags as trainer_flags
+from trainers import config as config_lib
 from trainers import model_registry
 from trainers.config import Config
 
@@ -215,3 +216,25 @@ def probe_program(config: Config, workers: int, steps: int, assignment_map: flag
   except (ConversionError, program_probe.ProbeError, model_registry.SpecError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+def models(holder: flags.FlagHolder) -> List[str]:
+  """A --model list flag's names, once each; all: every built-in model."""
+  return list(model_registry.BUILT_IN) if holder.value == ["all"] else list(
+      dict.fromkeys(holder.value))
+
+
+def model_settings(holders: trainer_flags.ConfigFlags, several: bool, **values: Any
+                   ) -> Dict[str, Any]:
+  """The flags as one model's Config fields (`values`: its model, ...). Among `several`
+  models, a canned model's settings go to the models that take them, the optimizer's
+  hyperparameters to the others; a setting the one model does not take is a usage error
+  (exit 2)."""
+  takes = config_lib.CANNED.get(values["model"], {})
+
+  def foreign(name: str) -> bool:
+    return bool(takes) if name in config_lib.HYPERPARAMETERS else name not in takes
+
+  dropped = {name: None for name in (*config_lib.HYPERPARAMETERS, *config_lib.CANNED_SETTINGS)
+             if several and foreign(name)}
+  return trainer_flags.config_settings(holders, **values, **dropped)

@@ -30,7 +30,7 @@ the same constant rate (`Canned.keras_optimizer`). Started from the same weights
 """
 
 import functools
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -215,6 +215,22 @@ class PartOptimizers(tf_keras.optimizers.legacy.Optimizer):
     return {**super().get_config(),
             **{part: tf_keras.optimizers.serialize(getattr(self, part))
                for part in ("dnn", "linear")}}
+
+
+def v1_train_op(config: Config, loss: tf.Tensor, variables: Sequence[tf.Variable]
+                ) -> tf.Operation:
+  """In a graph, the train op of a tf.compat.v1.estimator canned class (`config.model` one
+  of the `*_v1` models): each part's tf.compat.v1.train optimizer, at its constant rate,
+  minimizing `loss` over that part's `variables` (`part_of`, with two parts)."""
+  settings = config.canned_settings()
+  own = [part for part in ("dnn", "linear") if f"{part}_optimizer" in settings]
+  parts: Dict[str, list] = {}
+  for variable in variables:
+    parts.setdefault(part_of(variable.name) if len(own) > 1 else own[0], []).append(variable)
+  return tf.group(*(_v1_canned_optimizer(settings[f"{part}_optimizer"],
+                                         settings[f"{part}_learning_rate"])().minimize(
+                                             loss, var_list=part_variables)
+                    for part, part_variables in parts.items()))
 
 
 def legacy_optimizer(name: str, learning_rate: float) -> tf_keras.optimizers.legacy.Optimizer:

@@ -90,3 +90,21 @@ def test_the_ceiling_step_applies_the_runs_optimizer(tiny_data_dir, changes, mon
   # The Estimator's graph step, timed without it, builds the same optimizer.
   monkeypatch.setattr(bare, "PROBE_STEPS_PER_WINDOW", 1)
   assert bare._session_step_ms(config, input_fn, warmup_calls=1)["ms"] > 0
+
+
+@pytest.mark.parametrize("model", ["dnn_v1", "wide_deep_v1"])
+def test_a_v1_canned_models_graph_step_trains_with_its_v1_optimizers(tiny_data_dir, model,
+                                                                       monkeypatch):
+  # As the tf.compat.v1.estimator class builds its train op: each part's
+  # tf.compat.v1.train optimizer (Adagrad, Ftrl), not the twin's tf_keras one.
+  config = dataclasses.replace(CONFIG, data_dir=tiny_data_dir, model=model, hidden_units="16")
+  monkeypatch.setattr(bare, "PROBE_STEPS_PER_WINDOW", 1)
+  made = []
+  minimize = tf.compat.v1.train.Optimizer.minimize
+  monkeypatch.setattr(tf.compat.v1.train.Optimizer, "minimize",
+                      lambda self, *args, **kwargs: made.append(type(self).__name__)
+                      or minimize(self, *args, **kwargs))
+  assert bare._session_step_ms(config, inputs.default_input_fn(config),
+                               warmup_calls=1)["ms"] > 0
+  assert sorted(made) == (["AdagradOptimizer"] if model == "dnn_v1"
+                          else ["AdagradOptimizer", "FtrlOptimizer"]), made

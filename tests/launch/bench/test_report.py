@@ -1,9 +1,11 @@
 """launch.bench.report: targets, tables, and the explanation of each missed target."""
 
+import json
 import os
 
 from launch.bench import measure as bench_measure
 from launch.bench import report as bench_report
+from trainers.config import Config
 
 COSTS = {1: {"per_replica_batch": 96, "intra_op_threads": 2, "steps_per_execution": 10,
              "input": {"ms": 0.4}, "compute": {"ms": 9.1}, "all_reduce": {"ms": 0.2},
@@ -134,3 +136,20 @@ def test_a_step_on_parameter_servers_is_set_beside_the_same_backends_step():
              bench_measure.Result("estimator-ps", 2, ms_per_step=30.0)]  # No MWMS run: none.
   assert bench_report.ps_costs(results) == [
       "keras-ps x2: 27.00 ms/step against 18.00 for keras x2 (+9.00, 1.50x)."]
+
+
+def test_several_models_make_one_table_of_runs_and_targets(tmp_path):
+  benches = [(Config(model=model), _results(), COSTS) for model in ("cnn", "linear")]
+  bench_measure.set_ratios(benches[0][1], COSTS)
+  bench_report.write_models_report(benches, str(tmp_path), {"cpus": 2})
+  page = (tmp_path / "bench.md").read_text()
+  assert page.startswith("# Benchmark: cnn, linear; ")
+  for model in ("cnn", "linear"):
+    assert f"| {model} | keras | 2 | 18.00 |" in page, page
+    assert f"| {model} | keras x1 examples/s / bare K-step loop on the pipeline | 0.891 | " \
+           ">= 0.95 | NO |" in page, page
+    assert f"- {model}: keras x1 examples/s / bare K-step loop on the pipeline: " in page
+  report = json.loads((tmp_path / "bench.json").read_text())
+  assert list(report["models"]) == ["cnn", "linear"]
+  assert report["models"]["linear"]["config"]["model"] == "linear"
+  assert report["models"]["cnn"]["missed"] == bench_report.explain(_results(), COSTS)

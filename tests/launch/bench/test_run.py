@@ -82,3 +82,28 @@ def test_cli_refuses_a_weight_column_it_would_not_time(tmp_path):
                                        f"--out={tmp_path / 'out'}"], timeout=120)
   assert result.returncode == 2 and "the benchmark times unweighted steps" in result.stderr
   assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_model_options_for_several_models(tmp_path):
+  result = run_module("launch.bench", ["--model=cnn,cnn_bn", "--model_options=dropout=0",
+                                       f"--out={tmp_path / 'out'}"], timeout=120)
+  assert result.returncode == 2 and "--model_options goes with one --model" in result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.extended  # Two benches in a row (~120 CPU-s); test_report.py holds the table.
+def test_cli_benches_several_models_each_into_its_folder_and_one_table(tiny_data_dir, tmp_path):
+  result = run_module("launch.bench", [f"--train_steps={STEPS}", "--workers=1",
+                                       "--backends=keras", "--model=linear,dnn_v1",
+                                       "--log_every_steps=2", "--checkpoint_every_steps=6",
+                                       f"--data_dir={tiny_data_dir}", f"--out={tmp_path}",
+                                       "--timeout=240"], timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+  report = json.loads((tmp_path / "bench.json").read_text())
+  assert list(report["models"]) == ["linear", "dnn_v1"]
+  for model in ("linear", "dnn_v1"):
+    own = json.loads((tmp_path / model / "bench.json").read_text())
+    assert own["config"]["model"] == model
+    assert own["results"] == report["models"][model]["results"]
+    assert "error" not in own["step_costs"]["1"], own["step_costs"]
+  assert "| dnn_v1 | keras | 1 |" in (tmp_path / "bench.md").read_text()
