@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from absl import logging
 
@@ -40,6 +40,7 @@ from launch import console
 from launch import exit_codes
 from launch import netns
 from launch import restarts
+from launch import zygote as zygote_lib
 
 GRACE_SECONDS = 10.0
 # What a trainer's launcher gives its tasks beyond their --grace_seconds, before SIGKILL.
@@ -49,7 +50,6 @@ DUMP_WAIT_SECONDS = 3.0
 # decides (a task's own, not a peer's lost collective) is the one reported.
 SETTLE_SECONDS = 1.0
 EVALUATOR_NICENESS = 10  # os.nice increment of a local evaluator task, and its session's.
-AUTOGROUP = "/proc/self/autogroup"  # This session's scheduling group, where the kernel has them.
 PR_SET_PDEATHSIG = 1  # From <sys/prctl.h>.
 LOG_SUBDIR = "logs"  # A trainer's local cluster keeps its task logs in model_dir/logs.
 
@@ -98,10 +98,13 @@ class _TaskLog:
       pass  # A full disk: write() has said so.
 
 
+_Process = Union[subprocess.Popen, zygote_lib.Task]  # A task: a process of its own, or forked.
+
+
 @dataclasses.dataclass
 class _Proc:
   name: str
-  popen: subprocess.Popen
+  popen: _Process
   log: _TaskLog
   pumps: List[threading.Thread]
   # It only serves the others (a ps task; on parameter servers, a worker that a
@@ -157,16 +160,7 @@ def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
     if network is not None:
       network.join()
     if niceness:
-      os.nice(niceness)
-      # Under autogroup scheduling (Linux, on by default here) CPU is shared between
-      # sessions first, by each session's group nice: a task has a session of its
-      # own, so its nice alone would not yield the cores to the other tasks (the
-      # evaluator's imports still took their share of the chief's: docs/training.md).
-      try:
-        with open(AUTOGROUP, "w") as f:
-          f.write(str(niceness))
-      except OSError:
-        pass  # No autogroups in this kernel (or not ours to set): the nice above stands.
+      zygote_lib.set_niceness(niceness)
     if libc is not None:
       libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
       if os.getppid() != launcher:  # The launcher died before prctl took effect.
@@ -175,15 +169,19 @@ def _task_preexec(niceness: int, network: Optional[netns.PrivateNetwork] = None
   return preexec
 
 
-def _start(name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: str,
-           stream: bool, header: bytes, verbose: bool, niceness: int = 0,
-           network: Optional[netns.PrivateNetwork] = None) -> _Proc:
-  log = _TaskLog(log_path, header)
+def _popen(cmd: Sequence[str], env: Mapping[str, str], niceness: int,
+           network: Optional[netns.PrivateNetwork]) -> subprocess.Popen:
   # A session of its own, so stopping the task stops whatever it started; and
   # the task dies with the launcher.
-  popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           stdin=subprocess.DEVNULL, start_new_session=True,
-                           preexec_fn=_task_preexec(niceness, network))
+  return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, start_new_session=True,
+                          preexec_fn=_task_preexec(niceness, network))
+
+
+def _start(name: str, popen: _Process, log_path: str, stream: bool, header: bytes,
+           verbose: bool) -> _Proc:
+  """Supervises the task `popen` started: its output to its log and the terminal."""
+  log = _TaskLog(log_path, header)
   # The terminal gets the run's own lines; the log keeps everything.
   prefix = f"[{name}] ".encode()
   pumps = [
@@ -343,6 +341,7 @@ def run_local_cluster(
     verbose: bool = True,
     ps: int = 0,
     workers_serve: bool = False,
+    preload: Sequence[str] = (),
 ) -> int:
   """Runs `cmd` once per task of a localhost cluster and supervises the tasks.
 
@@ -372,6 +371,9 @@ def run_local_cluster(
     workers_serve: with parameter servers, the `worker` tasks serve too, stepped by the
       chief, which coordinates them (Keras's ParameterServerStrategy): they are stopped
       with the parameter servers, and a lost one is restarted alone.
+    preload: modules every task imports: imported once, in a process (launch.zygote) each
+      task is forked from, when `cmd` is `<this python> -m <module> ...`; each task is
+      then spared their imports. Empty: each task is a process of its own.
 
   Returns:
     0 when every task but the servers exits 0. Otherwise the exit code of the task whose
@@ -405,14 +407,21 @@ def run_local_cluster(
     # The evaluator shares the machine's cores with the training tasks, which
     # wait on each other every step: it gets what they leave.
     niceness = EVALUATOR_NICENESS if task["type"] == cluster.EVALUATOR else 0
-    proc = _start(name, cmd, task_env, os.path.join(log_dir, name + ".log"),
-                  stream=index == 0, header=header, verbose=verbose, niceness=niceness,
-                  network=network)
+    nonlocal zygote
+    if preload and zygote_lib.forks(cmd):
+      if zygote is None or not zygote.alive():
+        zygote = zygote_lib.Zygote(preload, base_env, _task_preexec(0, network))
+      popen = zygote.spawn(cmd, task_env, niceness)
+      header += zygote.imported  # Its log keeps everything, its imports' lines too.
+    else:
+      popen = _popen(cmd, task_env, niceness, network)
+    proc = _start(name, popen, os.path.join(log_dir, name + ".log"), stream=index == 0,
+                  header=header, verbose=verbose)
     proc.serves = task["type"] == cluster.PS or (workers_serve and task["type"] == cluster.WORKER)
     return proc
 
   counts = restarts.new_counts()
-  network = None
+  network = zygote = None
   try:
     # TensorFlow's servers listen on every interface, unauthenticated: the
     # tasks talk over loopback only, in a namespace no other host can reach.
@@ -424,8 +433,9 @@ def run_local_cluster(
     procs = [start(i, b"") for i in range(len(tf_configs))]
     logging.info("Started %s; logs in %s", ", ".join(p.name for p in procs), log_dir)
     while True:
-      restarts.write_record(log_dir, {**counts, "tasks": [{"name": p.name, "pid": p.popen.pid}
-                                                          for p in procs]})
+      restarts.write_record(log_dir, {**counts, "tasks": [
+          {"name": p.name, "pid": p.popen.pid, "tf_config": tf_configs[i]}
+          for i, p in enumerate(procs)], **({"zygote": zygote.pid} if zygote else {})})
       outcome, failed = _watch(procs, deadline, stall_timeout)
       if outcome == "ok":
         if counts["restarts"] or counts["evaluator_restarts"]:
@@ -489,6 +499,8 @@ def run_local_cluster(
     # a drain has stopped them already; the parameter servers of a finished run have
     # nothing left to serve.
     _stop_all(procs, grace, signal.SIGKILL)
+    if zygote is not None:
+      zygote.close()
     if network is not None:
       network.close()
     for signum, handler in previous_handlers.items():

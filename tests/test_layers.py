@@ -15,7 +15,7 @@ LAYERS = (
     ("data", ("data/",)),
     ("launcher core", ("launch/cluster.py", "launch/supervisor.py", "launch/console.py",
                        "launch/netns.py", "launch/local.py", "launch/rendezvous.py",
-                       "launch/restarts.py")),
+                       "launch/restarts.py", "launch/zygote.py")),
     ("trainers", ("trainers/",)),
     ("engines", ("launch/ray/",)),
     ("user tools", ("launch/convert/", "launch/kube/")),
@@ -31,7 +31,8 @@ TF_FREE = ("launch/exit_codes.py", "data/mnist/__init__.py", "data/mnist/store.p
            "launch/console.py", "launch/netns.py", "launch/local.py", "launch/restarts.py",
            "launch/kube/tfjob.py", "launch/ray/record.py",
            "trainers/run_lock.py", "trainers/run_record.py", "launch/rendezvous.py",
-           "trainers/model_registry.py", "trainers/config.py", "trainers/preemption.py")
+           "trainers/model_registry.py", "trainers/config.py", "trainers/preemption.py",
+           "launch/zygote.py")
 
 
 def _layer(path: str) -> int:

@@ -31,6 +31,11 @@ from trainers.run_options import RunOptions
 
 BACKENDS = {"keras": "trainers.keras_trainer", "estimator": "trainers.estimator_trainer"}
 BINARIES = {"keras": "trainers.keras_main", "estimator": "trainers.estimator_main"}
+# What each backend's tasks import, whatever the model: the local launcher imports it once
+# and forks the tasks from there (launch.zygote), sparing each 4 to 5 CPU-s.
+PRELOAD = {"keras": ("tensorflow", "tf_keras", "tensorflow_datasets"),
+           "estimator": ("tensorflow", "tf_keras", "tensorflow_datasets",
+                         "tensorflow_estimator")}
 IDX_DIR_FLAG = run_options.flag("mnist_idx_dir")  # Named in the data's messages.
 
 
@@ -464,6 +469,7 @@ def _run(backend: str, config: Config, options: RunOptions,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1,
         grace=options.grace_seconds + supervisor.GRACE_MARGIN_SECONDS,
+        preload=PRELOAD[backend] if options.fork_tasks else (),
         **({"ps": num_ps, "workers_serve": coordinated(backend, num_ps)} if num_ps else {}))
   try:
     if task is not None and task.type != cluster.EVALUATOR:

@@ -174,7 +174,9 @@ def read_result(name: str, workers: int, config: Config, model_dir: str, launche
     breakdown["launch_to_tasks_started"] = started - launched
     milestones = startup_milestones(model_dir)
     if "imported" in milestones:
-      breakdown["chief_imports"] = milestones["imported"] - started
+      # tasks.json is written once every task has started: a chief forked from a zygote
+      # (launch.zygote), which imports only this project's modules, may be past them.
+      breakdown["chief_imports"] = max(0.0, milestones["imported"] - started)
       if "strategy" in milestones:
         breakdown["chief_strategy"] = milestones["strategy"] - milestones["imported"]
         if first_step:

@@ -168,7 +168,7 @@ def format_table(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
     if r.error:
       rows.append(f"| {r.name} | {r.workers} | error: {r.error} |" + " |" * 8)
       continue
-    workers_rss = [v for k, v in r.peak_rss_mb.items() if k != "launcher"]
+    workers_rss = [v for k, v in r.peak_rss_mb.items() if k not in ("launcher", "zygote")]
     rss = "/".join(f"{v:.0f}" for v in workers_rss) or "-"
     spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
     rows.append(
@@ -328,9 +328,12 @@ def _explain_first_step(t: Target, r: Result, ceiling_run: Optional[Result]) -> 
             f"{_fmt(ceiling_run.launch_to_first_step if ceiling_run else None, '.1f')} s.")
   parts = [_fmt(r.breakdown.get(k), ".1f") for k in ("launch_to_tasks_started", "chief_imports",
                                                       "chief_strategy", "chief_to_first_step")]
+  tasks = len([k for k in r.peak_rss_mb if k not in ("launcher", "zygote")])
+  forked = ("; the tasks are forked from a process that imported TensorFlow for them first"
+            if "zygote" in r.peak_rss_mb else "")
   return (f"{t.name}: {r.launch_to_first_step:.1f} s: {parts[0]} s before any task started "
-          f"(the launcher checks flags, data and model_dir), then in the chief "
-          f"{parts[1]} s of imports (Python, TensorFlow, this code; {len(r.peak_rss_mb) - 1} "
+          f"(the launcher checks flags, data and model_dir{forked}), then in the chief "
+          f"{parts[1]} s of imports (Python, TensorFlow, this code; {tasks} "
           f"processes start at once on {os.cpu_count() or 1} cores), {parts[2]} s to create the "
           f"strategy (every training task must have started and joined), and {parts[3]} s to "
           "build the model and its step and run the first one.")

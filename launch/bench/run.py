@@ -45,8 +45,10 @@ POLL_SECONDS = 0.25
 
 def _task_pids(model_dir: str) -> Dict[str, int]:
   try:
-    tasks = runs.read_tasks(runs.task_log_dir(model_dir))["tasks"]
-    return {t["name"]: int(t["pid"]) for t in tasks}
+    record = runs.read_tasks(runs.task_log_dir(model_dir))
+    # The process the tasks are forked from (launch.zygote) imported for them all.
+    zygote = {"zygote": int(record["zygote"])} if "zygote" in record else {}
+    return {**{t["name"]: int(t["pid"]) for t in record["tasks"]}, **zygote}
   except (OSError, ValueError, KeyError):
     return {}
 
@@ -59,7 +61,7 @@ def _run_process(cmd: Sequence[str], model_dir: str, log_path: str, in_cluster: 
     Exit code, launch time and exit time (unix s), and by task, peak RSS in
     MB and CPU seconds (as last polled): "main" for a lone process (it trains
     in the process started), "launcher" and the names in logs/tasks.json for
-    a local cluster (`in_cluster`).
+    a local cluster (`in_cluster`), with "zygote" if its tasks were forked.
   """
   peaks: Dict[str, float] = {}
   cpu: Dict[str, float] = {}

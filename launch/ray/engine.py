@@ -364,10 +364,11 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
                     stall_timeout: Optional[float] = None, max_restarts: int,
                     env: Optional[Mapping[str, str]] = None, verbose: bool = True,
                     grace: float = supervisor.GRACE_SECONDS,
-                    address: Optional[str] = None) -> int:
+                    address: Optional[str] = None, preload: Sequence[str] = ()) -> int:
   """Runs `cmd` as every training task of a Ray Train worker group (see the module doc).
 
-  Args, as launch.supervisor.run_local_cluster's, and:
+  Args, as launch.supervisor.run_local_cluster's (but `preload`: Ray starts each task
+  as a process of its own, in its worker's actor), and:
     address: a Ray cluster to join ("host:port" of its head, or "auto"); None starts one
       on this machine.
 
@@ -379,6 +380,7 @@ def run_ray_cluster(cmd: Sequence[str], num_workers: int, log_dir: str, *,
     RayUnavailable: Ray is not installed, `address` does not answer, or (with none) the
       temporary directory is too long for a Ray cluster's sockets.
   """
+  del preload
   check_installed()
   if address:
     check_reachable(address)

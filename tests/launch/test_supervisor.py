@@ -1,17 +1,21 @@
 """launch.supervisor: runs any TF_CONFIG-aware command and stops every task on failure."""
 
+import dataclasses
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import time
+from typing import Dict, List, Tuple
 
 import pytest
 
 from launch import exit_codes
+from launch import zygote
 from launch import restarts
 from launch import supervisor
 from tests.conftest import REPO, run_module
@@ -88,25 +92,45 @@ TASK = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def task_script(tmp_path):
+@dataclasses.dataclass
+class Tasks:
+  """The stand-in task, as a process of its own or forked from a zygote (launch.zygote)."""
+  path: pathlib.Path
+  out: pathlib.Path
+  forked: bool
+
+  @property
+  def cmd(self) -> List[str]:
+    return [sys.executable, "-m", "task"] if self.forked else [sys.executable, str(self.path)]
+
+  @property
+  def preload(self) -> Tuple[str, ...]:
+    return ("json",) if self.forked else ()
+
+  def env(self, **more) -> Dict[str, str]:
+    return dict(os.environ, OUT_DIR=str(self.out), PYTHONPATH=f"{REPO}:{self.path.parent}",
+                **more)
+
+
+@pytest.fixture(params=[False, True], ids=["process", "forked"])
+def task_script(tmp_path, request):
   path = tmp_path / "task.py"
   path.write_text(TASK)
   out = tmp_path / "out"
   out.mkdir()
-  return path, out
+  return Tasks(path, out, request.param)
 
 
 def _run(task_script, tmp_path, workers=2, evaluator=False, timeout=60, stall_timeout=None,
          max_restarts=0, ps=0, workers_serve=False, **behaviour):
-  path, out = task_script
-  env = dict(os.environ, OUT_DIR=str(out), **{f"BEHAVIOUR_{k}": v for k, v in behaviour.items()})
-  rc = supervisor.run_local_cluster([sys.executable, str(path)], workers, str(tmp_path / "logs"),
+  env = task_script.env(**{f"BEHAVIOUR_{k}": v for k, v in behaviour.items()})
+  rc = supervisor.run_local_cluster(task_script.cmd, workers, str(tmp_path / "logs"),
                                     evaluator=evaluator, timeout=timeout,
                                     stall_timeout=stall_timeout, max_restarts=max_restarts,
-                                    env=env, grace=2, ps=ps, workers_serve=workers_serve)
+                                    env=env, grace=2, ps=ps, workers_serve=workers_serve,
+                                    preload=task_script.preload)
   # One record per start: "chief-0.0", "chief-0.1" after a restart, ...
-  records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+  records = {p.stem: json.loads(p.read_text()) for p in task_script.out.glob("*.json")}
   return rc, records
 
 
@@ -136,7 +160,7 @@ def test_every_task_gets_its_tf_config_and_a_log(task_script, tmp_path, capfd):
       "evaluator-0.0": supervisor.EVALUATOR_NICENESS}
   # Each task has a session of its own: under autogroup scheduling, its session's
   # group nice is what yields the cores to the other sessions.
-  if os.path.exists(supervisor.AUTOGROUP):
+  if os.path.exists(zygote.AUTOGROUP):
     assert {n: r["autogroup_nice"] for n, r in records.items()} == {
         "chief-0.0": "0", "worker-0.0": "0", "worker-1.0": "0",
         "evaluator-0.0": str(supervisor.EVALUATOR_NICENESS)}
@@ -257,20 +281,20 @@ def test_a_preempted_task_restarts_the_cluster_without_counting_a_restart(task_s
 def _launcher(task_script, tmp_path, **env):
   """The launcher in a process of its own, its tasks saving on a signal; started once every
   task has started."""
-  path, out = task_script
+  out = task_script.out
   launcher = subprocess.Popen(
       [sys.executable, "-c", textwrap.dedent(f"""
           import sys
           from absl import logging
           from launch import supervisor
           logging.use_absl_handler()
-          sys.exit(supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2,
+          sys.exit(supervisor.run_local_cluster({task_script.cmd!r}, 2,
                                                 {str(tmp_path / 'logs')!r}, evaluator=True,
-                                                max_restarts=0, grace=20))""")],
+                                                max_restarts=0, grace=20,
+                                                preload={task_script.preload!r}))""")],
       cwd=REPO, stderr=subprocess.PIPE, text=True,
-      env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO), **env,
-               **{f"BEHAVIOUR_{n}": "save_on_signal" for n in ("chief_0", "worker_0",
-                                                               "evaluator_0")}))
+      env=task_script.env(**env, **{f"BEHAVIOUR_{n}": "save_on_signal"
+                                    for n in ("chief_0", "worker_0", "evaluator_0")}))
   deadline = time.monotonic() + 30
   while len(list(out.glob("*.json"))) < 3:
     assert time.monotonic() < deadline, "the tasks did not start"
@@ -401,7 +425,7 @@ def test_a_lost_peer_is_retried(task_script, tmp_path, caplog):
 def test_no_other_host_can_reach_the_tasks(task_script, tmp_path):
   """The tasks share one network namespace with only loopback: a server they start on
   every interface is out of reach from this machine's own namespace, and so from others."""
-  path, out = task_script
+  path, out = task_script.path, task_script.out
   env = dict(os.environ, OUT_DIR=str(out), BEHAVIOUR_chief_0="hang")
   with subprocess.Popen([sys.executable, "-m", "launch.local", "--workers=2", "--evaluator",
                          f"--task_log_dir={tmp_path / 'logs'}", "--", sys.executable, str(path)],
@@ -448,7 +472,7 @@ def test_stall_watchdog_names_the_task_that_gives_no_stack_dump(task_script, tmp
 
 
 def test_cli_runs_a_command_on_local_workers(task_script, tmp_path):
-  path, out = task_script
+  path, out = task_script.path, task_script.out
   result = run_module("launch.local", ["--workers=2", f"--task_log_dir={tmp_path / 'cli_logs'}",
                                        "--max_restarts=0", "--", sys.executable, str(path)],
                       env={"OUT_DIR": str(out), "BEHAVIOUR_worker_0": "fail"})
@@ -468,17 +492,16 @@ def test_cli_rejects_bad_usage():
 
 def test_tasks_die_with_a_killed_launcher(task_script, tmp_path):
   """SIGKILL to the launcher (an OOM killer, a closed terminal): no task trains on."""
-  path, out = task_script
+  out = task_script.out
   launcher = subprocess.Popen(
       [sys.executable, "-c", textwrap.dedent(f"""
           import sys
           from launch import supervisor
-          supervisor.run_local_cluster([sys.executable, {str(path)!r}], 2,
+          supervisor.run_local_cluster({task_script.cmd!r}, 2,
                                        {str(tmp_path / 'logs')!r}, evaluator=True,
-                                       max_restarts=0)""")],
-      cwd=REPO, env=dict(os.environ, OUT_DIR=str(out), PYTHONPATH=str(REPO),
-                         BEHAVIOUR_chief_0="hang", BEHAVIOUR_worker_0="hang",
-                         BEHAVIOUR_evaluator_0="hang"))
+                                       max_restarts=0, preload={task_script.preload!r})""")],
+      cwd=REPO, env=task_script.env(BEHAVIOUR_chief_0="hang", BEHAVIOUR_worker_0="hang",
+                                    BEHAVIOUR_evaluator_0="hang"))
   deadline = time.monotonic() + 30
   while len(list(out.glob("*.json"))) < 3:
     assert time.monotonic() < deadline, "the tasks did not start"

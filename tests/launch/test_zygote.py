@@ -1,0 +1,115 @@
+"""launch.zygote: a forked task is the process `python -m` would have started."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch import zygote
+
+TASK = r'''
+import json, os, signal, sys
+if sys.argv[1:2] == ["report"]:
+  print(json.dumps({
+      "argv": sys.argv[1:], "tf_config": os.environ.get("TF_CONFIG"),
+      "own_session": os.getsid(0) == os.getpid(), "stdin": sys.stdin.read(),
+      "sigint_raises": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+      "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)[:-1],
+      "niceness": os.nice(0), "name": __name__, "preloaded": "csv" in sys.modules}))
+  print("to stderr", file=sys.stderr)
+elif sys.argv[1] == "exit":
+  sys.exit(int(sys.argv[2]))
+elif sys.argv[1] == "say":
+  sys.exit("error: said so")
+elif sys.argv[1] == "raise":
+  raise RuntimeError("boom")
+elif sys.argv[1] == "interrupt":
+  raise KeyboardInterrupt
+elif sys.argv[1] == "sleep":
+  print("asleep", flush=True)
+  import time
+  time.sleep(60)
+'''
+
+
+@pytest.fixture
+def forked(tmp_path):
+  (tmp_path / "zygote_task.py").write_text(TASK)
+  (tmp_path / "noisy.py").write_text("import sys\nprint('said at import', file=sys.stderr)\n")
+  env = dict(os.environ, PYTHONPATH=str(tmp_path))
+  made = zygote.Zygote(["csv", "no_such_module_here", "noisy"], env)
+  yield made, env
+  made.close()
+
+
+def _spawn(made, env, *argv, niceness=0):
+  return made.spawn([sys.executable, "-m", "zygote_task", *argv],
+                    dict(env, TF_CONFIG='{"task": 1}'), niceness)
+
+
+@pytest.mark.quick
+def test_a_forked_task_is_the_process_python_dash_m_would_start(forked):
+  made, env = forked
+  task = _spawn(made, env, "report", "--flag=1", niceness=3)
+  report = json.loads(task.stdout.read())
+  assert task.stderr.read() == b"to stderr\n"
+  assert task.wait(30) == 0
+  # Its argv, its own TF_CONFIG, a session of its own, /dev/null for stdin, Python's
+  # handlers, no descriptor of the zygote's, its niceness; its module run as __main__, in
+  # an interpreter that imported the preloaded modules (one not installed was left out).
+  base = os.nice(0)
+  assert report == {"argv": ["report", "--flag=1"], "tf_config": '{"task": 1}',
+                    "own_session": True, "stdin": "", "sigint_raises": True,
+                    "sigterm_default": True, "fds": [], "niceness": base + 3,
+                    "name": "__main__", "preloaded": True}
+  assert task.pid != os.getpid() and task.poll() == 0
+  # What the imports wrote, once, for each task's log.
+  assert made.imported == b"said at import\n"
+
+
+@pytest.mark.parametrize("argv, code, said", [
+    (("exit", "3"), 3, b""), (("exit", "0"), 0, b""),
+    (("say",), 1, b"error: said so\n"), (("raise",), 1, b"RuntimeError: boom\n"),
+    (("interrupt",), -signal.SIGINT, b"KeyboardInterrupt\n")])
+def test_each_ending_gives_the_exit_code_a_process_of_its_own_would(forked, argv, code, said):
+  made, env = forked
+  task = _spawn(made, env, *argv)
+  assert task.wait(30) == code
+  assert task.stderr.read().endswith(said)
+
+
+def test_a_signalled_task_reports_the_signal_and_a_running_one_can_be_waited_on(forked):
+  made, env = forked
+  task = _spawn(made, env, "sleep")
+  assert task.stdout.readline() == b"asleep\n"
+  with pytest.raises(subprocess.TimeoutExpired):
+    task.wait(0.2)
+  os.killpg(task.pid, signal.SIGTERM)
+  assert task.wait(30) == -signal.SIGTERM
+
+
+def test_only_a_python_dash_m_command_in_the_zygotes_environment_is_forked(forked):
+  made, env = forked
+  with pytest.raises(ValueError, match="forks `.* -m <module>` only"):
+    made.spawn([sys.executable, "zygote_task.py"], env)
+  with pytest.raises(ValueError, match="differs from its zygote's beyond TF_CONFIG"):
+    made.spawn([sys.executable, "-m", "zygote_task"], dict(env, OTHER="1"))
+
+
+def test_the_tasks_die_with_the_zygote_and_say_so(forked):
+  made, env = forked
+  task = _spawn(made, env, "sleep")
+  assert task.stdout.readline() == b"asleep\n"
+  made._process.kill()  # pylint: disable=protected-access
+  assert task.wait(30) == -signal.SIGKILL and not made.alive()
+  deadline = time.monotonic() + 10
+  while os.path.exists(f"/proc/{task.pid}") and time.monotonic() < deadline:
+    time.sleep(0.05)  # PR_SET_PDEATHSIG: the kernel kills it as its parent dies.
+  assert not os.path.exists(f"/proc/{task.pid}")
+  with pytest.raises(zygote.ZygoteDied, match="could not fork a task"):
+    _spawn(made, env, "exit", "0")
