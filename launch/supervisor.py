@@ -409,7 +409,9 @@ def run_local_cluster(
     niceness = EVALUATOR_NICENESS if task["type"] == cluster.EVALUATOR else 0
     nonlocal zygote
     if preload and zygote_lib.forks(cmd):
-      if zygote is None or not zygote.alive():
+      if zygote is None or not zygote.alive():  # Killed: its tasks died with it.
+        if zygote is not None:
+          zygote.close()
         zygote = zygote_lib.Zygote(preload, base_env, _task_preexec(0, network))
       popen = zygote.spawn(cmd, task_env, niceness)
       header += zygote.imported  # Its log keeps everything, its imports' lines too.
@@ -494,6 +496,10 @@ def run_local_cluster(
     # The same signal, so each task says what the launcher says: Ctrl-C's exit 130, not 143.
     _stop_in_order(procs, grace, e.signum)
     return code
+  except zygote_lib.ZygoteDied as e:  # Killed (out of memory?) or its imports crashed.
+    logging.error("%s. Run again, or give --nofork_tasks to start each task as a process of "
+                  "its own.", e)
+    return 1
   finally:
     # What ended the run (a failure, a timeout, a stall) leaves its tasks nothing to save;
     # a drain has stopped them already; the parameter servers of a finished run have

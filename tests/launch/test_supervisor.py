@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from typing import Dict, List, Tuple
 
@@ -194,6 +195,43 @@ def test_a_failed_task_restarts_every_task_with_the_same_tf_config(task_script, 
   log = (tmp_path / "logs" / "chief-0.log").read_text()
   assert log.count("hello from chief-0") == 2
   assert "=== restart 1 of 3: worker-0 was killed by SIGKILL ===" in log
+
+
+def test_a_killed_zygote_takes_its_tasks_and_the_restart_forks_from_a_new_one(tmp_path, caplog):
+  tasks = Tasks(tmp_path / "task.py", tmp_path / "out", forked=True)
+  tasks.path.write_text(TASK)
+  tasks.out.mkdir()
+  killed = []
+
+  def kill_the_zygote():  # Once both tasks run, as an out-of-memory killer would.
+    while len(list(tasks.out.glob("*.json"))) < 2:
+      time.sleep(0.05)
+    killed.append(_tasks_file(tmp_path)["zygote"])
+    os.kill(killed[0], signal.SIGKILL)
+
+  threading.Thread(target=kill_the_zygote, daemon=True).start()
+  rc = supervisor.run_local_cluster(
+      tasks.cmd, 2, str(tmp_path / "logs"), max_restarts=1, grace=2, timeout=60,
+      env=tasks.env(BEHAVIOUR_chief_0="linger", BEHAVIOUR_worker_0="linger"),
+      preload=tasks.preload)
+  assert rc == 0, caplog.text
+  assert "Restart 1 of 1: chief-0 was killed by SIGKILL" in caplog.text or (
+      "Restart 1 of 1: worker-0 was killed by SIGKILL" in caplog.text), caplog.text
+  assert sorted(p.stem for p in tasks.out.glob("*.json")) == [
+      "chief-0.0", "chief-0.1", "worker-0.0", "worker-0.1"]
+  assert _tasks_file(tmp_path)["zygote"] != killed[0]
+
+
+def test_a_zygote_that_cannot_import_ends_the_run_naming_the_fix(tmp_path, caplog):
+  (tmp_path / "crash.py").write_text("import os\nos._exit(7)\n")  # As a crashing import.
+  tasks = Tasks(tmp_path / "task.py", tmp_path / "out", forked=True)
+  tasks.path.write_text(TASK)
+  rc = supervisor.run_local_cluster(tasks.cmd, 2, str(tmp_path / "logs"), max_restarts=3,
+                                    env=tasks.env(), preload=("crash",))
+  assert rc == 1
+  assert ("the zygote could not start: it exited 7. Run again, or give --nofork_tasks"
+          in caplog.text), caplog.text
+  assert not list(tmp_path.glob("out*"))
 
 
 def test_parameter_servers_serve_until_the_others_end_then_are_stopped(task_script, tmp_path):
