@@ -19,7 +19,9 @@ is stopped after each task is asked for a stack dump (SIGUSR1). No process
 outlives the launcher: on every way out it stops the tasks, and on Linux each
 task also gets SIGKILL if the launcher itself is killed (PR_SET_PDEATHSIG).
 The tasks share a network namespace with only loopback (launch.netns): no
-other host can reach their unauthenticated TensorFlow servers.
+other host can reach their unauthenticated TensorFlow servers. Given the modules
+every task imports (`preload`), the tasks are forked from one process that
+imported them (launch.zygote) instead of each importing them again.
 """
 
 import ctypes
