@@ -126,6 +126,7 @@ class Zygote:
     err_read, err_write = os.pipe()
     request = json.dumps({"module": cmd[2], "argv": list(cmd[3:]), "env": dict(env),
                           "niceness": niceness}).encode()
+    count = len(self._started)
     try:
       self._socket.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                         array.array("i", [out_write, err_write]))])
@@ -134,7 +135,6 @@ class Zygote:
     finally:
       os.close(out_write)
       os.close(err_write)
-    count = len(self._started)
     try:
       self._wait_for(lambda: len(self._started) > count, "fork a task")
     except ZygoteDied:
