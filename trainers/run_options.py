@@ -63,9 +63,9 @@ class RunOptions:
       None, "With --workers > 1: where each task's log and tasks.json go. Default: "
       "<model_dir>/logs.")
   fork_tasks: bool = _flag(
-      True, "With --workers > 1: start the tasks by forking them from one process that has "
-      "imported TensorFlow (launch.zygote), sparing each task its imports (4 to 5 CPU-s); "
-      "--nofork_tasks starts each as a process of its own.")
+      True, "With --workers > 1 and no --ps: start the tasks by forking them from one "
+      "process that has imported TensorFlow (launch.zygote), sparing each task its imports "
+      "(4 to 5 CPU-s); --nofork_tasks starts each as a process of its own.")
   allow_config_change: bool = _flag(
       False, "Resume a model_dir whose run had other settings (model options, batch, the "
       "optimizer's hyperparameters, seed, schedule; see its run.json): the change is recorded "

@@ -469,7 +469,10 @@ def _run(backend: str, config: Config, options: RunOptions,
         stall_timeout=options.stall_timeout, max_restarts=options.max_restarts,
         env=task_env, verbose=options.verbosity >= 1,
         grace=options.grace_seconds + supervisor.GRACE_MARGIN_SECONDS,
-        preload=PRELOAD[backend] if options.fork_tasks else (),
+        # Not on parameter servers: a restarted Estimator worker that finds the run
+        # finished leaves before its chief's rendezvous can find it, which forking made
+        # likely enough to hang a chaos trial (the chief waits out --startup_timeout).
+        preload=PRELOAD[backend] if options.fork_tasks and not num_ps else (),
         **({"ps": num_ps, "workers_serve": coordinated(backend, num_ps)} if num_ps else {}))
   try:
     if task is not None and task.type != cluster.EVALUATOR:

@@ -764,11 +764,13 @@ def test_a_peer_that_listens_but_never_joins_is_stopped_with_the_same_exit(tiny_
           "task listening: not all joined.") in result.stderr
 
 
-@pytest.mark.parametrize("backend, fork", [("keras", True), ("estimator", False)])
-def test_the_launcher_starts_the_tasks_without_tensorflow(backend, fork, tiny_data_dir,
+@pytest.mark.parametrize("backend, fork, ps", [("keras", True, 0), ("estimator", False, 0),
+                                              ("estimator", True, 1)])
+def test_the_launcher_starts_the_tasks_without_tensorflow(backend, fork, ps, tiny_data_dir,
                                                           tmp_path):
   # Importing TensorFlow takes the launcher 2 to 3 s before any task starts. Its tasks are
-  # forked from a process that imports their modules once (--fork_tasks, the default).
+  # forked from a process that imports their modules once (--fork_tasks, the default), but
+  # on parameter servers (docs/training.md, "The local cluster").
   code = f"""if True:
     import sys
     from trainers import runner
@@ -778,12 +780,12 @@ def test_the_launcher_starts_the_tasks_without_tensorflow(backend, fork, tiny_da
       print("tensorflow imported:", "tensorflow" in sys.modules, kwargs["preload"])
       return 0
     sys.exit(runner.run({backend!r}, Config(data_dir={str(tiny_data_dir)!r}), RunOptions(
-        workers=2, model_dir={str(tmp_path / "model")!r}, relaunch=["true"],
+        workers=2, ps={ps}, model_dir={str(tmp_path / "model")!r}, relaunch=["true"],
         fork_tasks={fork!r}), start_cluster=start))"""
   result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           timeout=60, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
-  preload = runner.PRELOAD[backend] if fork else ()
+  preload = runner.PRELOAD[backend] if fork and not ps else ()
   assert result.stdout.strip() == f"tensorflow imported: False {preload}"
 
 
