@@ -26,7 +26,7 @@ benchmark: it exits 0 whatever the numbers, and 1 only if a run failed.
 
 import os
 import sys
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from absl import app
 from absl import flags
@@ -35,6 +35,7 @@ from absl import logging
 from launch import console
 
 console.quiet_tool_process()  # Before the imports below load TensorFlow.
+from launch.bench import measure as bench_measure  # noqa: E402 -- after quiet_tool_process
 from launch.bench import report as bench_report  # noqa: E402 -- after quiet_tool_process
 from launch.bench import run as bench_run  # noqa: E402 -- after quiet_tool_process
 from launch.proofs import harness  # noqa: E402 -- after quiet_tool_process
@@ -135,7 +136,8 @@ def main(argv: Sequence[str]) -> None:
   sys.exit(1 if failed else 0)
 
 
-def _print(results, step_costs, entries: Sequence[str], model: str) -> None:
+def _print(results: Sequence[bench_measure.Result], step_costs: Mapping[int, Mapping[str, Any]],
+           entries: Sequence[str], model: str) -> None:
   """One model's tables and findings, headed by its name among several."""
   if model:
     print(f"\n== {model} ==")

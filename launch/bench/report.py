@@ -158,6 +158,19 @@ def _fmt(value: Any, spec: str = "") -> str:
   return "-" if value is None else format(value, spec)
 
 
+def _ratio(r: Result) -> str:
+  """A run's ratio to the ceiling, with its range within single rounds if it has one."""
+  spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
+  return f"{_fmt(r.ratio_to_ceiling, '.2f')}{spread}"
+
+
+def _target_row(t: Target) -> str:
+  """A target's measured, limit and met cells."""
+  met = {True: "yes", False: "NO", None: "-"}[t.met]
+  return (f"{_fmt(t.measured, '.3g')} | {'>=' if t.higher_is_better else '<='} {t.limit:g} | "
+          f"{met} |")
+
+
 def format_table(results: Sequence[Result], step_costs: Mapping[int, Mapping[str, Any]]) -> str:
   """The results as a Markdown table, then the targets."""
   rows = ["| run | workers | examples/s | ms/step | x ceiling | launch to 1st step (s) | "
@@ -170,18 +183,15 @@ def format_table(results: Sequence[Result], step_costs: Mapping[int, Mapping[str
       continue
     workers_rss = [v for k, v in r.peak_rss_mb.items() if k not in ("launcher", "zygote")]
     rss = "/".join(f"{v:.0f}" for v in workers_rss) or "-"
-    spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
     rows.append(
         f"| {r.name} | {r.workers} | {_fmt(r.examples_per_second, '.0f')} | "
-        f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_ceiling, '.2f')}{spread} | "
+        f"{_fmt(r.ms_per_step, '.2f')} | {_ratio(r)} | "
         f"{_fmt(r.launch_to_first_step, '.1f')} | {_fmt(r.time_to_accuracy, '.1f')} | "
         f"{_fmt(r.step_at_accuracy)} | {_fmt(r.final_accuracy, '.4f')} | {rss} | "
         f"{_fmt(r.wall_seconds, '.1f')} |")
   rows += ["", "| target | measured | limit | met |", "| --- | ---: | ---: | --- |"]
   for t in targets(results, step_costs):
-    met = {True: "yes", False: "NO", None: "-"}[t.met]
-    rows.append(f"| {t.name} | {_fmt(t.measured, '.3g')} | {'>=' if t.higher_is_better else '<='}"
-                f" {t.limit:g} | {met} |")
+    rows.append(f"| {t.name} | {_target_row(t)}")
   return "\n".join(rows)
 
 
@@ -464,17 +474,14 @@ def format_models(benches: Sequence[Bench]) -> str:
           "| --- | --- | ---: | ---: | ---: | ---: |"]
   for config, results, _ in benches:
     for r in results:
-      spread = f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})" if r.ratio_range else ""
       rows.append(f"| {config.model} | {r.name} | {r.workers} | "
                   + (f"error: {r.error} | | |" if r.error else
-                     f"{_fmt(r.ms_per_step, '.2f')} | {_fmt(r.ratio_to_ceiling, '.2f')}{spread}"
-                     f" | {_fmt(r.final_accuracy, '.4f')} |"))
+                     f"{_fmt(r.ms_per_step, '.2f')} | {_ratio(r)} | "
+                     f"{_fmt(r.final_accuracy, '.4f')} |"))
   rows += ["", "| model | target | measured | limit | met |", "| --- | --- | ---: | ---: | --- |"]
   for config, results, step_costs in benches:
     for t in targets(results, step_costs):
-      met = {True: "yes", False: "NO", None: "-"}[t.met]
-      rows.append(f"| {config.model} | {t.name} | {_fmt(t.measured, '.3g')} | "
-                  f"{'>=' if t.higher_is_better else '<='} {t.limit:g} | {met} |")
+      rows.append(f"| {config.model} | {t.name} | {_target_row(t)}")
   return "\n".join(rows)
 
 
