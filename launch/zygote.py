@@ -9,6 +9,7 @@ interpreter.
     zygote = Zygote(["tensorflow", "tf_keras"], env, preexec)
     task = zygote.spawn([sys.executable, "-m", "trainers.keras_main", ...], task_env)
     task.poll(); task.wait(timeout); task.pid; task.stdout; task.stderr
+    task.cpu_seconds  # Once it ended: its CPU time and its waited-for children's.
     zygote.close()
 
 A task gets what a new process would: its own session, its environment, its argv, its
@@ -24,7 +25,8 @@ The zygote is the tasks' parent: it reaps them and reports each exit code, as Po
 `returncode` gives it (negative: the signal). It dies with the launcher (PR_SET_PDEATHSIG,
 set by the `preexec` the launcher gives it), and its tasks with it. TensorFlow's runtime
 is never started in the zygote (importing it starts none of its thread pools), so a fork
-copies no running TensorFlow thread.
+copies no running TensorFlow thread. One lock orders what threads of the launcher ask of
+a zygote.
 """
 
 import array
@@ -36,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -79,6 +82,11 @@ class Task:
   def returncode(self) -> Optional[int]:
     return self._zygote.exits.get(self.pid)
 
+  @property
+  def cpu_seconds(self) -> Optional[float]:
+    """User and system CPU time of the ended task and its waited-for children."""
+    return self._zygote.cpu.get(self.pid)
+
   def poll(self) -> Optional[int]:
     self._zygote.read(0.0)
     return self.returncode
@@ -97,9 +105,12 @@ class Zygote:
   """A process that imported `preload` and forks tasks (module docstring)."""
 
   def __init__(self, preload: Sequence[str], env: Mapping[str, str],
-               preexec: Optional[Callable[[], None]] = None):
+               preexec: Optional[Callable[[], None]] = None, cwd: Optional[str] = None):
+    """`cwd`: the tasks' working directory (default: this process's)."""
     self._env = _env_key(env)
+    self._lock = threading.RLock()
     self.exits: Dict[int, int] = {}
+    self.cpu: Dict[int, float] = {}
     self._started: List[int] = []
     self._ready = self._dead = False
     ours, theirs = socket.socketpair()
@@ -109,7 +120,7 @@ class Zygote:
         [sys.executable, "-m", "launch.zygote", str(theirs.fileno()), *preload],
         env=dict(env), pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        preexec_fn=preexec)
+        preexec_fn=preexec, cwd=cwd)
     theirs.close()
     self._socket, self._buffer = ours, b""
     self._wait_for(lambda: self._ready, "start")
@@ -122,6 +133,10 @@ class Zygote:
     if _env_key(env) != self._env:
       raise ValueError("a task's environment differs from its zygote's beyond "
                        f"{', '.join(PER_TASK)}: start it as a process of its own")
+    with self._lock:
+      return self._spawn(cmd, env, niceness)
+
+  def _spawn(self, cmd: Sequence[str], env: Mapping[str, str], niceness: int) -> Task:
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     request = json.dumps({"module": cmd[2], "argv": list(cmd[3:]), "env": dict(env),
@@ -146,6 +161,10 @@ class Zygote:
 
   def read(self, timeout: float) -> None:
     """Takes in what the zygote said within `timeout` s: tasks started, exit codes."""
+    with self._lock:
+      self._read(timeout)
+
+  def _read(self, timeout: float) -> None:
     if self._dead or not select.select([self._socket], [], [], timeout)[0]:
       return
     data = self._socket.recv(1 << 16)
@@ -164,6 +183,7 @@ class Zygote:
         self._started.append(int(values[0]))
       elif what == "exited":
         self.exits[int(values[0])] = int(values[1])
+        self.cpu[int(values[0])] = float(values[2])
 
   def _wait_for(self, done: Callable[[], bool], doing: str) -> None:
     while not done():
@@ -192,6 +212,12 @@ class Zygote:
   def pid(self) -> int:
     return self._process.pid
 
+  def running(self) -> List[int]:
+    """The tasks not yet known to have ended."""
+    with self._lock:
+      self._read(0.0)
+      return [pid for pid in self._started if pid not in self.exits]
+
   def alive(self) -> bool:
     return not self._dead and self._process.poll() is None
 
@@ -213,14 +239,16 @@ class ZygoteDied(RuntimeError):
 
 def _serve(channel: socket.socket) -> None:
   """The zygote's loop: forks a task for each request; reports each task started and
-  each task's exit code, in that order; returns when the launcher closes the socket."""
+  each task's exit code and CPU seconds, in that order; returns when the launcher closes
+  the socket."""
   children = set()
   while True:
     for pid in list(children):
-      done, status = os.waitpid(pid, os.WNOHANG)
+      done, status, usage = os.wait4(pid, os.WNOHANG)
       if done:
         children.discard(pid)
-        channel.sendall(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
+        channel.sendall(f"exited {pid} {os.waitstatus_to_exitcode(status)} "
+                        f"{usage.ru_utime + usage.ru_stime:.3f}\n".encode())
     if not select.select([channel], [], [], 0.05)[0]:
       continue
     fds = array.array("i")

@@ -1,5 +1,6 @@
 """launch.zygote: a forked task is the process `python -m` would have started."""
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from launch import zygote
+from tests.conftest import run_module
 
 TASK = r'''
 import json, os, signal, sys
@@ -113,3 +115,33 @@ def test_the_tasks_die_with_the_zygote_and_say_so(forked):
   assert not os.path.exists(f"/proc/{task.pid}")
   with pytest.raises(zygote.ZygoteDied, match="could not fork a task"):
     _spawn(made, env, "exit", "0")
+
+
+def test_a_task_reports_its_cpu_time_and_threads_can_share_a_zygote(forked):
+  made, env = forked
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    tasks = list(pool.map(lambda code: _spawn(made, env, "exit", str(code)), range(4)))
+    codes = list(pool.map(lambda task: task.wait(30), tasks))
+  assert codes == [0, 1, 2, 3] and made.running() == []
+  assert all(0 < task.cpu_seconds < 10 for task in tasks)
+
+
+@pytest.mark.parametrize("argv", [("report",), ("exit", "3"), ("say",), ("raise",)])
+def test_run_module_forked_gives_what_a_process_of_its_own_gives(tmp_path, argv):
+  (tmp_path / "zygote_task.py").write_text(TASK)
+  runs = [run_module("zygote_task", list(argv), env={"PYTHONPATH": str(tmp_path)}, timeout=60,
+                     fresh=fresh) for fresh in (True, False)]
+  fresh, forked = ([r.returncode, r.stdout, r.stderr.splitlines()[-1:]] for r in runs)
+  if argv == ("report",):  # What a forked task shares with a process of its own.
+    for said in (fresh, forked):
+      report = json.loads(said[1])
+      said[1] = [report[k] for k in ("argv", "tf_config", "stdin", "sigint_raises",
+                                     "sigterm_default", "fds", "name")]
+  assert forked == fresh
+
+
+def test_run_module_forked_stops_at_its_timeout(tmp_path):
+  (tmp_path / "zygote_task.py").write_text(TASK)
+  with pytest.raises(subprocess.TimeoutExpired) as e:
+    run_module("zygote_task", ["sleep"], env={"PYTHONPATH": str(tmp_path)}, timeout=3)
+  assert e.value.output == "asleep\n"
