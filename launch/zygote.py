@@ -13,9 +13,12 @@ interpreter.
     zygote.close()
 
 A task gets what a new process would: its own session, its environment, its argv, its
-stdout and stderr pipes, stdin from /dev/null, default signal handlers, no other file
-descriptor, its `niceness`; what the zygote wrote as it imported is `imported`, for the
-task's log. What it cannot get anew is what its modules did as they were
+stdout and stderr pipes (or one file for both), stdin from /dev/null, default signal
+handlers, no other file descriptor, its `niceness`; what the zygote wrote as it imported is
+`imported`, for the task's log. With `session=False` (a tool's runs, which stop with the
+tool), the zygote and its tasks stay in the caller's process group instead: a terminal's
+Ctrl-C or a signal to the group reaches the tasks as it reaches the caller, and the zygote
+only notes it, to outlive their saving. What it cannot get anew is what its modules did as they were
 imported: so every task's environment must equal the zygote's but for TF_CONFIG
 (`forks`), which TensorFlow reads only once a strategy is made; a task whose environment
 differs is refused (ValueError), never started with another's. `ps` shows a task's
@@ -23,7 +26,10 @@ command line as the zygote's.
 
 The zygote is the tasks' parent: it reaps them and reports each exit code, as Popen's
 `returncode` gives it (negative: the signal). It dies with the launcher (PR_SET_PDEATHSIG,
-set by the `preexec` the launcher gives it), and its tasks with it. TensorFlow's runtime
+set by the `preexec` the launcher gives it), and its tasks with it. If its caller ends
+(or closes it) while tasks run, it gives them SIGTERM (unless a signal to the group reached
+them already: a second would stop them unsaved) and STOP_SECONDS to save, as a preemption
+does, then SIGKILL. TensorFlow's runtime
 is never started in the zygote (importing it starts none of its thread pools), so a fork
 copies no running TensorFlow thread. One lock orders what threads of the launcher ask of
 a zygote.
@@ -40,13 +46,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 # Read by TensorFlow only when a strategy is made, after the fork: the one variable in
 # which a task's environment may differ from the zygote's.
 PER_TASK = ("TF_CONFIG",)
+# Between SIGTERM and SIGKILL to tasks left running by their caller: a trainer's default
+# --grace_seconds (25) and a margin. Not imported: the zygote imports only what it preloads.
+STOP_SECONDS = 30.0
 AUTOGROUP = "/proc/self/autogroup"  # This session's scheduling group, where the kernel has them.
 _READY = "ready"
+_SESSION, _GROUP = "session", "group"  # Where the zygote and its tasks run.
 _MAX_REQUEST = 1 << 20
 
 
@@ -105,9 +115,11 @@ class Zygote:
   """A process that imported `preload` and forks tasks (module docstring)."""
 
   def __init__(self, preload: Sequence[str], env: Mapping[str, str],
-               preexec: Optional[Callable[[], None]] = None, cwd: Optional[str] = None):
-    """`cwd`: the tasks' working directory (default: this process's)."""
-    self._env = _env_key(env)
+               preexec: Optional[Callable[[], None]] = None, cwd: Optional[str] = None,
+               session: bool = True):
+    """`cwd`: the tasks' working directory (default: this process's); `session`: whether
+    the zygote and each task have a session of their own (module docstring)."""
+    self._env, self._session = _env_key(env), session
     self._lock = threading.RLock()
     self.exits: Dict[int, int] = {}
     self.cpu: Dict[int, float] = {}
@@ -117,28 +129,38 @@ class Zygote:
     # A session of its own, as each task has: a terminal's Ctrl-C reaches the launcher,
     # which drains the tasks, and not the zygote, whose death would kill them unsaved.
     self._process = subprocess.Popen(
-        [sys.executable, "-m", "launch.zygote", str(theirs.fileno()), *preload],
+        [sys.executable, "-m", "launch.zygote", str(theirs.fileno()),
+         _SESSION if session else _GROUP, *preload],
         env=dict(env), pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=session,
         preexec_fn=preexec, cwd=cwd)
     theirs.close()
     self._socket, self._buffer = ours, b""
     self._wait_for(lambda: self._ready, "start")
     self.imported = self._said_so_far()
 
-  def spawn(self, cmd: Sequence[str], env: Mapping[str, str], niceness: int = 0) -> Task:
-    """Forks a task running `cmd` (`forks(cmd)`) in `env` (the zygote's, but PER_TASK)."""
+  def spawn(self, cmd: Sequence[str], env: Mapping[str, str], niceness: int = 0,
+            output: Optional[int] = None) -> Task:
+    """Forks a task running `cmd` (`forks(cmd)`) in `env` (the zygote's, but PER_TASK), its
+    stdout and stderr two pipes (the Task's), or both this file descriptor (`output`)."""
     if not forks(cmd):
       raise ValueError(f"a zygote forks `{sys.executable} -m <module>` only, not {cmd}")
     if _env_key(env) != self._env:
       raise ValueError("a task's environment differs from its zygote's beyond "
                        f"{', '.join(PER_TASK)}: start it as a process of its own")
+    if niceness and not self._session:  # Its session's autogroup is its caller's too.
+      raise ValueError("a task in its caller's process group keeps its caller's niceness")
     with self._lock:
-      return self._spawn(cmd, env, niceness)
+      return self._spawn(cmd, env, niceness, output)
 
-  def _spawn(self, cmd: Sequence[str], env: Mapping[str, str], niceness: int) -> Task:
-    out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
+  def _spawn(self, cmd: Sequence[str], env: Mapping[str, str], niceness: int,
+             output: Optional[int]) -> Task:
+    if output is None:
+      out_read, out_write = os.pipe()
+      err_read, err_write = os.pipe()
+    else:
+      out_read = err_read = None
+      out_write, err_write = os.dup(output), os.dup(output)
     request = json.dumps({"module": cmd[2], "argv": list(cmd[3:]), "env": dict(env),
                           "niceness": niceness}).encode()
     count = len(self._started)
@@ -153,11 +175,12 @@ class Zygote:
     try:
       self._wait_for(lambda: len(self._started) > count, "fork a task")
     except ZygoteDied:
-      os.close(out_read)
-      os.close(err_read)
+      for fd in (out_read, err_read):
+        if fd is not None:
+          os.close(fd)
       raise
-    return Task(self, self._started[count], os.fdopen(out_read, "rb"),
-                os.fdopen(err_read, "rb"))
+    return Task(self, self._started[count], *(None if fd is None else os.fdopen(fd, "rb")
+                                              for fd in (out_read, err_read)))
 
   def read(self, timeout: float) -> None:
     """Takes in what the zygote said within `timeout` s: tasks started, exit codes."""
@@ -222,10 +245,10 @@ class Zygote:
     return not self._dead and self._process.poll() is None
 
   def close(self) -> None:
-    """Ends the zygote (its tasks are the caller's to have stopped)."""
+    """Ends the zygote, once tasks still running have stopped (module docstring)."""
     self._socket.close()
     try:
-      self._process.wait(10)
+      self._process.wait(STOP_SECONDS + 10)
     except subprocess.TimeoutExpired:
       self._process.kill()
       self._process.wait()
@@ -237,7 +260,7 @@ class ZygoteDied(RuntimeError):
   """The zygote exited: a module of `preload` failed to import, or it was killed."""
 
 
-def _serve(channel: socket.socket) -> None:
+def _serve(channel: socket.socket, own_sessions: bool) -> None:
   """The zygote's loop: forks a task for each request; reports each task started and
   each task's exit code and CPU seconds, in that order; returns when the launcher closes
   the socket."""
@@ -255,6 +278,7 @@ def _serve(channel: socket.socket) -> None:
     message, ancillary, _, _ = channel.recvmsg(
         _MAX_REQUEST, socket.CMSG_SPACE(2 * fds.itemsize))
     if not message:
+      _stop(children, own_sessions)
       return
     for _, _, data in ancillary:
       fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
@@ -262,19 +286,47 @@ def _serve(channel: socket.socket) -> None:
     pid = os.fork()
     if pid == 0:
       channel.close()
-      _run_task(request, list(fds))  # Never returns.
+      _run_task(request, list(fds), own_sessions)  # Never returns.
     for fd in fds:
       os.close(fd)
     children.add(pid)
     channel.sendall(f"started {pid}\n".encode())
 
 
-def _run_task(request: dict, fds: Sequence[int]) -> None:
+_SIGNALLED: List[int] = []  # What reached the zygote's process group (session=False).
+
+
+def _stop(children: Set[int], own_sessions: bool) -> None:
+  """SIGTERM to the tasks still running (to each one's session, if it has its own) unless
+  the group's signal reached them; SIGKILL to those still running STOP_SECONDS later."""
+
+  def send(signum: int) -> None:
+    for pid in children:
+      try:
+        os.kill(-pid if own_sessions else pid, signum)
+      except ProcessLookupError:
+        pass
+
+  def reap() -> None:
+    deadline = time.monotonic() + STOP_SECONDS
+    while children and time.monotonic() < deadline:
+      children.difference_update([pid for pid in children if os.waitpid(pid, os.WNOHANG)[0]])
+      time.sleep(0.05)
+
+  if not _SIGNALLED:
+    send(signal.SIGTERM)
+  reap()
+  send(signal.SIGKILL)
+  reap()
+
+
+def _run_task(request: dict, fds: Sequence[int], own_session: bool) -> None:
   """In the forked child: becomes the task a new process would be, runs its module as
   `python -m` runs it, and exits with its code."""
   code = 1
   try:
-    os.setsid()
+    if own_session:
+      os.setsid()
     for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
       signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own.
@@ -317,15 +369,18 @@ def _run_task(request: dict, fds: Sequence[int]) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  channel = socket.socket(fileno=int(argv[1]))
+  channel, own_sessions = socket.socket(fileno=int(argv[1])), argv[2] == _SESSION
+  if not own_sessions:  # In its caller's process group: its tasks' signals are not for it.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(signum, lambda signum, _: _SIGNALLED.append(signum))
   import importlib  # noqa: PLC0415
-  for name in argv[2:]:
+  for name in argv[3:]:
     try:
       importlib.import_module(name)
     except ImportError:
       pass  # Not installed here (tensorflow_estimator after TF 2.15): the task needs none.
   channel.sendall(f"{_READY}\n".encode())
-  _serve(channel)
+  _serve(channel, own_sessions)
 
 
 if __name__ == "__main__":

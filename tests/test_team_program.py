@@ -195,7 +195,7 @@ def _listing(directory: pathlib.Path) -> dict:
 
 def test_sigterm_stops_the_running_step_and_its_runs_and_the_report_says_so(real_data_dir,
                                                                              tmp_path):
-  env = {**os.environ, **_env(real_data_dir)}
+  env = {**os.environ, **_env(real_data_dir), "SIGTERM_TEST_MARK": str(tmp_path)}
   env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
   out = tmp_path / "out"
   process = subprocess.Popen([sys.executable, "-m", "launch.migrate", "--workers=1", *PORT_FLAGS,
@@ -211,8 +211,21 @@ def test_sigterm_stops_the_running_step_and_its_runs_and_the_report_says_so(real
   migrated = json.loads((out / "migration_report.json").read_text())
   assert migrated["why"] == ["parity: stopped by SIGTERM before it finished",
                              "handoff: not run (a step before it failed)"]
-  left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-  assert str(out) not in left  # Parity and its runs stopped with the migration.
+  # Parity and its runs (forked ones too, whose command line is their zygote's) stopped
+  # with the migration: no process is left with its environment.
+  assert _pids_with_environ(f"SIGTERM_TEST_MARK={tmp_path}") == []
+
+
+def _pids_with_environ(entry: str) -> list:
+  pids = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/environ", "rb") as f:
+        if entry.encode() in f.read().split(b"\0"):
+          pids.append(int(pid))
+    except OSError:  # Ended meanwhile, or not ours to read.
+      pass
+  return pids
 
 
 COLUMNS_FLAGS = ["--estimator_program=columns_program:PROGRAM", "--model=columns_port:SPEC",

@@ -230,10 +230,13 @@ class _Run:
     return False
 
   def tasks(self) -> List[Dict]:
-    """The launcher's current tasks (their pids are remembered, to check none is left)."""
-    tasks = runs.read_tasks(runs.task_log_dir(self.model_dir))["tasks"]
-    self.pids.update(t["pid"] for t in tasks)
-    return tasks
+    """The launcher's current tasks (their pids, and their zygote's if they were forked, are
+    remembered, to check none is left)."""
+    record = runs.read_tasks(runs.task_log_dir(self.model_dir))
+    self.pids.update(t["pid"] for t in record["tasks"])
+    if "zygote" in record:
+      self.pids.add(record["zygote"])
+    return record["tasks"]
 
   def wait(self, result: Trial) -> int:
     """Waits for the launcher to exit; returns its exit code."""

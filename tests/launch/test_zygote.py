@@ -11,7 +11,7 @@ import time
 import pytest
 
 from launch import zygote
-from tests.conftest import run_module
+from tests.conftest import REPO, run_module
 
 TASK = r'''
 import json, os, signal, sys
@@ -145,3 +145,62 @@ def test_run_module_forked_stops_at_its_timeout(tmp_path):
   with pytest.raises(subprocess.TimeoutExpired) as e:
     run_module("zygote_task", ["sleep"], env={"PYTHONPATH": str(tmp_path)}, timeout=3)
   assert e.value.output == "asleep\n"
+
+
+SAVER = r'''
+import signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+print("ready", flush=True)
+while not got:
+  time.sleep(0.05)
+time.sleep(1.0)  # Saving, as a preempted trainer does: a second signal would come now.
+with open(sys.argv[1], "w") as f:
+  f.write(f"{len(got)} signal(s)")
+sys.exit(143)
+'''
+TOOL = r'''
+import os, sys
+from launch import zygote
+made = zygote.Zygote([], dict(os.environ), session=False)
+with open({log!r}, "w") as log:
+  task = made.spawn([sys.executable, "-m", "saver", {saved!r}], dict(os.environ),
+                    output=log.fileno())
+print(task.pid, made.pid, flush=True)
+task.wait()
+'''
+
+
+@pytest.mark.parametrize("stop", ["the tool's group", "the tool alone"])
+def test_a_tools_runs_stop_with_it_and_have_the_time_to_save(tmp_path, stop):
+  # A tool's zygote (session=False) and its runs share the tool's process group: a signal to
+  # the group reaches each run once; the tool killed alone, the zygote gives them SIGTERM.
+  (tmp_path / "saver.py").write_text(SAVER)
+  log, saved = tmp_path / "run.log", tmp_path / "saved"
+  (tmp_path / "tool.py").write_text(TOOL.format(log=str(log), saved=str(saved)))
+  tool = subprocess.Popen([sys.executable, str(tmp_path / "tool.py")], stdout=subprocess.PIPE,
+                          text=True, start_new_session=True,
+                          env=dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path}"))
+  pids = [int(pid) for pid in tool.stdout.readline().split()]
+  assert all(os.getpgid(pid) == tool.pid for pid in pids)  # The run's and the zygote's.
+  deadline = time.monotonic() + 30
+  while "ready" not in log.read_text() and time.monotonic() < deadline:
+    time.sleep(0.05)
+  if stop == "the tool alone":
+    os.kill(tool.pid, signal.SIGKILL)
+  else:
+    os.killpg(tool.pid, signal.SIGTERM)
+  tool.wait(30)
+  while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+  assert saved.read_text() == "1 signal(s)"
+
+
+def test_a_task_in_its_callers_group_keeps_its_callers_niceness(tmp_path):
+  made = zygote.Zygote([], dict(os.environ), session=False)
+  try:
+    with pytest.raises(ValueError, match="keeps its caller's niceness"):
+      made.spawn([sys.executable, "-m", "saver"], dict(os.environ), niceness=3)
+  finally:
+    made.close()
