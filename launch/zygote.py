@@ -135,9 +135,9 @@ class Zygote:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=session,
         preexec_fn=preexec, cwd=cwd)
     theirs.close()
-    self._socket, self._buffer = ours, b""
-    self._wait_for(lambda: self._ready, "start")
-    self.imported = self._said_so_far()
+    self._socket, self._buffer, self._said = ours, b"", b""
+    self._start()
+    self.imported = self._said + self._said_so_far()
 
   def spawn(self, cmd: Sequence[str], env: Mapping[str, str], niceness: int = 0,
             output: Optional[int] = None) -> Task:
@@ -208,6 +208,22 @@ class Zygote:
         self.exits[int(values[0])] = int(values[1])
         self.cpu[int(values[0])] = float(values[2])
 
+  def _start(self) -> None:
+    """Waits for the zygote's imports, reading what they write meanwhile: a pipe left full
+    (PYTHONPROFILEIMPORTTIME=1 writes a line per module) would stop them."""
+    pipes = [self._process.stdout, self._process.stderr]
+    while not self._ready and not self._dead:
+      readable = select.select([self._socket, *pipes], [], [], 1.0)[0]
+      for pipe in [p for p in pipes if p in readable]:
+        chunk = os.read(pipe.fileno(), 1 << 16)
+        if chunk:
+          self._said += chunk
+        else:
+          pipes.remove(pipe)
+      if self._socket in readable:
+        self._read(0.0)
+    self._wait_for(lambda: self._ready, "start")  # Dead: says why.
+
   def _wait_for(self, done: Callable[[], bool], doing: str) -> None:
     while not done():
       if self._dead:
@@ -216,7 +232,7 @@ class Zygote:
 
   def _error(self) -> str:
     self._process.wait()
-    said = self._process.stderr.read().decode(errors="replace").strip().splitlines()
+    said = (self._said + self._process.stderr.read()).decode(errors="replace").strip().splitlines()
     return said[-1] if said else f"it exited {self._process.returncode}"
 
   def _said_so_far(self) -> bytes:

@@ -155,12 +155,14 @@ def run_module(module: str, args: List[str], timeout: float = 600,
                ) -> subprocess.CompletedProcess:
   """Runs `python -m module args` from the repo root, as a user would.
 
-  `env` adds to this process's environment (but TF_CONFIG); None values unset. The
-  process is forked from a zygote that imported TensorFlow, as the local launcher forks
-  its tasks (launch.zygote), sparing each run 4 to 5 CPU-s; `fresh` (or
-  TEST_FRESH_PROCESSES=1 for every run) starts a process of its own instead.
+  `env` adds to this process's environment (but TF_CONFIG); None values unset. From the
+  second run in an environment on, the process is forked from a zygote that imported
+  TensorFlow, as the local launcher forks its tasks (launch.zygote), sparing each run 4 to
+  5 CPU-s; `fresh` (or TEST_FRESH_PROCESSES=1 for every run) starts a process of its own.
   """
-  full_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+  # Not pytest's name of the running test either: a zygote serves one environment.
+  full_env = {k: v for k, v in os.environ.items()
+              if k not in ("TF_CONFIG", "PYTEST_CURRENT_TEST")}
   for key, value in (env or {}).items():
     if value is None:
       full_env.pop(key, None)
@@ -168,7 +170,7 @@ def run_module(module: str, args: List[str], timeout: float = 600,
       full_env[key] = value
   full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
   cmd = [sys.executable, "-m", module, *args]
-  if fresh or FRESH_PROCESSES:
+  if fresh or FRESH_PROCESSES or not _worth_a_zygote(full_env):
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout, check=False)
   return _run_forked(cmd, full_env, timeout)
@@ -179,13 +181,29 @@ PRELOAD = sorted({name for names in runner.PRELOAD.values() for name in names})
 MAX_ZYGOTES = 2  # Per test process: most runs share its environment, or one more.
 _ZYGOTES: Dict[Tuple[Tuple[str, str], ...], zygote.Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()
+_RUNS_SEEN: Dict[Tuple[Tuple[str, str], ...], int] = {}
+FORKED_RUNS: List[int] = []  # The pids of this process's forked runs.
 _FORKED_CPU: Dict[str, float] = {}  # By test: what its forked runs used (TEST_CPU_LOG).
+
+
+def _env_key(env: Dict[str, str]) -> Tuple[Tuple[str, str], ...]:
+  return tuple(sorted((k, v) for k, v in env.items() if k not in zygote.PER_TASK))
+
+
+def _worth_a_zygote(env: Dict[str, str]) -> bool:
+  """Whether runs in `env` are forked: from its second run on. A zygote's imports cost what
+  one run's do, and most runs in an environment seen once (a test's own) stop before they
+  import TensorFlow (a bad flag): for them, a zygote would cost more than it spares."""
+  key = _env_key(env)
+  with _ZYGOTES_LOCK:
+    _RUNS_SEEN[key] = _RUNS_SEEN.get(key, 0) + 1
+    return key in _ZYGOTES or _RUNS_SEEN[key] > 1
 
 
 def _zygote_for(env: Dict[str, str]) -> zygote.Zygote:
   """This process's zygote for `env` (TF_CONFIG aside); an idle one is closed past
   MAX_ZYGOTES."""
-  key = tuple(sorted((k, v) for k, v in env.items() if k not in zygote.PER_TASK))
+  key = _env_key(env)
   with _ZYGOTES_LOCK:
     if key in _ZYGOTES and _ZYGOTES[key].alive():
       return _ZYGOTES[key]
@@ -201,6 +219,7 @@ def _run_forked(cmd: List[str], env: Dict[str, str], timeout: float
                 ) -> subprocess.CompletedProcess:
   """subprocess.run(cmd, capture_output=True, text=True, timeout) for a forked run."""
   task = _zygote_for(env).spawn(cmd, env)
+  FORKED_RUNS.append(task.pid)
   deadline = time.monotonic() + timeout
   said: Dict[int, List[bytes]] = {task.stdout.fileno(): [], task.stderr.fileno(): []}
   with selectors.DefaultSelector() as pipes:

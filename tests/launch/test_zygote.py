@@ -11,7 +11,7 @@ import time
 import pytest
 
 from launch import zygote
-from tests.conftest import REPO, run_module
+from tests.conftest import FORKED_RUNS, REPO, run_module
 
 TASK = r'''
 import json, os, signal, sys
@@ -129,9 +129,11 @@ def test_a_task_reports_its_cpu_time_and_threads_can_share_a_zygote(forked):
 @pytest.mark.parametrize("argv", [("report",), ("exit", "3"), ("say",), ("raise",)])
 def test_run_module_forked_gives_what_a_process_of_its_own_gives(tmp_path, argv):
   (tmp_path / "zygote_task.py").write_text(TASK)
+  forked_before = len(FORKED_RUNS)
   runs = [run_module("zygote_task", list(argv), env={"PYTHONPATH": str(tmp_path)}, timeout=60,
-                     fresh=fresh) for fresh in (True, False)]
-  fresh, forked = ([r.returncode, r.stdout, r.stderr.splitlines()[-1:]] for r in runs)
+                     fresh=fresh) for fresh in (True, False, False)]
+  assert len(FORKED_RUNS) == forked_before + 1  # Forked from the environment's second run.
+  fresh, forked = ([r.returncode, r.stdout, r.stderr.splitlines()[-1:]] for r in runs[::2])
   if argv == ("report",):  # What a forked task shares with a process of its own.
     for said in (fresh, forked):
       report = json.loads(said[1])
@@ -142,9 +144,12 @@ def test_run_module_forked_gives_what_a_process_of_its_own_gives(tmp_path, argv)
 
 def test_run_module_forked_stops_at_its_timeout(tmp_path):
   (tmp_path / "zygote_task.py").write_text(TASK)
+  run_module("zygote_task", ["exit", "0"], env={"PYTHONPATH": str(tmp_path)})  # Then forked.
+  forked_before = len(FORKED_RUNS)
   with pytest.raises(subprocess.TimeoutExpired) as e:
     run_module("zygote_task", ["sleep"], env={"PYTHONPATH": str(tmp_path)}, timeout=3)
-  assert e.value.output == "asleep\n"
+  assert e.value.output == "asleep\n" and len(FORKED_RUNS) == forked_before + 1
+  assert not os.path.exists(f"/proc/{FORKED_RUNS[-1]}")
 
 
 SAVER = r'''
@@ -202,5 +207,14 @@ def test_a_task_in_its_callers_group_keeps_its_callers_niceness(tmp_path):
   try:
     with pytest.raises(ValueError, match="keeps its caller's niceness"):
       made.spawn([sys.executable, "-m", "saver"], dict(os.environ), niceness=3)
+  finally:
+    made.close()
+
+
+def test_imports_that_write_more_than_a_pipe_holds_do_not_stop_the_zygote(tmp_path):
+  (tmp_path / "loud.py").write_text("import sys\nsys.stderr.write('x' * 300_000 + '\\n')\n")
+  made = zygote.Zygote(["loud"], dict(os.environ, PYTHONPATH=str(tmp_path)))
+  try:
+    assert made.imported == b"x" * 300_000 + b"\n"
   finally:
     made.close()
