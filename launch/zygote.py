@@ -1,4 +1,4 @@
-"""Starts a local cluster's tasks from one process that imported their modules already.
+"""Starts a local cluster's tasks, or a tool's runs, from one process that imported them.
 
 Every task of a trainer imports TensorFlow, tf-keras, TFDS and the Estimator: 4 to 5 CPU-s
 each, most of a short run's work on a 2-core machine. A `Zygote` imports them once, in a
@@ -18,8 +18,10 @@ handlers, no other file descriptor, its `niceness`; what the zygote wrote as it 
 `imported`, for the task's log. With `session=False` (a tool's runs, which stop with the
 tool), the zygote and its tasks stay in the caller's process group instead: a terminal's
 Ctrl-C or a signal to the group reaches the tasks as it reaches the caller, and the zygote
-only notes it, to outlive their saving. What it cannot get anew is what its modules did as they were
-imported: so every task's environment must equal the zygote's but for TF_CONFIG
+only notes it, to outlive their saving.
+
+What a task cannot get anew is what its modules did as they were imported: so every
+task's environment must equal the zygote's but for TF_CONFIG
 (`forks`), which TensorFlow reads only once a strategy is made; a task whose environment
 differs is refused (ValueError), never started with another's. `ps` shows a task's
 command line as the zygote's.
@@ -29,10 +31,9 @@ The zygote is the tasks' parent: it reaps them and reports each exit code, as Po
 set by the `preexec` the launcher gives it), and its tasks with it. If its caller ends
 (or closes it) while tasks run, it gives them SIGTERM (unless a signal to the group reached
 them already: a second would stop them unsaved) and STOP_SECONDS to save, as a preemption
-does, then SIGKILL. TensorFlow's runtime
-is never started in the zygote (importing it starts none of its thread pools), so a fork
-copies no running TensorFlow thread. One lock orders what threads of the launcher ask of
-a zygote.
+does, then SIGKILL. TensorFlow's runtime is never started in the zygote (importing it
+starts none of its thread pools), so a fork copies no running TensorFlow thread. One lock
+orders what threads of the caller ask of a zygote.
 """
 
 import array
@@ -126,8 +127,9 @@ class Zygote:
     self._started: List[int] = []
     self._ready = self._dead = False
     ours, theirs = socket.socketpair()
-    # A session of its own, as each task has: a terminal's Ctrl-C reaches the launcher,
-    # which drains the tasks, and not the zygote, whose death would kill them unsaved.
+    # A launcher's (session): a session of its own, as each task has, so a terminal's
+    # Ctrl-C reaches the launcher, which drains the tasks, and not the zygote, whose death
+    # would kill them unsaved.
     self._process = subprocess.Popen(
         [sys.executable, "-m", "launch.zygote", str(theirs.fileno()),
          _SESSION if session else _GROUP, *preload],
