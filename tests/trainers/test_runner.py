@@ -250,8 +250,9 @@ def test_the_terminal_shows_progress_and_the_logs_keep_everything(run):
 
 @pytest.mark.slow
 def test_verbosity_shows_tensorflows_own_logs_in_a_lone_process(tiny_data_dir, tmp_path):
+  # Fresh: TensorFlow reads its log level as it loads, before the binary sets it from -v.
   runs = {v: run_module("trainers.keras_main", [f"--model_dir={tmp_path / str(v)}", f"-v={v}",
-                                                *_flags(TINY, tiny_data_dir)])
+                                                *_flags(TINY, tiny_data_dir)], fresh=True)
           for v in (0, 1)}
   for result in runs.values():
     assert result.returncode == 0, result.stderr[-3000:]
